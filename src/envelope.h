@@ -1,0 +1,3 @@
+#ifndef JG_ENVELOPE_H
+#define JG_ENVELOPE_H
+#endif

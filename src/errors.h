@@ -1,0 +1,34 @@
+/* The errors the gateway itself answers with: one table for code, status and default text. */
+#ifndef JG_ERRORS_H
+#define JG_ERRORS_H
+
+#define GATEWAY_ERRORS(X) \
+	X(BAD_REQUEST,          400, "bad_request",          "malformed request") \
+	X(NO_ROUTE,             404, "no_route",             "no route matches the request") \
+	X(METHOD_NOT_ALLOWED,   405, "method_not_allowed",   "method not allowed on this route") \
+	X(PAYLOAD_TOO_LARGE,    413, "payload_too_large",    "request body exceeds limits.max_body") \
+	X(INVALID_JSON,         400, "invalid_json",         "request body is not valid JSON") \
+	X(HEADER_TOO_LARGE,     431, "header_too_large",     "request header exceeds limits.max_header") \
+	X(UPSTREAM_UNAVAILABLE, 502, "upstream_unavailable", "upstream unavailable") \
+	X(UPSTREAM_INVALID,     502, "upstream_invalid",     "upstream response is invalid") \
+	X(UPSTREAM_TLS,         502, "upstream_tls",         "upstream TLS handshake failed") \
+	X(SHUTTING_DOWN,        503, "shutting_down",        "gateway is shutting down") \
+	X(UPSTREAM_TIMEOUT,     504, "upstream_timeout",     "upstream did not answer in time") \
+	X(VERSION_NOT_SUPPORTED, 505, "version_not_supported", "only HTTP/1.0 and HTTP/1.1 are supported")
+
+enum gateway_error {
+#define X(name, status, code, text) GW_##name,
+	GATEWAY_ERRORS(X)
+#undef X
+	GW__COUNT
+};
+
+struct gateway_error_info {
+	int status;
+	const char *code;
+	const char *text;
+};
+
+extern const struct gateway_error_info gateway_errors[GW__COUNT];
+
+#endif

@@ -1,0 +1,46 @@
+/* Header rules of a proxied message: hop-by-hop stripping, X-Forwarded-*, request ids. */
+#ifndef JG_HEADERS_H
+#define JG_HEADERS_H
+
+#include <stddef.h>
+#include "http.h"
+
+struct evbuffer;
+
+#define REQUEST_ID_LEN 32               /* generated ids: 128 random bits as lowercase hex */
+
+/* What the proxy adds to or changes in a request on its way upstream. */
+struct headers_forward {
+	const char *client_addr;        /* peer IP as text, appended to X-Forwarded-For */
+	int tls;                        /* 1 when the client connection is TLS: X-Forwarded-Proto https */
+	struct http_str request_id;     /* the id to send in X-Request-Id (kept or generated) */
+	const char *host_override;      /* upstream host_header, or NULL to pass Host through */
+	struct http_str target;         /* request-target to send (after strip_prefix) */
+};
+
+/*
+ * Append "METHOD target HTTP/1.1\r\n" and the end-to-end request headers to out: hop-by-hop
+ * headers (Connection and the names it lists, Keep-Alive, TE, Trailer, Transfer-Encoding,
+ * Upgrade, Proxy-*) and Content-Length are dropped, X-Forwarded-For is extended (or added),
+ * X-Forwarded-Proto and X-Request-Id are replaced (or added), Host is passed or overridden.
+ * The caller appends framing (Content-Length or Transfer-Encoding), Connection, and "\r\n".
+ * Returns 0, or -1 on allocation failure.
+ */
+int headers_request_out(struct evbuffer *out, const struct http_request *req,
+    const struct headers_forward *fw);
+
+/*
+ * Append "HTTP/1.1 STATUS REASON\r\n" and the end-to-end response headers (hop-by-hop and
+ * Content-Length dropped as above); when request_id is not empty and the upstream did not send
+ * X-Request-Id, it is added.  The caller appends framing, Connection, and "\r\n".
+ */
+int headers_response_out(struct evbuffer *out, const struct http_response *resp,
+    struct http_str request_id);
+
+/* Fill out[0..REQUEST_ID_LEN) with a fresh random id (no NUL written).  Thread-safe. */
+void headers_request_id_generate(char out[REQUEST_ID_LEN]);
+
+/* A client-supplied X-Request-Id is kept only when it is 1..128 visible ASCII characters. */
+int headers_request_id_acceptable(struct http_str id);
+
+#endif

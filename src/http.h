@@ -1,0 +1,101 @@
+/* HTTP/1.1 message heads and chunked framing, parsed in place: every string points into the
+ * caller's buffer, nothing is copied or allocated. */
+#ifndef JG_HTTP_H
+#define JG_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HTTP_MAX_HEADERS 100
+
+struct http_str {
+	const char *p;
+	size_t len;
+};
+
+struct http_header {
+	struct http_str name;
+	struct http_str value;          /* leading/trailing OWS removed */
+};
+
+/* Fields common to requests and responses, derived from the headers while parsing. */
+struct http_framing {
+	int64_t content_length;         /* -1 when absent */
+	unsigned chunked : 1;           /* Transfer-Encoding ends in "chunked" */
+	unsigned conn_close : 1;        /* Connection: close */
+	unsigned conn_keepalive : 1;    /* Connection: keep-alive (matters for HTTP/1.0) */
+	unsigned expect_continue : 1;   /* Expect: 100-continue */
+	unsigned upgrade : 1;           /* Connection: upgrade / Upgrade header present */
+};
+
+struct http_request {
+	struct http_str method;
+	unsigned method_bit;            /* METHOD_* of config.h */
+	struct http_str target;         /* request-target as sent */
+	struct http_str path;           /* target up to '?' (origin-form), or the path of an absolute-form */
+	struct http_str query;          /* from '?' inclusive, or empty */
+	int version_minor;              /* 0 or 1 (HTTP/1.x only) */
+	struct http_str host;           /* Host header value, or empty */
+	struct http_str request_id;     /* X-Request-Id header value, or empty */
+	struct http_framing framing;
+	size_t nheaders;
+	struct http_header headers[HTTP_MAX_HEADERS];
+};
+
+struct http_response {
+	int status;
+	struct http_str reason;
+	int version_minor;
+	struct http_framing framing;
+	size_t nheaders;
+	struct http_header headers[HTTP_MAX_HEADERS];
+};
+
+/* Results of the head parsers: > 0 is the head length in bytes (through the blank line). */
+enum http_parse_result {
+	HTTP_INCOMPLETE = 0,            /* need more bytes */
+	HTTP_ERR_MALFORMED = -1,        /* 400: syntax, bare LF in the request line, obs-fold, ... */
+	HTTP_ERR_TOO_MANY_HEADERS = -2, /* 431 */
+	HTTP_ERR_FRAMING = -3,          /* 400: CL with TE, conflicting CLs, bad CL, TE not ending in chunked (request) */
+	HTTP_ERR_VERSION = -4           /* 505: not HTTP/1.x */
+};
+
+/* Parse a request head from buf[0..len).  Does not look past the blank line. */
+ssize_t http_parse_request(const char *buf, size_t len, struct http_request *req);
+/* Parse a response head.  1xx responses are returned like any other; the caller skips them. */
+ssize_t http_parse_response(const char *buf, size_t len, struct http_response *resp);
+
+/* Case-insensitive header name compare against a NUL-terminated lowercase name. */
+int http_header_is(const struct http_header *h, const char *lower_name);
+
+/*
+ * Incremental chunked-body decoder.  Works on arbitrary fragments (bytes may arrive one at a
+ * time) so the caller can feed evbuffer segments without pulling them up.  Chunk extensions are
+ * skipped; trailers are parsed and discarded.  Sizes over 2^62 and malformed lines are errors.
+ */
+struct http_chunked {
+	int state;                      /* private */
+	uint64_t remaining;             /* private: payload bytes left in the current chunk */
+	unsigned line_len;              /* private: length of the size line / trailer line so far */
+	unsigned char seen_digit;       /* private */
+};
+
+enum http_chunked_result {
+	HTTP_CHUNKED_MORE = 0,          /* consumed everything given, message not finished */
+	HTTP_CHUNKED_DATA = 1,          /* stopped after a payload run: see *data, *data_len */
+	HTTP_CHUNKED_DONE = 2,          /* last chunk and trailers consumed: message complete */
+	HTTP_CHUNKED_ERROR = -1         /* invalid framing */
+};
+
+void http_chunked_init(struct http_chunked *c);
+/*
+ * Consume bytes from p[0..n).  *consumed is set to the number of bytes used (framing and
+ * payload alike).  On HTTP_CHUNKED_DATA, payload bytes are p[*data_off .. *data_off+*data_len)
+ * and lie inside the consumed range; call again with the rest.  On DONE the message ended at
+ * p + *consumed (bytes after it belong to the next message).
+ */
+int http_chunked_feed(struct http_chunked *c, const char *p, size_t n, size_t *consumed,
+    size_t *data_off, size_t *data_len);
+
+#endif

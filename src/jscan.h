@@ -1,0 +1,3 @@
+#ifndef JG_JSCAN_H
+#define JG_JSCAN_H
+#endif

@@ -1,0 +1,3 @@
+#ifndef JG_JVALID_H
+#define JG_JVALID_H
+#endif

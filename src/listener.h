@@ -1,0 +1,3 @@
+#ifndef JG_LISTENER_H
+#define JG_LISTENER_H
+#endif

@@ -1,0 +1,3 @@
+#ifndef JG_PROXY_H
+#define JG_PROXY_H
+#endif

@@ -1,0 +1,3 @@
+#ifndef JG_RESPOND_H
+#define JG_RESPOND_H
+#endif

@@ -1,0 +1,2 @@
+/* placeholder: replaced by the module */
+typedef int jg_placeholder_server;

@@ -1,0 +1,3 @@
+#ifndef JG_SERVER_H
+#define JG_SERVER_H
+#endif

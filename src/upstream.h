@@ -1,0 +1,3 @@
+#ifndef JG_UPSTREAM_H
+#define JG_UPSTREAM_H
+#endif
