@@ -60,4 +60,79 @@ int rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
     enum validate_mode mode, const char *body, size_t len, const struct rewrite_vars *vars,
     struct rewrite_result *out);
 
+/*
+ * Parse a program from YAML text holding one op sequence, outside a configuration file (unit
+ * tests, fuzzers, benchmarks).  On error returns NULL and writes "LINE:COL: message" (the first
+ * error) to errbuf.  An empty sequence yields an empty program, never NULL.
+ */
+struct rewrite_program *rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf,
+    size_t errlen);
+
+/*
+ * Escape src[0..len) as the inside of a JSON string into dst, which must hold 6 * len bytes:
+ * `"`, `\` and control bytes are escaped, invalid UTF-8 becomes U+FFFD.  Returns the length.
+ */
+size_t rewrite_json_escape(char *dst, const char *src, size_t len);
+
+/* ---- compiled programs: shared by rewrite_config.c (builds) and rewrite.c (runs) ---- */
+
+enum rewrite_op_kind {
+	REWRITE_UNWRAP, REWRITE_WRAP, REWRITE_RENAME, REWRITE_DROP, REWRITE_KEEP, REWRITE_SET,
+	REWRITE_STATUS_FROM
+};
+
+enum rewrite_var {
+	REWRITE_VAR_NONE,               /* a JSON literal */
+	REWRITE_VAR_REQUEST_ID, REWRITE_VAR_ROUTE, REWRITE_VAR_UPSTREAM, REWRITE_VAR_REMOTE_ADDR,
+	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER
+};
+
+struct rewrite_key {
+	char *name;                     /* the key as text (what input keys are compared to) */
+	size_t len;
+	char *json;                     /* the key as a JSON string, quotes included */
+	size_t json_len;
+};
+
+struct rewrite_path {                   /* "data.result" -> { data, result } */
+	struct rewrite_key *seg;
+	size_t nseg;
+};
+
+/* A set value: JSON text with $variables spliced in, e.g. {"id":  $request_id  } */
+struct rewrite_piece {
+	enum rewrite_var var;
+	char *s;                        /* JSON literal (VAR_NONE) or header name (VAR_HEADER) */
+	size_t len;
+};
+
+struct rewrite_item {
+	struct rewrite_path path;       /* rename source, drop/keep path, set target */
+	struct rewrite_key to;          /* rename: the new key */
+	struct rewrite_piece *val;      /* set: the value */
+	size_t nval;
+};
+
+struct rewrite_status_map {
+	char *json;                     /* the YAML key as JSON: 0, "0", true, null */
+	size_t len;
+	int status;
+};
+
+struct rewrite_op {
+	enum rewrite_op_kind kind;
+	struct rewrite_path path;       /* unwrap, wrap, status_from field */
+	struct rewrite_item *items;     /* rename, drop, keep (sorted by path), set */
+	size_t nitems;
+	struct rewrite_status_map *map; /* status_from */
+	size_t nmap;
+	int def_status;                 /* status_from default, 0 when none */
+};
+
+struct rewrite_program {
+	struct rewrite_op *ops;
+	size_t nops;
+	int sets_status;
+};
+
 #endif

@@ -1,22 +1,854 @@
-/* placeholder until the op parser lands: any op is an error, an empty list is accepted */
-#include <stdlib.h>
+/*
+ * The `request:` / `response:` op lists of a route: YAML nodes -> struct rewrite_program.
+ * Everything a request needs is decided here, at load time: paths are split, keys are
+ * escaped once, `set` values become JSON text with $variables marked for per-request splicing.
+ */
 #include "rewrite.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RC_MAX_NESTING 64               /* YAML nesting accepted in a `set` value */
+#define RC_MAX_LITERAL (64 * 1024)      /* bytes of one `set` value, aliases expanded */
+
+struct rc {
+	struct config_parse *cfg;       /* NULL: errors go to errbuf */
+	yaml_document_t *doc;
+	char *errbuf;
+	size_t errlen;
+	int nerr;
+};
+
+/* A growable byte buffer used while building literals. */
+struct rc_buf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static const char *const rc_op_names[] = {
+	[REWRITE_UNWRAP] = "unwrap", [REWRITE_WRAP] = "wrap", [REWRITE_RENAME] = "rename",
+	[REWRITE_DROP] = "drop", [REWRITE_KEEP] = "keep", [REWRITE_SET] = "set",
+	[REWRITE_STATUS_FROM] = "status_from",
+};
+#define RC_NOPS (sizeof(rc_op_names) / sizeof(rc_op_names[0]))
+
+static const struct {
+	const char *name;
+	enum rewrite_var var;
+} rc_vars[] = {
+	{ "request_id", REWRITE_VAR_REQUEST_ID }, { "route", REWRITE_VAR_ROUTE },
+	{ "upstream", REWRITE_VAR_UPSTREAM }, { "remote_addr", REWRITE_VAR_REMOTE_ADDR },
+	{ "time_iso8601", REWRITE_VAR_TIME_ISO8601 },
+};
+
+static void rc_error(struct rc *rc, const yaml_node_t *node, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+rc_error(struct rc *rc, const yaml_node_t *node, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (rc->cfg != NULL)
+		config_error(rc->cfg, node, "%s", msg);
+	else if (rc->nerr == 0 && rc->errbuf != NULL && rc->errlen > 0)
+		snprintf(rc->errbuf, rc->errlen, "%zu:%zu: %s", node->start_mark.line + 1,
+		    node->start_mark.column + 1, msg);
+	rc->nerr++;
+}
+
+static void
+rc_buf_add(struct rc_buf *b, const void *p, size_t len)
+{
+	char *np;
+	size_t ncap;
+
+	if (b->oom)
+		return;
+	if (b->len + len > RC_MAX_LITERAL) {
+		b->oom = 1;
+		return;
+	}
+	if (b->len + len > b->cap) {
+		ncap = b->cap ? b->cap * 2 : 64;
+		while (ncap < b->len + len)
+			ncap *= 2;
+		if ((np = realloc(b->p, ncap)) == NULL) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = ncap;
+	}
+	memcpy(b->p + b->len, p, len);
+	b->len += len;
+}
+
+static char *
+rc_memdup(const char *p, size_t len)
+{
+	char *s;
+
+	if ((s = malloc(len + 1)) == NULL)
+		return NULL;
+	memcpy(s, p, len);
+	s[len] = '\0';
+	return s;
+}
+
+static const char *
+rc_scalar(const yaml_node_t *node, size_t *len)
+{
+	*len = node->data.scalar.length;
+	return (const char *)node->data.scalar.value;
+}
+
+/* Append text as a quoted JSON string. */
+static void
+rc_buf_add_string(struct rc_buf *b, const char *s, size_t len)
+{
+	char *tmp;
+
+	if (len > RC_MAX_LITERAL) {
+		b->oom = 1;
+		return;
+	}
+	if ((tmp = malloc(6 * len + 1)) == NULL) {
+		b->oom = 1;
+		return;
+	}
+	rc_buf_add(b, "\"", 1);
+	rc_buf_add(b, tmp, rewrite_json_escape(tmp, s, len));
+	rc_buf_add(b, "\"", 1);
+	free(tmp);
+}
+
+/* RFC 8259 number grammar, so plain YAML scalars such as 2 or -1.5e3 stay numbers. */
+static int
+rc_is_json_number(const char *s, size_t len)
+{
+	size_t i = 0;
+
+	if (i < len && s[i] == '-')
+		i++;
+	if (i >= len)
+		return 0;
+	if (s[i] == '0')
+		i++;
+	else if (s[i] >= '1' && s[i] <= '9')
+		while (i < len && s[i] >= '0' && s[i] <= '9')
+			i++;
+	else
+		return 0;
+	if (i < len && s[i] == '.') {
+		if (++i >= len || s[i] < '0' || s[i] > '9')
+			return 0;
+		while (i < len && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	if (i < len && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < len && (s[i] == '+' || s[i] == '-'))
+			i++;
+		if (i >= len || s[i] < '0' || s[i] > '9')
+			return 0;
+		while (i < len && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	return i == len;
+}
+
+static int
+rc_is_one_of(const char *s, size_t len, const char *const *words)
+{
+	for (; *words != NULL; words++)
+		if (strlen(*words) == len && memcmp(s, *words, len) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * A YAML scalar as a JSON literal: plain scalars keep their YAML 1.2 core type (null, booleans,
+ * numbers), everything else is a string.  Returns 1 when it is a string.
+ */
+static int
+rc_scalar_json(const yaml_node_t *node, struct rc_buf *b)
+{
+	static const char *const nulls[] = { "null", "Null", "NULL", "~", "", NULL };
+	static const char *const trues[] = { "true", "True", "TRUE", NULL };
+	static const char *const falses[] = { "false", "False", "FALSE", NULL };
+	size_t len;
+	const char *s = rc_scalar(node, &len);
+
+	if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+		if (rc_is_one_of(s, len, nulls)) {
+			rc_buf_add(b, "null", 4);
+			return 0;
+		}
+		if (rc_is_one_of(s, len, trues)) {
+			rc_buf_add(b, "true", 4);
+			return 0;
+		}
+		if (rc_is_one_of(s, len, falses)) {
+			rc_buf_add(b, "false", 5);
+			return 0;
+		}
+		if (rc_is_json_number(s, len)) {
+			rc_buf_add(b, s, len);
+			return 0;
+		}
+	}
+	rc_buf_add_string(b, s, len);
+	return 1;
+}
+
+static void
+rc_pieces_flush(struct rc_buf *lit, struct rewrite_piece **pieces, size_t *npieces, int *oom)
+{
+	struct rewrite_piece *np;
+
+	if (lit->len == 0 || *oom)
+		return;
+	if ((np = realloc(*pieces, (*npieces + 1) * sizeof(*np))) == NULL) {
+		*oom = 1;
+		return;
+	}
+	*pieces = np;
+	np[*npieces].var = REWRITE_VAR_NONE;
+	if ((np[*npieces].s = rc_memdup(lit->p, lit->len)) == NULL) {
+		*oom = 1;
+		return;
+	}
+	np[*npieces].len = lit->len;
+	(*npieces)++;
+	lit->len = 0;
+}
+
+static void
+rc_pieces_var(struct rc_buf *lit, struct rewrite_piece **pieces, size_t *npieces, int *oom,
+    enum rewrite_var var, const char *name, size_t len)
+{
+	struct rewrite_piece *np;
+
+	rc_pieces_flush(lit, pieces, npieces, oom);
+	if (*oom)
+		return;
+	if ((np = realloc(*pieces, (*npieces + 1) * sizeof(*np))) == NULL) {
+		*oom = 1;
+		return;
+	}
+	*pieces = np;
+	np[*npieces].var = var;
+	np[*npieces].s = NULL;
+	np[*npieces].len = len;
+	if (var == REWRITE_VAR_HEADER && (np[*npieces].s = rc_memdup(name, len)) == NULL) {
+		*oom = 1;
+		return;
+	}
+	(*npieces)++;
+}
+
+static int
+rc_is_token(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len == 0)
+		return 0;
+	for (i = 0; i < len; i++)
+		if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f ||
+		    strchr("\"(),/:;<=>?@[\\]{}", s[i]) != NULL)
+			return 0;
+	return 1;
+}
+
+/* A `set` value (any YAML) -> pieces of JSON text and $variables. */
+static int
+rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrite_piece **pieces,
+    size_t *npieces, int *oom, int nesting)
+{
+	yaml_node_item_t *it;
+	yaml_node_pair_t *pair;
+	yaml_node_t *k, *v;
+	const char *s;
+	size_t len, i;
+	int first = 1;
+
+	if (nesting > RC_MAX_NESTING) {
+		rc_error(rc, node, "set value nested deeper than %d levels", RC_MAX_NESTING);
+		return -1;
+	}
+	switch (node->type) {
+	case YAML_SCALAR_NODE:
+		s = rc_scalar(node, &len);
+		if (len >= 2 && s[0] == '$' && s[1] == '$') {
+			rc_buf_add_string(lit, s + 1, len - 1);
+			return 0;
+		}
+		if (len == 0 || s[0] != '$') {
+			rc_scalar_json(node, lit);
+			return 0;
+		}
+		for (i = 0; i < sizeof(rc_vars) / sizeof(rc_vars[0]); i++)
+			if (strlen(rc_vars[i].name) == len - 1 &&
+			    memcmp(rc_vars[i].name, s + 1, len - 1) == 0) {
+				rc_pieces_var(lit, pieces, npieces, oom, rc_vars[i].var, NULL, 0);
+				return 0;
+			}
+		if (len > 8 && memcmp(s, "$header.", 8) == 0) {
+			if (!rc_is_token(s + 8, len - 8)) {
+				rc_error(rc, node, "bad header name in variable '%.*s'", (int)len, s);
+				return -1;
+			}
+			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_HEADER, s + 8, len - 8);
+			return 0;
+		}
+		rc_error(rc, node, "unknown variable '%.*s' (expected $request_id, $route, "
+		    "$upstream, $remote_addr, $time_iso8601, $header.NAME; $$ for a literal $)",
+		    (int)len, s);
+		return -1;
+	case YAML_SEQUENCE_NODE:
+		rc_buf_add(lit, "[", 1);
+		for (it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+			if (!first)
+				rc_buf_add(lit, ",", 1);
+			first = 0;
+			if (rc_set_value(rc, yaml_document_get_node(rc->doc, *it), lit, pieces,
+			    npieces, oom, nesting + 1) != 0)
+				return -1;
+		}
+		rc_buf_add(lit, "]", 1);
+		return 0;
+	case YAML_MAPPING_NODE:
+		rc_buf_add(lit, "{", 1);
+		for (pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top;
+		    pair++) {
+			k = yaml_document_get_node(rc->doc, pair->key);
+			v = yaml_document_get_node(rc->doc, pair->value);
+			if (k->type != YAML_SCALAR_NODE) {
+				rc_error(rc, k, "object keys in a set value must be scalars");
+				return -1;
+			}
+			if (!first)
+				rc_buf_add(lit, ",", 1);
+			first = 0;
+			s = rc_scalar(k, &len);
+			rc_buf_add_string(lit, s, len);
+			rc_buf_add(lit, ":", 1);
+			if (rc_set_value(rc, v, lit, pieces, npieces, oom, nesting + 1) != 0)
+				return -1;
+		}
+		rc_buf_add(lit, "}", 1);
+		return 0;
+	default:
+		rc_error(rc, node, "empty set value");
+		return -1;
+	}
+}
+
+static int
+rc_key_init(struct rewrite_key *key, const char *s, size_t len)
+{
+	struct rc_buf b = { 0 };
+
+	rc_buf_add_string(&b, s, len);
+	key->name = rc_memdup(s, len);
+	key->len = len;
+	key->json = b.p;
+	key->json_len = b.len;
+	if (b.oom || key->name == NULL || b.p == NULL)
+		return -1;
+	return 0;
+}
+
+static void
+rc_key_free(struct rewrite_key *key)
+{
+	free(key->name);
+	free(key->json);
+}
+
+static void
+rc_path_free(struct rewrite_path *path)
+{
+	size_t i;
+
+	for (i = 0; i < path->nseg; i++)
+		rc_key_free(&path->seg[i]);
+	free(path->seg);
+	path->seg = NULL;
+	path->nseg = 0;
+}
+
+/* "data.result" -> segments; every segment must be non-empty. */
+static int
+rc_path(struct rc *rc, yaml_node_t *node, const char *what, struct rewrite_path *path)
+{
+	const char *s, *dot, *end;
+	size_t len, n = 1, i;
+
+	memset(path, 0, sizeof(*path));
+	if (node->type != YAML_SCALAR_NODE) {
+		rc_error(rc, node, "%s must be a key or a dotted path such as data.result", what);
+		return -1;
+	}
+	s = rc_scalar(node, &len);
+	end = s + len;
+	for (i = 0; i < len; i++)
+		n += s[i] == '.';
+	for (i = 0; i + 1 < len; i++)
+		if (s[i] == '.' && s[i + 1] == '.')
+			break;
+	if (len == 0 || s[0] == '.' || s[len - 1] == '.' || i + 1 < len) {
+		rc_error(rc, node, "%s: empty key in path '%.*s'", what, (int)len, s);
+		return -1;
+	}
+	if ((path->seg = calloc(n, sizeof(*path->seg))) == NULL)
+		goto oom;
+	for (i = 0; i < n; i++) {
+		dot = memchr(s, '.', (size_t)(end - s));
+		if (dot == NULL)
+			dot = end;
+		path->nseg++;
+		if (rc_key_init(&path->seg[i], s, (size_t)(dot - s)) != 0)
+			goto oom;
+		s = dot + 1;
+	}
+	return 0;
+oom:
+	rc_path_free(path);
+	rc_error(rc, node, "out of memory");
+	return -1;
+}
+
+static void
+rc_item_free(struct rewrite_item *item)
+{
+	size_t i;
+
+	rc_path_free(&item->path);
+	rc_key_free(&item->to);
+	for (i = 0; i < item->nval; i++)
+		free(item->val[i].s);
+	free(item->val);
+}
+
+static void
+rc_op_free(struct rewrite_op *op)
+{
+	size_t i;
+
+	rc_path_free(&op->path);
+	for (i = 0; i < op->nitems; i++)
+		rc_item_free(&op->items[i]);
+	free(op->items);
+	for (i = 0; i < op->nmap; i++)
+		free(op->map[i].json);
+	free(op->map);
+}
+
+static struct rewrite_item *
+rc_item_new(struct rc *rc, yaml_node_t *at, struct rewrite_op *op)
+{
+	struct rewrite_item *items;
+
+	if ((items = realloc(op->items, (op->nitems + 1) * sizeof(*items))) == NULL) {
+		rc_error(rc, at, "out of memory");
+		return NULL;
+	}
+	op->items = items;
+	memset(&items[op->nitems], 0, sizeof(*items));
+	return &items[op->nitems++];
+}
+
+static int
+rc_path_cmp(const struct rewrite_path *a, const struct rewrite_path *b)
+{
+	size_t i, n = a->nseg < b->nseg ? a->nseg : b->nseg;
+	int c;
+
+	for (i = 0; i < n; i++) {
+		c = memcmp(a->seg[i].name, b->seg[i].name,
+		    a->seg[i].len < b->seg[i].len ? a->seg[i].len : b->seg[i].len);
+		if (c == 0 && a->seg[i].len != b->seg[i].len)
+			c = a->seg[i].len < b->seg[i].len ? -1 : 1;
+		if (c != 0)
+			return c;
+	}
+	return a->nseg < b->nseg ? -1 : a->nseg > b->nseg;
+}
+
+static int
+rc_item_cmp(const void *a, const void *b)
+{
+	return rc_path_cmp(&((const struct rewrite_item *)a)->path,
+	    &((const struct rewrite_item *)b)->path);
+}
+
+/* drop / keep: a list of paths (a single path is accepted too). */
+static int
+rc_paths(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
+{
+	yaml_node_item_t *it;
+	yaml_node_t *n;
+	struct rewrite_item *item;
+	int bad = 0;
+
+	if (arg->type == YAML_SCALAR_NODE) {
+		if ((item = rc_item_new(rc, arg, op)) == NULL)
+			return -1;
+		return rc_path(rc, arg, rc_op_names[op->kind], &item->path);
+	}
+	if (arg->type != YAML_SEQUENCE_NODE ||
+	    arg->data.sequence.items.start == arg->data.sequence.items.top) {
+		rc_error(rc, arg, "%s expects a non-empty list of keys, e.g. [ debug, data.trace ]",
+		    rc_op_names[op->kind]);
+		return -1;
+	}
+	for (it = arg->data.sequence.items.start; it < arg->data.sequence.items.top; it++) {
+		n = yaml_document_get_node(rc->doc, *it);
+		if ((item = rc_item_new(rc, n, op)) == NULL)
+			return -1;
+		if (rc_path(rc, n, rc_op_names[op->kind], &item->path) != 0)
+			bad = 1;
+	}
+	if (bad)
+		return -1;
+	if (op->kind == REWRITE_KEEP)
+		qsort(op->items, op->nitems, sizeof(*op->items), rc_item_cmp);
+	return 0;
+}
+
+static int
+rc_mapping_nonempty(struct rc *rc, yaml_node_t *arg, const char *op, const char *example)
+{
+	if (arg->type != YAML_MAPPING_NODE ||
+	    arg->data.mapping.pairs.start == arg->data.mapping.pairs.top) {
+		rc_error(rc, arg, "%s expects a non-empty mapping, e.g. %s", op, example);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+rc_rename(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
+{
+	yaml_node_pair_t *pair;
+	yaml_node_t *k, *v;
+	struct rewrite_item *item;
+	const char *s;
+	size_t len;
+	int bad = 0;
+
+	if (rc_mapping_nonempty(rc, arg, "rename", "{ msg: message }") != 0)
+		return -1;
+	for (pair = arg->data.mapping.pairs.start; pair < arg->data.mapping.pairs.top; pair++) {
+		k = yaml_document_get_node(rc->doc, pair->key);
+		v = yaml_document_get_node(rc->doc, pair->value);
+		if ((item = rc_item_new(rc, k, op)) == NULL)
+			return -1;
+		if (rc_path(rc, k, "rename", &item->path) != 0) {
+			bad = 1;
+			continue;
+		}
+		if (v->type != YAML_SCALAR_NODE || v->data.scalar.length == 0) {
+			rc_error(rc, v, "rename: the new name of '%s' must be a non-empty string",
+			    (const char *)k->data.scalar.value);
+			bad = 1;
+			continue;
+		}
+		s = rc_scalar(v, &len);
+		if (rc_key_init(&item->to, s, len) != 0) {
+			rc_error(rc, v, "out of memory");
+			return -1;
+		}
+	}
+	return bad ? -1 : 0;
+}
+
+static int
+rc_set(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
+{
+	yaml_node_pair_t *pair;
+	yaml_node_t *k, *v;
+	struct rewrite_item *item;
+	struct rc_buf lit = { 0 };
+	int bad = 0, oom = 0;
+
+	if (rc_mapping_nonempty(rc, arg, "set", "{ gateway: jsongate }") != 0)
+		return -1;
+	for (pair = arg->data.mapping.pairs.start; pair < arg->data.mapping.pairs.top; pair++) {
+		k = yaml_document_get_node(rc->doc, pair->key);
+		v = yaml_document_get_node(rc->doc, pair->value);
+		if ((item = rc_item_new(rc, k, op)) == NULL) {
+			free(lit.p);
+			return -1;
+		}
+		if (rc_path(rc, k, "set", &item->path) != 0) {
+			bad = 1;
+			continue;
+		}
+		lit.len = 0;
+		if (rc_set_value(rc, v, &lit, &item->val, &item->nval, &oom, 0) != 0) {
+			bad = 1;
+			continue;
+		}
+		rc_pieces_flush(&lit, &item->val, &item->nval, &oom);
+		if (lit.oom) {
+			rc_error(rc, v, "set value longer than %d bytes", RC_MAX_LITERAL);
+			bad = 1;
+		} else if (oom) {
+			rc_error(rc, v, "out of memory");
+			bad = 1;
+		}
+	}
+	free(lit.p);
+	return bad ? -1 : 0;
+}
+
+static int
+rc_status(struct rc *rc, yaml_node_t *node, int *status)
+{
+	const char *s;
+	size_t len, i;
+	int v = 0;
+
+	if (node->type == YAML_SCALAR_NODE) {
+		s = rc_scalar(node, &len);
+		for (i = 0; i < len && s[i] >= '0' && s[i] <= '9' && i < 4; i++)
+			v = v * 10 + (s[i] - '0');
+		if (len > 0 && i == len && v >= 100 && v <= 599) {
+			*status = v;
+			return 0;
+		}
+	}
+	rc_error(rc, node, "status must be an HTTP status code between 100 and 599");
+	return -1;
+}
+
+static int
+rc_status_from(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
+{
+	yaml_node_pair_t *pair, *mp;
+	yaml_node_t *k, *v, *mk, *mv;
+	struct rewrite_status_map *m;
+	struct rc_buf b = { 0 };
+	const char *name;
+	size_t i;
+	int bad = 0, have_field = 0;
+
+	if (rc_mapping_nonempty(rc, arg, "status_from",
+	    "{ field: code, map: { 0: 200 }, default: 502 }") != 0)
+		return -1;
+	for (pair = arg->data.mapping.pairs.start; pair < arg->data.mapping.pairs.top; pair++) {
+		k = yaml_document_get_node(rc->doc, pair->key);
+		v = yaml_document_get_node(rc->doc, pair->value);
+		name = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+		if (strcmp(name, "field") == 0) {
+			have_field = 1;
+			if (rc_path(rc, v, "status_from field", &op->path) != 0)
+				bad = 1;
+		} else if (strcmp(name, "default") == 0) {
+			if (rc_status(rc, v, &op->def_status) != 0)
+				bad = 1;
+		} else if (strcmp(name, "map") == 0) {
+			if (v->type != YAML_MAPPING_NODE) {
+				rc_error(rc, v, "status_from map must be a mapping of field values "
+				    "to status codes, e.g. { 0: 200, 404: 404 }");
+				bad = 1;
+				continue;
+			}
+			for (mp = v->data.mapping.pairs.start; mp < v->data.mapping.pairs.top; mp++) {
+				mk = yaml_document_get_node(rc->doc, mp->key);
+				mv = yaml_document_get_node(rc->doc, mp->value);
+				if (mk->type != YAML_SCALAR_NODE) {
+					rc_error(rc, mk, "status_from map keys must be scalars");
+					bad = 1;
+					continue;
+				}
+				if ((m = realloc(op->map, (op->nmap + 1) * sizeof(*m))) == NULL) {
+					rc_error(rc, mk, "out of memory");
+					free(b.p);
+					return -1;
+				}
+				op->map = m;
+				m = &op->map[op->nmap];
+				memset(m, 0, sizeof(*m));
+				b.len = 0;
+				rc_scalar_json(mk, &b);
+				if (b.oom || (m->json = rc_memdup(b.p, b.len)) == NULL) {
+					rc_error(rc, mk, "out of memory");
+					free(b.p);
+					return -1;
+				}
+				m->len = b.len;
+				op->nmap++;
+				for (i = 0; i + 1 < op->nmap; i++)
+					if (op->map[i].len == m->len &&
+					    memcmp(op->map[i].json, m->json, m->len) == 0) {
+						rc_error(rc, mk, "duplicate key '%s' in status_from map",
+						    (const char *)mk->data.scalar.value);
+						bad = 1;
+					}
+				if (rc_status(rc, mv, &m->status) != 0)
+					bad = 1;
+			}
+		} else {
+			rc_error(rc, k, "unknown key '%s' in status_from (expected field, map, default)",
+			    name);
+			bad = 1;
+		}
+	}
+	free(b.p);
+	if (!have_field) {
+		rc_error(rc, arg, "status_from needs a field, e.g. { field: code }");
+		bad = 1;
+	}
+	return bad ? -1 : 0;
+}
+
+/* One list item: a mapping with exactly one key, the op name. */
+static int
+rc_op(struct rc *rc, yaml_node_t *node, struct rewrite_op *op)
+{
+	yaml_node_t *k, *arg;
+	const char *name;
+	size_t i;
+
+	if (node->type != YAML_MAPPING_NODE ||
+	    node->data.mapping.pairs.top - node->data.mapping.pairs.start != 1) {
+		rc_error(rc, node, "each op must be a mapping with one key, e.g. '- unwrap: data'");
+		return -1;
+	}
+	k = yaml_document_get_node(rc->doc, node->data.mapping.pairs.start->key);
+	arg = yaml_document_get_node(rc->doc, node->data.mapping.pairs.start->value);
+	name = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+	for (i = 0; i < RC_NOPS; i++)
+		if (strcmp(name, rc_op_names[i]) == 0)
+			break;
+	if (i == RC_NOPS) {
+		rc_error(rc, k, "unknown op '%s' (expected unwrap, wrap, rename, drop, keep, set, "
+		    "status_from)", name);
+		return -1;
+	}
+	op->kind = (enum rewrite_op_kind)i;
+	switch (op->kind) {
+	case REWRITE_UNWRAP:
+	case REWRITE_WRAP:
+		return rc_path(rc, arg, name, &op->path);
+	case REWRITE_RENAME:
+		return rc_rename(rc, arg, op);
+	case REWRITE_DROP:
+	case REWRITE_KEEP:
+		return rc_paths(rc, arg, op);
+	case REWRITE_SET:
+		return rc_set(rc, arg, op);
+	case REWRITE_STATUS_FROM:
+		return rc_status_from(rc, arg, op);
+	}
+	return -1;
+}
+
+static struct rewrite_program *
+rc_program(struct rc *rc, yaml_node_t *node)
+{
+	struct rewrite_program *prog;
+	yaml_node_item_t *it;
+	size_t n;
+
+	if (node->type != YAML_SEQUENCE_NODE) {
+		rc_error(rc, node, "expected a list of ops, e.g. [ { unwrap: data } ]");
+		return NULL;
+	}
+	n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+	if ((prog = calloc(1, sizeof(*prog))) == NULL ||
+	    (n > 0 && (prog->ops = calloc(n, sizeof(*prog->ops))) == NULL)) {
+		free(prog);
+		rc_error(rc, node, "out of memory");
+		return NULL;
+	}
+	for (it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+		rc_op(rc, yaml_document_get_node(rc->doc, *it), &prog->ops[prog->nops]);
+		if (prog->ops[prog->nops].kind == REWRITE_STATUS_FROM)
+			prog->sets_status = 1;
+		prog->nops++;
+	}
+	if (rc->nerr > 0) {
+		rewrite_program_free(prog);
+		return NULL;
+	}
+	return prog;
+}
 
 int
 rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node,
     struct rewrite_program **out)
 {
-	(void)doc;
+	struct rc rc = { .cfg = ctx, .doc = doc };
+
 	*out = NULL;
 	if (node->type == YAML_SEQUENCE_NODE &&
 	    node->data.sequence.items.top == node->data.sequence.items.start)
 		return 0;
-	config_error(ctx, node, "envelope ops are not supported yet");
-	return -1;
+	*out = rc_program(&rc, node);
+	return rc.nerr > 0 ? -1 : 0;
+}
+
+struct rewrite_program *
+rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t errlen)
+{
+	struct rc rc = { .errbuf = errbuf, .errlen = errlen };
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	yaml_node_t *root;
+	struct rewrite_program *prog = NULL;
+
+	if (errlen > 0)
+		errbuf[0] = '\0';
+	if (!yaml_parser_initialize(&parser)) {
+		snprintf(errbuf, errlen, "out of memory");
+		return NULL;
+	}
+	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+	if (!yaml_parser_load(&parser, &doc)) {
+		snprintf(errbuf, errlen, "%zu:%zu: %s", parser.problem_mark.line + 1,
+		    parser.problem_mark.column + 1, parser.problem ? parser.problem : "bad YAML");
+		yaml_parser_delete(&parser);
+		return NULL;
+	}
+	rc.doc = &doc;
+	if ((root = yaml_document_get_root_node(&doc)) == NULL)
+		snprintf(errbuf, errlen, "1:1: empty document");
+	else
+		prog = rc_program(&rc, root);
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	return prog;
 }
 
 void
 rewrite_program_free(struct rewrite_program *prog)
 {
-	(void)prog;
+	size_t i;
+
+	if (prog == NULL)
+		return;
+	for (i = 0; i < prog->nops; i++)
+		rc_op_free(&prog->ops[i]);
+	free(prog->ops);
+	free(prog);
+}
+
+int
+rewrite_program_sets_status(const struct rewrite_program *prog)
+{
+	return prog != NULL && prog->sets_status;
 }
