@@ -23,10 +23,14 @@ struct http_header {
 struct http_framing {
 	int64_t content_length;         /* -1 when absent */
 	unsigned chunked : 1;           /* Transfer-Encoding ends in "chunked" */
-	unsigned conn_close : 1;        /* Connection: close */
+	unsigned conn_close : 1;        /* Connection: close; also set for a response framed by
+					 * both TE and CL, and for TE in HTTP/1.0: do not reuse */
 	unsigned conn_keepalive : 1;    /* Connection: keep-alive (matters for HTTP/1.0) */
 	unsigned expect_continue : 1;   /* Expect: 100-continue */
 	unsigned upgrade : 1;           /* Connection: upgrade / Upgrade header present */
+	unsigned until_close : 1;       /* response only: neither Content-Length nor a final
+					 * chunked coding, so a body (if the status and method
+					 * allow one) runs until the connection closes */
 };
 
 struct http_request {
@@ -36,7 +40,8 @@ struct http_request {
 	struct http_str path;           /* target up to '?' (origin-form), or the path of an absolute-form */
 	struct http_str query;          /* from '?' inclusive, or empty */
 	int version_minor;              /* 0 or 1 (HTTP/1.x only) */
-	struct http_str host;           /* Host header value, or empty */
+	struct http_str host;           /* Host header value (the authority of an absolute-form
+					 * target, RFC 9112 3.2.2), or empty */
 	struct http_str request_id;     /* X-Request-Id header value, or empty */
 	struct http_framing framing;
 	size_t nheaders;
@@ -87,6 +92,9 @@ enum http_chunked_result {
 	HTTP_CHUNKED_DONE = 2,          /* last chunk and trailers consumed: message complete */
 	HTTP_CHUNKED_ERROR = -1         /* invalid framing */
 };
+
+#define HTTP_CHUNKED_MAX_LINE 4096     /* bytes of one chunk-size line (extensions included) */
+#define HTTP_CHUNKED_MAX_TRAILER 16384 /* bytes of all trailer lines together */
 
 void http_chunked_init(struct http_chunked *c);
 /*
