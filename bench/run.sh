@@ -1,0 +1,532 @@
+#!/usr/bin/env bash
+# Load benchmark: CPU per request of jsongate and nginx in front of the same static upstream.
+# See bench/README.md. Installs nothing; names the missing tools.
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+usage: bench/run.sh [-h]
+
+Starts an nginx upstream serving static JSON envelopes, then each proxy variant in turn in
+front of it, pinned alone on one CPU, drives it with wrk from another CPU and prints a
+markdown table (also written to bench/results/latest.md).
+
+Environment:
+  DURATION=10          seconds of each measured wrk run
+  WARMUP=3             seconds of wrk warm-up before each measured run (0: none)
+  SIZES="1k 16k 256k 1m"  body sizes (bytes, k or m suffix)
+  CONNECTIONS=16       wrk connections (one wrk thread)
+  IDLE_CLIENTS=10000   idle keep-alive connections for the idle-RSS test (0: skip it)
+  PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
+  JSONGATE=build/src/jsongate   daemon binary
+  NGINX=nginx          nginx binary
+  PROXY_CPU=0 LOAD_CPU=1        CPU of the proxy; CPU shared by wrk and the upstream
+  RESULTS=bench/results/latest.md   where the report is written
+  KEEP=1               keep the temporary directory (configs, logs, wrk output)
+EOF
+}
+
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+	usage
+	exit 0
+fi
+if [ $# -ne 0 ]; then
+	usage >&2
+	exit 2
+fi
+
+BENCH_DIR=$(cd "$(dirname "$0")" && pwd)
+ROOT_DIR=$(dirname "$BENCH_DIR")
+
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-3}
+SIZES=${SIZES:-1k 16k 256k 1m}
+CONNECTIONS=${CONNECTIONS:-16}
+IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
+JSONGATE=${JSONGATE:-$ROOT_DIR/build/src/jsongate}
+NGINX=${NGINX:-nginx}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+RESULTS=${RESULTS:-$BENCH_DIR/results/latest.md}
+KEEP=${KEEP:-0}
+
+# max_connections / worker_connections for the load runs and for the idle-clients test. The
+# load runs use a modest value so neither proxy pays for tables it does not need.
+LOAD_MAX_CONNECTIONS=1024
+IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
+
+# Proxy variants, one per line: name, kind, config template (in bench/conf/). A kind K is a
+# set of functions K_require, K_version and K_start (see below). Adding a proxy to the table is
+# one line here plus its template; a new kind is three functions.
+VARIANTS=(
+	"nginx     nginx     nginx-proxy.conf.in"
+	"jsongate  jsongate  jsongate-pass.yaml.in"
+)
+# Ratio lines printed per size: CPU per request of A divided by CPU per request of B.
+RATIOS=(
+	"jsongate/nginx"
+)
+PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
+
+log() { printf '%s\n' "$*" >&2; }
+die() {
+	printf 'bench: %s\n' "$*" >&2
+	exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Processes, ports, /proc
+
+RUNDIR=
+PIDS=()
+
+cleanup() {
+	local pid
+	trap - EXIT INT TERM
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ -n "$RUNDIR" ]; then
+		if [ "$KEEP" = 1 ]; then
+			log "kept $RUNDIR"
+		else
+			rm -rf "$RUNDIR"
+		fi
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Start a command in the background, remember its pid for cleanup; the pid is in BG_PID.
+BG_PID=
+start_bg() {
+	local logfile=$1
+	shift
+	"$@" >"$logfile" 2>&1 </dev/null &
+	BG_PID=$!
+	PIDS+=("$BG_PID")
+}
+
+# Stop one process started with start_bg (and, for nginx, its workers with it).
+stop_pid() {
+	local pid=$1
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	local keep=() p
+	for p in "${PIDS[@]}"; do
+		[ "$p" = "$pid" ] || keep+=("$p")
+	done
+	PIDS=("${keep[@]}")
+}
+
+port_open() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# A free port on 127.0.0.1 outside the usual ephemeral range (so 10k client sockets never
+# collide with it).
+USED_PORTS=" "
+pick_port() {
+	local port
+	for _ in $(seq 200); do
+		port=$((20000 + (RANDOM % 12000)))
+		case "$USED_PORTS" in *" $port "*) continue ;; esac
+		if ! port_open "$port"; then
+			USED_PORTS="$USED_PORTS$port "
+			printf '%s\n' "$port"
+			return 0
+		fi
+	done
+	die "no free port found on 127.0.0.1"
+}
+
+# Wait until PORT accepts connections while PID lives; LOGFILE is shown on failure.
+wait_port() {
+	local port=$1 pid=$2 logfile=$3
+	for _ in $(seq 100); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			log "--- $logfile"
+			cat "$logfile" >&2 || true
+			die "process $pid exited before listening on port $port"
+		fi
+		port_open "$port" && return 0
+		sleep 0.1
+	done
+	die "nothing listens on port $port after 10 s (see $logfile)"
+}
+
+children_of() {
+	local parent=$1 f stat rest fields
+	if cat /proc/"$parent"/task/*/children 2>/dev/null | grep -q .; then
+		cat /proc/"$parent"/task/*/children | tr ' ' '\n' | grep .
+		return 0
+	fi
+	for f in /proc/[0-9]*/stat; do
+		stat=$(cat "$f" 2>/dev/null) || continue
+		rest=${stat##*) }
+		read -ra fields <<<"$rest"
+		[ "${fields[1]}" = "$parent" ] && basename "$(dirname "$f")"
+	done
+	return 0
+}
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# utime + stime, in clock ticks, of the given processes (all their threads).
+cpu_ticks() {
+	local total=0 pid stat rest fields
+	for pid in "$@"; do
+		stat=$(cat /proc/"$pid"/stat) || die "process $pid is gone"
+		rest=${stat##*) }
+		read -ra fields <<<"$rest"
+		total=$((total + fields[11] + fields[12]))
+	done
+	printf '%s\n' "$total"
+}
+
+# A field of /proc/PID/status in kB (VmRSS, VmHWM).
+status_kb() {
+	awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status
+}
+
+render() {
+	local template=$1 out=$2 name=$3 port=$4 maxconn=$5
+	sed -e "s|@RUNDIR@|$RUNDIR|g" -e "s|@DATADIR@|$DATADIR|g" \
+		-e "s|@NAME@|$name|g" -e "s|@PORT@|$port|g" \
+		-e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" \
+		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
+		"$BENCH_DIR/conf/$template" >"$out"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Proxy kinds. K_start NAME TEMPLATE MAX_CONNECTIONS starts the proxy pinned on PROXY_CPU and
+# sets PROXY_PORT, PROXY_MAIN (the pid to stop), PROXY_CPU_PIDS (pids whose CPU time is summed)
+# and PROXY_MEM_PID (the process whose memory is reported).
+
+PROXY_PORT='' PROXY_MAIN='' PROXY_CPU_PIDS='' PROXY_MEM_PID=''
+
+nginx_require() { command -v "$NGINX" >/dev/null || printf '%s\n' "nginx (Debian: nginx-light or nginx)"; }
+nginx_version() { "$NGINX" -v 2>&1 | sed 's|^nginx version: ||'; }
+
+nginx_start() {
+	local name=$1 template=$2 maxconn=$3 conf pid workers
+	PROXY_PORT=$(pick_port)
+	conf=$RUNDIR/$name.conf
+	render "$template" "$conf" "$name" "$PROXY_PORT" "$maxconn"
+	"$NGINX" -q -t -p "$RUNDIR/" -c "$conf" >"$RUNDIR/$name.test.log" 2>&1 ||
+		die "nginx rejects $conf: $(cat "$RUNDIR/$name.test.log")"
+	start_bg "$RUNDIR/$name.out" taskset -c "$PROXY_CPU" "$NGINX" -p "$RUNDIR/" -c "$conf"
+	pid=$BG_PID
+	wait_port "$PROXY_PORT" "$pid" "$RUNDIR/$name.out"
+	for _ in $(seq 50); do
+		workers=$(children_of "$pid")
+		[ -n "$workers" ] && break
+		sleep 0.1
+	done
+	[ "$(printf '%s\n' "$workers" | grep -c .)" = 1 ] || die "$name: expected one nginx worker, found: $workers"
+	PROXY_MAIN=$pid
+	PROXY_CPU_PIDS="$pid $workers"
+	PROXY_MEM_PID=$workers
+}
+
+jsongate_require() {
+	[ -x "$JSONGATE" ] || printf '%s\n' "jsongate binary $JSONGATE (build it, or set JSONGATE)"
+}
+jsongate_version() { "$JSONGATE" -V 2>&1 | head -n 1; }
+
+jsongate_start() {
+	local name=$1 template=$2 maxconn=$3 conf
+	PROXY_PORT=$(pick_port)
+	conf=$RUNDIR/$name.yaml
+	render "$template" "$conf" "$name" "$PROXY_PORT" "$maxconn"
+	"$JSONGATE" -t -c "$conf" >"$RUNDIR/$name.test.log" 2>&1 ||
+		die "jsongate rejects $conf: $(cat "$RUNDIR/$name.test.log")"
+	start_bg "$RUNDIR/$name.out" taskset -c "$PROXY_CPU" "$JSONGATE" -f -c "$conf"
+	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
+	PROXY_MAIN=$BG_PID
+	PROXY_CPU_PIDS=$BG_PID
+	PROXY_MEM_PID=$BG_PID
+}
+
+variant_field() { # variant_field NAME INDEX
+	local v f
+	for v in "${VARIANTS[@]}"; do
+		read -ra f <<<"$v"
+		if [ "${f[0]}" = "$1" ]; then
+			printf '%s\n' "${f[$2]}"
+			return 0
+		fi
+	done
+	die "unknown proxy variant '$1' (known: $(for v in "${VARIANTS[@]}"; do read -ra f <<<"$v"; printf '%s ' "${f[0]}"; done))"
+}
+
+proxy_start() { # proxy_start NAME MAX_CONNECTIONS
+	local kind template
+	kind=$(variant_field "$1" 1)
+	template=$(variant_field "$1" 2)
+	"${kind}_start" "$1" "$template" "$2"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+
+is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
+for knob in DURATION WARMUP CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU; do
+	is_uint "${!knob}" || die "$knob must be a non-negative integer (got '${!knob}')"
+done
+{ [ "$DURATION" -ge 1 ] && [ "$DURATION" -le 600 ]; } || die "DURATION must be 1..600 seconds"
+[ "$WARMUP" -le 600 ] || die "WARMUP must be 0..600 seconds"
+[ "$CONNECTIONS" -ge 1 ] || die "CONNECTIONS must be at least 1"
+[ "$PROXY_CPU" != "$LOAD_CPU" ] || die "PROXY_CPU and LOAD_CPU must differ"
+for size in $SIZES; do
+	[[ $size =~ ^[1-9][0-9]*[km]?$ ]] || die "bad size '$size' in SIZES (examples: 512, 1k, 16k, 1m)"
+done
+[ -n "${SIZES// /}" ] || die "SIZES is empty"
+
+missing=()
+command -v wrk >/dev/null || missing+=("wrk (Debian: wrk)")
+command -v taskset >/dev/null || missing+=("taskset (Debian: util-linux)")
+command -v python3 >/dev/null || missing+=("python3 (Debian: python3)")
+command -v timeout >/dev/null || missing+=("timeout (Debian: coreutils)")
+kinds=" nginx "
+for name in $PROXIES; do
+	kind=$(variant_field "$name" 1)
+	case "$kinds" in *" $kind "*) ;; *) kinds="$kinds$kind " ;; esac
+done
+for kind in $kinds; do
+	while IFS= read -r m; do
+		[ -n "$m" ] && missing+=("$m")
+	done < <("${kind}_require")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "bench: missing tools:"
+	for m in "${missing[@]}"; do log "  - $m"; done
+	die "install them (e.g. apt-get install -y nginx-light wrk util-linux python3) and retry"
+fi
+{ taskset -c "$PROXY_CPU" true 2>/dev/null && taskset -c "$LOAD_CPU" true 2>/dev/null; } ||
+	die "CPUs $PROXY_CPU and $LOAD_CPU must both be usable (this machine has $(nproc --all 2>/dev/null || echo '?'))"
+
+if [ "$IDLE_CLIENTS" -gt 0 ]; then
+	need=$((IDLE_MAX_CONNECTIONS + 1024))
+	ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+	[ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge $((IDLE_CLIENTS + 256)) ] ||
+		die "open files limit $(ulimit -n) is too low for IDLE_CLIENTS=$IDLE_CLIENTS (raise ulimit -Hn, or lower IDLE_CLIENTS)"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Upstream
+
+RUNDIR=$(mktemp -d "${TMPDIR:-/tmp}/jsongate-bench.XXXXXX")
+DATADIR=$RUNDIR/data
+mkdir "$DATADIR"
+# nginx workers run as an unprivileged user when started as root: they must read the data.
+chmod 755 "$RUNDIR" "$DATADIR"
+# shellcheck disable=SC2086 # SIZES is a word list
+python3 "$BENCH_DIR/envelopes.py" "$DATADIR" $SIZES
+chmod 644 "$DATADIR"/*.json
+
+UPSTREAM_PORT=$(pick_port)
+render nginx-upstream.conf.in "$RUNDIR/upstream.conf" upstream "$UPSTREAM_PORT" 4096
+"$NGINX" -q -t -p "$RUNDIR/" -c "$RUNDIR/upstream.conf" >"$RUNDIR/upstream.test.log" 2>&1 ||
+	die "nginx rejects the upstream config: $(cat "$RUNDIR/upstream.test.log")"
+start_bg "$RUNDIR/upstream.out" taskset -c "$LOAD_CPU" "$NGINX" -p "$RUNDIR/" -c "$RUNDIR/upstream.conf"
+wait_port "$UPSTREAM_PORT" "$BG_PID" "$RUNDIR/upstream.out"
+for size in $SIZES; do
+	python3 "$BENCH_DIR/client.py" verify "$UPSTREAM_PORT" "/$size.json" "$DATADIR/$size.json" ||
+		die "the upstream does not serve $size.json"
+done
+
+# ---------------------------------------------------------------------------------------------
+# Load runs
+
+declare -A CPU_US RPS P50 P99 HWM NOTE
+
+# wrk's latency (e.g. 312.00us, 1.23ms, 2.01s) in microseconds.
+to_us() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000
+		else if (u == "m") f = 60000000; else f = -1
+		if (f < 0) print "?"; else printf "%.0f\n", n * f
+	}'
+}
+
+run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
+	local secs=$1 port=$2 size=$3 out=$4
+	shift 4
+	timeout $((secs + 60)) taskset -c "$LOAD_CPU" \
+		wrk -t1 -c"$CONNECTIONS" -d"${secs}s" --timeout 10s "$@" \
+		"http://127.0.0.1:$port/$size.json" >"$out" 2>&1 ||
+		die "wrk failed against port $port: $(cat "$out")"
+}
+
+measure() { # measure NAME SIZE
+	local name=$1 size=$2 key="$2|$1" out t0 t1 requests errors
+	proxy_start "$name" "$LOAD_MAX_CONNECTIONS"
+	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" ||
+		die "$name does not pass $size.json through unchanged"
+	if [ "$WARMUP" -gt 0 ]; then
+		run_wrk "$WARMUP" "$PROXY_PORT" "$size" "$RUNDIR/wrk-$name-$size-warmup.txt"
+	fi
+	out=$RUNDIR/wrk-$name-$size.txt
+	# shellcheck disable=SC2086 # pid lists
+	t0=$(cpu_ticks $PROXY_CPU_PIDS)
+	run_wrk "$DURATION" "$PROXY_PORT" "$size" "$out" --latency
+	# shellcheck disable=SC2086
+	t1=$(cpu_ticks $PROXY_CPU_PIDS)
+	HWM[$key]=$(status_kb "$PROXY_MEM_PID" VmHWM)
+	stop_pid "$PROXY_MAIN"
+
+	requests=$(awk '/ requests in / { print $1 }' "$out")
+	{ is_uint "$requests" && [ "$requests" -gt 0 ]; } || die "no requests completed by $name at $size: $(cat "$out")"
+	CPU_US[$key]=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RPS[$key]=$(awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$out")
+	P50[$key]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
+	P99[$key]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
+	errors=$(awk '/Socket errors:|Non-2xx/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$out")
+	NOTE[$key]=$errors
+	log "  $size $name: ${CPU_US[$key]} µs/req, ${RPS[$key]} req/s${errors:+ ($errors)}"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Idle keep-alive clients
+
+declare -A IDLE_BASE IDLE_RSS IDLE_FDS
+
+idle_test() { # idle_test NAME
+	local name=$1 out size pid ready=
+	size=${SIZES%% *}
+	proxy_start "$name" "$IDLE_MAX_CONNECTIONS"
+	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" ||
+		die "$name does not pass $size.json through unchanged"
+	IDLE_BASE[$name]=$(status_kb "$PROXY_MEM_PID" VmRSS)
+	out=$RUNDIR/idle-$name.txt
+	start_bg "$out" taskset -c "$LOAD_CPU" python3 "$BENCH_DIR/client.py" idle \
+		"$PROXY_PORT" "/$size.json" "$IDLE_CLIENTS" 300
+	pid=$BG_PID
+	for _ in $(seq 1200); do
+		if grep -q '^ready' "$out"; then
+			ready=1
+			break
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -n "$ready" ] || die "$name: $IDLE_CLIENTS idle clients could not connect: $(cat "$out")"
+	# Let the proxy finish any deferred work on the last connections.
+	sleep 1
+	kill -0 "$pid" 2>/dev/null || die "$name closed idle connections: $(cat "$out")"
+	IDLE_RSS[$name]=$(status_kb "$PROXY_MEM_PID" VmRSS)
+	IDLE_FDS[$name]=$(find /proc/"$PROXY_MEM_PID"/fd -mindepth 1 -maxdepth 1 | wc -l)
+	stop_pid "$pid"
+	stop_pid "$PROXY_MAIN"
+	log "  idle $name: VmRSS ${IDLE_BASE[$name]} kB -> ${IDLE_RSS[$name]} kB, ${IDLE_FDS[$name]} fds"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Run: per size, every proxy in turn, so the rows compared were measured close together.
+
+STARTED=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+for size in $SIZES; do
+	log "size $size"
+	for name in $PROXIES; do
+		measure "$name" "$size"
+	done
+done
+if [ "$IDLE_CLIENTS" -gt 0 ]; then
+	log "idle clients: $IDLE_CLIENTS"
+	for name in $PROXIES; do
+		idle_test "$name"
+	done
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+fmt_us() { # microseconds -> "312 µs" / "1.23 ms"
+	awk -v v="$1" 'BEGIN {
+		if (v == "?" || v == "") print "?"
+		else if (v < 1000) printf "%.0f µs\n", v
+		else if (v < 1000000) printf "%.2f ms\n", v / 1000
+		else printf "%.2f s\n", v / 1000000
+	}'
+}
+fmt_cpu() { awk -v v="$1" 'BEGIN { printf (v < 100 ? "%.1f\n" : "%.0f\n"), v }'; }
+fmt_mb() { awk -v v="$1" 'BEGIN { printf "%.1f MB\n", v / 1024 }'; }
+
+cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+versions=""
+for kind in $kinds; do
+	versions="$versions${versions:+; }$kind $("${kind}_version" 2>/dev/null || echo unknown)"
+done
+if command -v git >/dev/null && git -C "$ROOT_DIR" rev-parse --git-dir >/dev/null 2>&1; then
+	commit=$(git -C "$ROOT_DIR" rev-parse --short HEAD 2>/dev/null || true)
+	git -C "$ROOT_DIR" diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src modified)"
+	versions="$versions; source $commit"
+fi
+
+report() {
+	local size name key ratio a b
+	printf '# jsongate load benchmark\n\n'
+	printf -- '- date: %s\n' "$STARTED"
+	printf -- '- machine: %s; CPU: %s (%s CPUs)\n' "$(uname -srm)" "${cpu_model:-unknown}" "$(nproc --all 2>/dev/null || echo '?')"
+	printf -- '- versions: %s\n' "$versions"
+	printf -- '- settings: DURATION=%s WARMUP=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n\n' \
+		"$DURATION" "$WARMUP" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
+	printf '| size | proxy | CPU µs/req | req/s | p50 | p99 | peak RSS |\n'
+	printf '|---|---|---:|---:|---:|---:|---:|\n'
+	for size in $SIZES; do
+		for name in $PROXIES; do
+			key="$size|$name"
+			printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
+				"$(fmt_cpu "${CPU_US[$key]}")" "${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
+				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")"
+		done
+	done
+	local ratios=""
+	for size in $SIZES; do
+		for ratio in "${RATIOS[@]}"; do
+			a=${ratio%/*} b=${ratio#*/}
+			if [ -z "${CPU_US[$size|$a]:-}" ] || [ -z "${CPU_US[$size|$b]:-}" ]; then
+				continue
+			fi
+			ratios="$ratios- $size: $ratio = $(awk -v a="${CPU_US[$size|$a]}" -v b="${CPU_US[$size|$b]}" \
+				'BEGIN { printf "%.2f", a / b }')"$'\n'
+		done
+	done
+	if [ -n "$ratios" ]; then
+		printf '\nCPU per request, ratio (below 1.0: the first uses less CPU):\n\n%s' "$ratios"
+	fi
+	if [ "$IDLE_CLIENTS" -gt 0 ]; then
+		printf '\nRSS with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
+		for name in $PROXIES; do
+			printf -- '- %s: %s (%s before the clients; %s open fds)\n' "$name" "$(fmt_mb "${IDLE_RSS[$name]}")" \
+				"$(fmt_mb "${IDLE_BASE[$name]}")" "${IDLE_FDS[$name]}"
+		done
+	fi
+	local notes=""
+	for size in $SIZES; do
+		for name in $PROXIES; do
+			[ -z "${NOTE[$size|$name]}" ] || notes="$notes- $size $name: ${NOTE[$size|$name]%; }"$'\n'
+		done
+	done
+	if [ -n "$notes" ]; then
+		printf '\nwrk reported errors (those rows are not comparable):\n\n%s' "$notes"
+	fi
+}
+
+mkdir -p "$(dirname "$RESULTS")"
+report | tee "$RESULTS"
+log "written to $RESULTS"
