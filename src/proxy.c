@@ -1,2 +1,1000 @@
-/* placeholder: replaced by the module */
-typedef int jg_placeholder_proxy;
+#include "config.h"
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "access_log.h"
+#include "errors.h"
+#include "headers.h"
+#include "http.h"
+#include "log.h"
+#include "respond.h"
+#include "route.h"
+#include "server.h"
+#include "upstream.h"
+
+/* Bytes queued towards a slow peer before we stop reading from the other side. */
+#define FLOW_HIGH (256 * 1024)
+#define FLOW_LOW (64 * 1024)
+/* Largest response head accepted from an upstream. */
+#define UPSTREAM_MAX_HEAD (64 * 1024)
+#define CLIENT_MAX_SINGLE_READ (256 * 1024)
+
+enum client_state {
+	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
+	CLIENT_BUSY,                    /* a request is being proxied */
+	CLIENT_CLOSING                  /* flushing the last bytes, then close */
+};
+
+enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
+
+enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_CONNECT };
+
+struct client {
+	LIST_ENTRY(client) entry;
+	struct worker *w;
+	struct bufferevent *bev;
+	struct event *timer;
+	enum timer_mode timer_mode;
+	enum client_state state;
+	char addr[INET6_ADDRSTRLEN];
+
+	/* The request in progress. */
+	struct worker_runtime *wr;
+	const struct config_route *route;
+	struct upstream_pool *upool;
+	struct server_pool *sp;
+	struct upconn *up;
+	size_t head_in_input;           /* request head left in the input for a retry, or 0 */
+	int http_minor;
+	unsigned keepalive : 1;
+	unsigned idempotent : 1;
+	unsigned retried : 1;
+	unsigned expect_continue : 1;
+	unsigned head_request : 1;
+	unsigned req_done : 1;          /* request body fully passed upstream */
+	unsigned resp_started : 1;      /* response head sent to the client */
+	unsigned up_close : 1;          /* upstream connection not reusable after this response */
+	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
+	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
+	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+	enum body_mode req_mode;
+	uint64_t req_left;
+	struct http_chunked req_chunk;
+	enum body_mode resp_mode;
+	uint64_t resp_left;
+	struct http_chunked resp_chunk;
+
+	/* For the access log. */
+	int status;
+	uint64_t bytes_sent;
+	struct timespec start;
+	char method[16];
+	char target[512];
+	char request_id[130];
+	size_t request_id_len;
+	char user_agent[128];
+	char referer[128];
+};
+
+static void client_process(struct client *c);
+static void proxy_forward_request_body(struct client *c);
+static void proxy_forward_response_body(struct client *c);
+static void proxy_connect(struct client *c);
+
+static const struct timeval *
+ms_tv(uint64_t ms, struct timeval *tv)
+{
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	return tv;
+}
+
+static const struct config *
+client_cfg(const struct client *c)
+{
+	return (c->wr != NULL ? c->wr : c->w->cur)->rt->cfg;
+}
+
+static void
+client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
+{
+	struct timeval tv;
+
+	c->timer_mode = mode;
+	if (mode == TIMER_OFF)
+		evtimer_del(c->timer);
+	else
+		evtimer_add(c->timer, ms_tv(ms, &tv));
+}
+
+static void
+client_free(struct client *c)
+{
+	struct worker *w = c->w;
+
+	if (c->up != NULL) {
+		upstream_close(c->up);
+		c->up = NULL;
+	}
+	if (c->wr != NULL) {
+		worker_runtime_unref(c->wr);
+		c->wr = NULL;
+	}
+	LIST_REMOVE(c, entry);
+	w->nclients--;
+	event_free(c->timer);
+	bufferevent_free(c->bev);
+	free(c);
+	worker_client_closed(w);
+}
+
+/* Stop reading, send what is queued, then close. */
+static void
+client_close_after_flush(struct client *c)
+{
+	struct timeval tv;
+
+	c->state = CLIENT_CLOSING;
+	client_timer_set(c, TIMER_OFF, 0);
+	bufferevent_disable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+		client_free(c);
+		return;
+	}
+	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	/* A peer that never reads must not hold the connection forever. */
+	bufferevent_set_timeouts(c->bev, NULL,
+	    ms_tv(client_cfg(c)->timeouts.client_body, &tv));
+	bufferevent_enable(c->bev, EV_WRITE);
+}
+
+static void
+client_now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+}
+
+static void
+client_log(struct client *c)
+{
+	const struct runtime *rt = (c->wr != NULL ? c->wr : c->w->cur)->rt;
+	struct access_entry e;
+	struct timespec now;
+	char upstream[64];
+
+	if (rt->access.fd < 0)
+		return;
+	client_now(&now);
+	if (c->sp != NULL)
+		snprintf(upstream, sizeof(upstream), "%s", c->sp->srv->addr.text);
+	else
+		strcpy(upstream, "-");
+	e.remote_addr = c->addr;
+	e.method = c->method;
+	e.path = c->target;
+	e.status = c->status;
+	e.bytes_sent = c->bytes_sent;
+	e.upstream = upstream;
+	e.route = c->route != NULL ? c->route->name : "-";
+	e.duration_ms = (double)(now.tv_sec - c->start.tv_sec) * 1e3 +
+	    (double)(now.tv_nsec - c->start.tv_nsec) / 1e6;
+	e.request_id = c->request_id;
+	e.user_agent = c->user_agent;
+	e.referer = c->referer;
+	e.http_minor = c->http_minor;
+	access_log_write(&rt->access, &e);
+}
+
+/* The response is complete (or the request ended in an error): log, reset, go on. */
+static void
+client_request_end(struct client *c)
+{
+	struct worker *w = c->w;
+
+	client_log(c);
+	if (c->up != NULL) {
+		if (c->up_close || !c->req_done)
+			upstream_close(c->up);
+		else
+			upstream_release(c->up);
+		c->up = NULL;
+	}
+	if (c->head_in_input != 0) {
+		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		c->head_in_input = 0;
+	}
+	if (c->wr != NULL) {
+		worker_runtime_unref(c->wr);
+		c->wr = NULL;
+	}
+	c->route = NULL;
+	c->upool = NULL;
+	c->sp = NULL;
+	if (c->up_paused || c->client_paused)
+		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	c->up_paused = c->client_paused = 0;
+	/* A request whose body we did not read to the end leaves the stream unframed. */
+	if (!c->keepalive || !c->req_done || w->draining) {
+		client_close_after_flush(c);
+		return;
+	}
+	c->state = CLIENT_IDLE;
+	bufferevent_set_timeouts(c->bev, NULL, NULL);
+	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	bufferevent_enable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_input(c->bev)) != 0)
+		client_process(c);
+}
+
+/* Answer with a gateway error; a request that cannot be framed any more closes after. */
+static void
+client_error(struct client *c, enum gateway_error err, const char *message, int must_close)
+{
+	struct http_str id = { c->request_id, c->request_id_len };
+	enum respond_connection conn;
+
+	if (c->resp_started) {
+		/* Too late for an error response: cut the connection so the truncation shows. */
+		c->keepalive = 0;
+		c->up_close = 1;
+		c->status = c->status ? c->status : gateway_errors[err].status;
+		client_log(c);
+		if (c->up != NULL) {
+			upstream_close(c->up);
+			c->up = NULL;
+		}
+		client_close_after_flush(c);
+		return;
+	}
+	if (c->up != NULL) {
+		upstream_close(c->up);
+		c->up = NULL;
+	}
+	if (must_close || !c->req_done || c->w->draining)
+		c->keepalive = 0;
+	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
+	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
+	c->status = gateway_errors[err].status;
+	c->bytes_sent += respond_error(bufferevent_get_output(c->bev), err, message, id, conn);
+	c->resp_started = 1;
+	client_request_end(c);
+}
+
+static void
+client_new_request_id(struct client *c, const struct http_request *req)
+{
+	if (headers_request_id_acceptable(req->request_id)) {
+		memcpy(c->request_id, req->request_id.p, req->request_id.len);
+		c->request_id_len = req->request_id.len;
+	} else {
+		headers_request_id_generate(c->request_id);
+		c->request_id_len = REQUEST_ID_LEN;
+	}
+	c->request_id[c->request_id_len] = '\0';
+}
+
+static void
+copy_str(char *dst, size_t cap, struct http_str s)
+{
+	size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+	memcpy(dst, s.p, n);
+	dst[n] = '\0';
+}
+
+static void
+client_remember_for_log(struct client *c, const struct http_request *req)
+{
+	size_t i;
+
+	copy_str(c->method, sizeof(c->method), req->method);
+	copy_str(c->target, sizeof(c->target), req->target);
+	c->user_agent[0] = c->referer[0] = '\0';
+	if (c->w->cur->rt->access.format != ACCESS_COMBINED)
+		return;
+	for (i = 0; i < req->nheaders; i++) {
+		if (http_header_is(&req->headers[i], "user-agent"))
+			copy_str(c->user_agent, sizeof(c->user_agent), req->headers[i].value);
+		else if (http_header_is(&req->headers[i], "referer"))
+			copy_str(c->referer, sizeof(c->referer), req->headers[i].value);
+	}
+}
+
+/* Write the upstream request head for req into the upstream's output buffer. */
+static int
+proxy_write_request_head(struct client *c, const struct http_request *req)
+{
+	struct worker *w = c->w;
+	struct evbuffer *out = bufferevent_get_output(c->up->bev);
+	struct headers_forward fw;
+	char framing[64];
+	int n;
+
+	if (w->target_cap < req->target.len + 2) {
+		char *p = realloc(w->target_buf, req->target.len + 2);
+		if (p == NULL)
+			return -1;
+		w->target_buf = p;
+		w->target_cap = req->target.len + 2;
+	}
+	n = route_rewrite_target(c->route, req->path.p, req->path.len, req->query.p,
+	    req->query.len, w->target_buf, w->target_cap);
+	if (n < 0)
+		return -1;
+	fw.client_addr = c->addr;
+	fw.tls = 0;
+	fw.request_id.p = c->request_id;
+	fw.request_id.len = c->request_id_len;
+	fw.host_override = c->upool->cfg->host_header;
+	fw.target.p = w->target_buf;
+	fw.target.len = (size_t)n;
+	if (headers_request_out(out, req, &fw) < 0)
+		return -1;
+	if (req->framing.chunked)
+		n = snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n\r\n");
+	else if (req->framing.content_length >= 0)
+		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n\r\n",
+		    (long long)req->framing.content_length);
+	else
+		n = snprintf(framing, sizeof(framing), "\r\n");
+	return evbuffer_add(out, framing, (size_t)n);
+}
+
+static enum gateway_error
+parse_error_to_gateway(ssize_t r)
+{
+	switch (r) {
+	case HTTP_ERR_TOO_MANY_HEADERS: return GW_HEADER_TOO_LARGE;
+	case HTTP_ERR_VERSION: return GW_VERSION_NOT_SUPPORTED;
+	default: return GW_BAD_REQUEST;
+	}
+}
+
+/* Parse a request head at the front of the input and start proxying it. */
+static void
+client_read_head(struct client *c)
+{
+	struct worker *w = c->w;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	const struct config *cfg = w->cur->rt->cfg;
+	struct http_request *req = &w->req;
+	size_t len, want;
+	unsigned char *p;
+	ssize_t r;
+	int mismatch = 0;
+
+	/* Empty lines before a request line are ignored (RFC 9112, 2.2). */
+	while ((len = evbuffer_get_length(in)) != 0) {
+		unsigned char ch;
+		evbuffer_copyout(in, &ch, 1);
+		if (ch != '\r' && ch != '\n')
+			break;
+		evbuffer_drain(in, 1);
+	}
+	if (len == 0)
+		return;
+	if (c->timer_mode == TIMER_KEEPALIVE)
+		client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
+
+	want = len < cfg->limits.max_header ? len : cfg->limits.max_header;
+	p = evbuffer_pullup(in, (ev_ssize_t)want);
+	r = http_parse_request((const char *)p, want, req);
+	if (r == HTTP_INCOMPLETE) {
+		if (len < cfg->limits.max_header)
+			return;
+		r = HTTP_ERR_TOO_MANY_HEADERS;
+	}
+
+	c->state = CLIENT_BUSY;
+	client_timer_set(c, TIMER_OFF, 0);
+	client_now(&c->start);
+	c->status = 0;
+	c->bytes_sent = 0;
+	c->resp_started = 0;
+	c->retried = 0;
+	c->up_close = 0;
+	c->req_done = 1;
+	c->keepalive = 0;
+	c->http_minor = 1;
+	c->route = NULL;
+	c->sp = NULL;
+	if (r < 0) {
+		strcpy(c->method, "-");
+		strcpy(c->target, "-");
+		headers_request_id_generate(c->request_id);
+		c->request_id_len = REQUEST_ID_LEN;
+		c->request_id[REQUEST_ID_LEN] = '\0';
+		client_error(c, parse_error_to_gateway(r), NULL, 1);
+		return;
+	}
+
+	c->http_minor = req->version_minor;
+	c->keepalive = req->version_minor == 1 ? !req->framing.conn_close :
+	    req->framing.conn_keepalive && !req->framing.conn_close;
+	c->expect_continue = req->framing.expect_continue;
+	c->head_request = req->method_bit == METHOD_HEAD;
+	c->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
+	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0;
+	if (req->framing.chunked) {
+		c->req_mode = BODY_CHUNKED;
+		http_chunked_init(&c->req_chunk);
+	} else if (req->framing.content_length > 0) {
+		c->req_mode = BODY_LENGTH;
+		c->req_left = (uint64_t)req->framing.content_length;
+	} else {
+		c->req_mode = BODY_NONE;
+	}
+	c->req_done = c->req_mode == BODY_NONE;
+	client_new_request_id(c, req);
+	if (w->cur->rt->access.fd >= 0)
+		client_remember_for_log(c, req);
+
+	c->route = route_match(cfg, req->host.p, req->host.len, req->path.p, req->path.len,
+	    req->method_bit, &mismatch);
+	if (c->route == NULL) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, mismatch ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
+		return;
+	}
+	c->wr = w->cur;
+	worker_runtime_ref(c->wr);
+	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
+	c->head_in_input = (size_t)r;
+	proxy_connect(c);
+}
+
+static void
+client_process(struct client *c)
+{
+	while (c->state == CLIENT_IDLE &&
+	    evbuffer_get_length(bufferevent_get_input(c->bev)) != 0) {
+		size_t before = evbuffer_get_length(bufferevent_get_input(c->bev));
+		client_read_head(c);
+		if (c->state == CLIENT_IDLE &&
+		    evbuffer_get_length(bufferevent_get_input(c->bev)) == before)
+			break;          /* incomplete head: wait for more */
+	}
+}
+
+static void
+client_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+
+	(void)bev;
+	switch (c->state) {
+	case CLIENT_IDLE:
+		client_process(c);
+		break;
+	case CLIENT_BUSY:
+		if (!c->req_done && c->up != NULL && c->head_in_input == 0)
+			proxy_forward_request_body(c);
+		else if (c->req_done)
+			bufferevent_disable(c->bev, EV_READ);   /* pipelined: wait our turn */
+		break;
+	case CLIENT_CLOSING:
+		evbuffer_drain(bufferevent_get_input(c->bev), (size_t)-1);
+		break;
+	}
+}
+
+static void
+client_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+
+	(void)bev;
+	if (c->state == CLIENT_CLOSING) {
+		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+			client_free(c);
+		return;
+	}
+	if (c->up_paused && c->up != NULL) {
+		c->up_paused = 0;
+		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+		bufferevent_enable(c->up->bev, EV_READ);
+		proxy_forward_response_body(c);
+	}
+}
+
+static void
+client_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct client *c = arg;
+
+	(void)bev;
+	if ((what & BEV_EVENT_EOF) && c->state == CLIENT_BUSY && c->req_done) {
+		/* Half-close after a complete request: answer it, then close. */
+		c->keepalive = 0;
+		return;
+	}
+	if (c->state == CLIENT_BUSY && !c->resp_started) {
+		c->status = 499;        /* nginx's code for a client that went away */
+		client_log(c);
+	}
+	client_free(c);
+}
+
+static void
+client_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *c = arg;
+	char msg[160];
+
+	(void)fd;
+	(void)what;
+	switch (c->timer_mode) {
+	case TIMER_CONNECT:
+		c->timer_mode = TIMER_OFF;
+		snprintf(msg, sizeof(msg), "connect to %s timed out", c->sp->srv->addr.text);
+		client_error(c, GW_UPSTREAM_TIMEOUT, msg, 0);
+		break;
+	default:
+		/* Idle keep-alive or a head that did not arrive in time: close quietly, like nginx. */
+		client_free(c);
+		break;
+	}
+}
+
+/* --- upstream side -------------------------------------------------------------------- */
+
+static void
+proxy_retry_or_fail(struct client *c, enum gateway_error err, const char *msg)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	ssize_t r;
+
+	/* A pooled connection may have been closed by the server while idle: the request never
+	 * reached it, so an idempotent request without a body can go again on a new connection. */
+	if (c->up->reused && !c->retried && c->idempotent && c->req_mode == BODY_NONE &&
+	    c->head_in_input != 0) {
+		upstream_close(c->up);
+		c->up = NULL;
+		c->retried = 1;
+		r = http_parse_request((const char *)evbuffer_pullup(in, (ev_ssize_t)c->head_in_input),
+		    c->head_in_input, &c->w->req);
+		if (r == (ssize_t)c->head_in_input) {
+			proxy_connect(c);
+			return;
+		}
+	}
+	client_error(c, err, msg, 0);
+}
+
+static void
+proxy_upstream_failed(struct client *c, short what)
+{
+	const char *addr = c->sp->srv->addr.text;
+	char msg[256];
+	int err = EVUTIL_SOCKET_ERROR();
+
+	if (c->resp_started) {
+		if (c->resp_mode == BODY_UNTIL_CLOSE && (what & BEV_EVENT_EOF)) {
+			proxy_forward_response_body(c);
+			if (c->state == CLIENT_BUSY && c->up != NULL) {
+				c->up_close = 1;
+				client_request_end(c);
+			}
+			return;
+		}
+		log_warnx("upstream %s failed in the middle of a response (request %s)", addr,
+		    c->request_id);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, 1);
+		return;
+	}
+	if (what & BEV_EVENT_TIMEOUT) {
+		snprintf(msg, sizeof(msg), "upstream %s did not answer in time", addr);
+		client_error(c, GW_UPSTREAM_TIMEOUT, msg, 0);
+	} else if (c->timer_mode == TIMER_CONNECT) {
+		client_timer_set(c, TIMER_OFF, 0);
+		if (err == ECONNREFUSED)
+			snprintf(msg, sizeof(msg), "connect to %s refused", addr);
+		else
+			snprintf(msg, sizeof(msg), "connect to %s failed: %s", addr,
+			    err ? strerror(err) : "connection closed");
+		log_warnx("%s (request %s)", msg, c->request_id);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, msg, 0);
+	} else {
+		snprintf(msg, sizeof(msg), "upstream %s closed the connection before answering",
+		    addr);
+		proxy_retry_or_fail(c, GW_UPSTREAM_UNAVAILABLE, msg);
+	}
+}
+
+static void
+proxy_invalid_response(struct client *c)
+{
+	char msg[160];
+
+	snprintf(msg, sizeof(msg), "malformed response from upstream %s", c->sp->srv->addr.text);
+	log_warnx("%s (request %s)", msg, c->request_id);
+	client_error(c, GW_UPSTREAM_INVALID, msg, 0);
+}
+
+/* Parse the upstream's response head and send ours to the client. Returns 0 when started. */
+static int
+proxy_read_response_head(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->up->bev);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	struct http_response *resp = &c->w->resp;
+	struct http_str id = { c->request_id, c->request_id_len };
+	char framing[96];
+	size_t len, want, before;
+	ssize_t r;
+	int n = 0;
+
+	for (;;) {
+		len = evbuffer_get_length(in);
+		if (len == 0)
+			return -1;
+		want = len < UPSTREAM_MAX_HEAD ? len : UPSTREAM_MAX_HEAD;
+		r = http_parse_response((const char *)evbuffer_pullup(in, (ev_ssize_t)want), want,
+		    resp);
+		if (r == HTTP_INCOMPLETE && len < UPSTREAM_MAX_HEAD)
+			return -1;
+		if (r <= 0 || resp->status == 101) {
+			proxy_invalid_response(c);
+			return -1;
+		}
+		if (resp->status >= 200)
+			break;
+		/* Interim responses: relay 100 Continue to a client that waits for it. */
+		if (resp->status == 100 && c->expect_continue && c->http_minor == 1) {
+			c->expect_continue = 0;
+			evbuffer_add(out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+		}
+		evbuffer_drain(in, (size_t)r);
+	}
+
+	/* The request head is no longer needed for a retry. */
+	if (c->head_in_input != 0) {
+		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		c->head_in_input = 0;
+	}
+	c->status = resp->status;
+	if (c->head_request || resp->status == 204 || resp->status == 304)
+		c->resp_mode = BODY_NONE;
+	else if (resp->framing.chunked) {
+		c->resp_mode = BODY_CHUNKED;
+		http_chunked_init(&c->resp_chunk);
+	} else if (resp->framing.content_length >= 0) {
+		c->resp_mode = resp->framing.content_length ? BODY_LENGTH : BODY_NONE;
+		c->resp_left = (uint64_t)resp->framing.content_length;
+	} else {
+		c->resp_mode = BODY_UNTIL_CLOSE;
+	}
+	c->up_close = resp->framing.conn_close || c->resp_mode == BODY_UNTIL_CLOSE ||
+	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
+	c->resp_dechunk = c->resp_mode == BODY_CHUNKED && c->http_minor == 0;
+	if (c->resp_mode == BODY_UNTIL_CLOSE || c->resp_dechunk || c->w->draining)
+		c->keepalive = 0;
+
+	before = evbuffer_get_length(out);
+	if (headers_response_out(out, resp, id) < 0) {
+		client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+		return -1;
+	}
+	if (resp->framing.chunked && !c->resp_dechunk && resp->status != 204 &&
+	    resp->status != 304)
+		n = snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n");
+	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
+	    resp->status != 204)
+		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n",
+		    (long long)resp->framing.content_length);
+	if (!c->keepalive)
+		n += snprintf(framing + n, sizeof(framing) - (size_t)n, "Connection: close\r\n");
+	else if (c->http_minor == 0)
+		n += snprintf(framing + n, sizeof(framing) - (size_t)n, "Connection: keep-alive\r\n");
+	n += snprintf(framing + n, sizeof(framing) - (size_t)n, "\r\n");
+	evbuffer_add(out, framing, (size_t)n);
+	c->bytes_sent += evbuffer_get_length(out) - before;
+	evbuffer_drain(in, (size_t)r);
+	c->resp_started = 1;
+	return 0;
+}
+
+/* Move up to n bytes of the upstream input to the client. */
+static void
+proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n)
+{
+	int moved = evbuffer_remove_buffer(in, out, n);
+
+	if (moved > 0)
+		c->bytes_sent += (uint64_t)moved;
+}
+
+/* Chunked passthrough: forward framing and payload as they are, stopping at the message end;
+ * for HTTP/1.0 clients, forward the payload only. Returns 1 at the end, -1 on bad framing. */
+static int
+proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *out)
+{
+	struct evbuffer_iovec vec;
+	size_t consumed, off, dlen;
+	int r;
+
+	while (evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+		r = http_chunked_feed(&c->resp_chunk, vec.iov_base, vec.iov_len, &consumed, &off,
+		    &dlen);
+		if (r == HTTP_CHUNKED_ERROR)
+			return -1;
+		if (!c->resp_dechunk) {
+			proxy_move(c, in, out, consumed);
+		} else if (r == HTTP_CHUNKED_DATA) {
+			evbuffer_drain(in, off);
+			proxy_move(c, in, out, dlen);
+			evbuffer_drain(in, consumed - off - dlen);
+		} else {
+			evbuffer_drain(in, consumed);
+		}
+		if (r == HTTP_CHUNKED_DONE)
+			return 1;
+	}
+	return 0;
+}
+
+static void
+proxy_forward_response_body(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->up->bev);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	size_t len = evbuffer_get_length(in), n;
+	int done = 0, r;
+
+	switch (c->resp_mode) {
+	case BODY_NONE:
+		done = 1;
+		break;
+	case BODY_LENGTH:
+		n = len < c->resp_left ? len : (size_t)c->resp_left;
+		proxy_move(c, in, out, n);
+		c->resp_left -= n;
+		done = c->resp_left == 0;
+		break;
+	case BODY_CHUNKED:
+		r = proxy_forward_chunked(c, in, out);
+		if (r < 0) {
+			log_warnx("invalid chunked framing from upstream %s (request %s)",
+			    c->sp->srv->addr.text, c->request_id);
+			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+			return;
+		}
+		done = r == 1;
+		break;
+	case BODY_UNTIL_CLOSE:
+		proxy_move(c, in, out, len);
+		break;
+	}
+	if (done) {
+		if (evbuffer_get_length(in) != 0)
+			c->up_close = 1;        /* bytes past the response: never reuse */
+		client_request_end(c);
+		return;
+	}
+	if (evbuffer_get_length(out) > FLOW_HIGH && !c->up_paused) {
+		c->up_paused = 1;
+		bufferevent_disable(c->up->bev, EV_READ);
+		bufferevent_setwatermark(c->bev, EV_WRITE, FLOW_LOW, 0);
+	}
+}
+
+static void
+upstream_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+
+	(void)bev;
+	if (!c->resp_started && proxy_read_response_head(c) < 0)
+		return;
+	if (c->resp_started && c->state == CLIENT_BUSY && c->up != NULL)
+		proxy_forward_response_body(c);
+}
+
+static void
+upstream_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *c = arg;
+
+	(void)bev;
+	if (c->client_paused) {
+		c->client_paused = 0;
+		bufferevent_setwatermark(c->up->bev, EV_WRITE, 0, 0);
+		bufferevent_enable(c->bev, EV_READ);
+		proxy_forward_request_body(c);
+	}
+}
+
+static void
+upstream_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct client *c = arg;
+	struct timeval tv;
+
+	if (what & BEV_EVENT_CONNECTED) {
+		const struct config *cfg = client_cfg(c);
+		client_timer_set(c, TIMER_OFF, 0);
+		ms_tv(cfg->timeouts.upstream_response, &tv);
+		bufferevent_set_timeouts(bev, &tv, &tv);
+		return;
+	}
+	proxy_upstream_failed(c, what);
+}
+
+/* Pass request body bytes from the client to the upstream as they arrive. */
+static void
+proxy_forward_request_body(struct client *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *out = bufferevent_get_output(c->up->bev);
+	struct evbuffer_iovec vec;
+	size_t n, consumed, off, dlen;
+	int r;
+
+	if (c->req_mode == BODY_LENGTH) {
+		n = evbuffer_get_length(in);
+		if (n > c->req_left)
+			n = (size_t)c->req_left;
+		evbuffer_remove_buffer(in, out, n);
+		c->req_left -= n;
+		c->req_done = c->req_left == 0;
+	} else if (c->req_mode == BODY_CHUNKED) {
+		while (!c->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
+		    vec.iov_len > 0) {
+			r = http_chunked_feed(&c->req_chunk, vec.iov_base, vec.iov_len, &consumed,
+			    &off, &dlen);
+			if (r == HTTP_CHUNKED_ERROR) {
+				c->up_close = 1;
+				client_error(c, GW_BAD_REQUEST, "invalid chunked request body", 1);
+				return;
+			}
+			evbuffer_remove_buffer(in, out, consumed);
+			c->req_done = r == HTTP_CHUNKED_DONE;
+		}
+	}
+	if (c->req_done) {
+		struct timeval tv;
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_set_timeouts(c->bev, NULL,
+		    ms_tv(client_cfg(c)->timeouts.client_body, &tv));
+		return;
+	}
+	if (evbuffer_get_length(out) > FLOW_HIGH && !c->client_paused) {
+		c->client_paused = 1;
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_setwatermark(c->up->bev, EV_WRITE, FLOW_LOW, 0);
+	}
+}
+
+/* Send the request head (and any body bytes already here) on c->up. */
+static void
+proxy_send_request(struct client *c)
+{
+	struct timeval tv;
+	const struct config *cfg = client_cfg(c);
+
+	bufferevent_setcb(c->up->bev, upstream_read_cb, upstream_write_cb, upstream_event_cb, c);
+	if (proxy_write_request_head(c, &c->w->req) < 0) {
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return;
+	}
+	if (!c->req_done) {
+		/* The body follows the head in the input: the head can go now. */
+		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		c->head_in_input = 0;
+		bufferevent_set_timeouts(c->bev, ms_tv(cfg->timeouts.client_body, &tv), NULL);
+		bufferevent_enable(c->bev, EV_READ);
+		proxy_forward_request_body(c);
+		if (c->state != CLIENT_BUSY || c->up == NULL)
+			return;
+	} else {
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_set_timeouts(c->bev, NULL, ms_tv(cfg->timeouts.client_body, &tv));
+	}
+	bufferevent_enable(c->up->bev, EV_READ | EV_WRITE);
+}
+
+static void
+proxy_connect(struct client *c)
+{
+	const struct config *cfg = client_cfg(c);
+	struct timeval tv;
+	char msg[160];
+
+	c->sp = upstream_pick(c->upool);
+	if (c->sp == NULL) {
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, "upstream has no servers", 0);
+		return;
+	}
+	if (!c->retried && (c->up = upstream_take_idle(c->sp)) != NULL) {
+		ms_tv(cfg->timeouts.upstream_response, &tv);
+		bufferevent_set_timeouts(c->up->bev, &tv, &tv);
+		proxy_send_request(c);
+		return;
+	}
+	c->up = upstream_connect(c->sp, c->w->base);
+	if (c->up == NULL) {
+		snprintf(msg, sizeof(msg), "connect to %s failed: %s", c->sp->srv->addr.text,
+		    strerror(errno));
+		log_warnx("%s (request %s)", msg, c->request_id);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, msg, 0);
+		return;
+	}
+	client_timer_set(c, TIMER_CONNECT, cfg->timeouts.upstream_connect);
+	proxy_send_request(c);
+}
+
+/* --- accept, drain ---------------------------------------------------------------------- */
+
+void
+proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
+{
+	const struct config *cfg = w->cur->rt->cfg;
+	struct client *c;
+
+	(void)salen;
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		close(fd);
+		return;
+	}
+	c->w = w;
+	c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	c->timer = evtimer_new(w->base, client_timer_cb, c);
+	if (c->bev == NULL || c->timer == NULL) {
+		if (c->bev != NULL)
+			bufferevent_free(c->bev);
+		else
+			close(fd);
+		if (c->timer != NULL)
+			event_free(c->timer);
+		free(c);
+		return;
+	}
+	if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, c->addr,
+		    sizeof(c->addr));
+	else
+		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, c->addr, sizeof(c->addr));
+	LIST_INSERT_HEAD(&w->clients, c, entry);
+	if (++w->nclients >= w->max_clients)
+		worker_set_accepting(w, 0);
+	bufferevent_set_max_single_read(c->bev, CLIENT_MAX_SINGLE_READ);
+	bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, FLOW_HIGH);
+	c->state = CLIENT_IDLE;
+	client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
+	bufferevent_enable(c->bev, EV_READ);
+}
+
+void
+proxy_drain_idle(struct worker *w)
+{
+	struct client *c, *next;
+
+	for (c = LIST_FIRST(&w->clients); c != NULL; c = next) {
+		next = LIST_NEXT(c, entry);
+		if (c->state == CLIENT_IDLE &&
+		    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0)
+			client_free(c);
+	}
+}
+
+void
+proxy_close_all(struct worker *w)
+{
+	struct client *c;
+
+	while ((c = LIST_FIRST(&w->clients)) != NULL)
+		client_free(c);
+}

@@ -1,3 +1,17 @@
+/* A client connection and the life of each request on it:
+ * accept -> read head -> route -> connect -> send -> read response -> respond -> close(reason). */
 #ifndef JG_PROXY_H
 #define JG_PROXY_H
+
+#include <sys/socket.h>
+
+struct worker;
+
+/* Take ownership of an accepted socket. */
+void proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen);
+/* Drain: close idle keep-alive clients now, let busy ones finish and close. */
+void proxy_drain_idle(struct worker *w);
+/* Close every client connection at once (the grace period ran out). */
+void proxy_close_all(struct worker *w);
+
 #endif

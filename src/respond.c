@@ -1,2 +1,87 @@
-/* placeholder: replaced by the module */
-typedef int jg_placeholder_respond;
+#include "config.h"
+#include "respond.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+const char *
+respond_reason(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Payload Too Large";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	case 505: return "HTTP Version Not Supported";
+	default: return "Unknown";
+	}
+}
+
+void
+respond_json_escape(struct evbuffer *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i, run = 0;
+
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		char esc[6];
+
+		if (ch >= 0x20 && ch != '"' && ch != '\\')
+			continue;
+		evbuffer_add(out, s + run, i - run);
+		run = i + 1;
+		if (ch == '"' || ch == '\\') {
+			esc[0] = '\\';
+			esc[1] = (char)ch;
+			evbuffer_add(out, esc, 2);
+		} else {
+			memcpy(esc, "\\u00", 4);
+			esc[4] = hex[ch >> 4];
+			esc[5] = hex[ch & 15];
+			evbuffer_add(out, esc, 6);
+		}
+	}
+	evbuffer_add(out, s + run, len - run);
+}
+
+size_t
+respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
+    struct http_str request_id, enum respond_connection conn)
+{
+	const struct gateway_error_info *info = &gateway_errors[err];
+	struct evbuffer *body = evbuffer_new();
+	size_t before = evbuffer_get_length(out), body_len;
+
+	if (body == NULL)
+		return 0;
+	if (message == NULL)
+		message = info->text;
+	evbuffer_add_printf(body, "{\"error\":{\"status\":%d,\"code\":\"%s\",\"message\":\"",
+	    info->status, info->code);
+	respond_json_escape(body, message, strlen(message));
+	evbuffer_add(body, "\",\"request_id\":\"", 16);
+	respond_json_escape(body, request_id.p, request_id.len);
+	evbuffer_add(body, "\"}}", 3);
+	body_len = evbuffer_get_length(body);
+
+	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+	    "Content-Length: %zu\r\nX-Request-Id: %.*s\r\n%s\r\n",
+	    info->status, respond_reason(info->status), body_len,
+	    (int)request_id.len, request_id.p,
+	    conn == RESPOND_CONN_CLOSE ? "Connection: close\r\n" :
+	    conn == RESPOND_CONN_KEEPALIVE ? "Connection: keep-alive\r\n" : "");
+	evbuffer_add_buffer(out, body);
+	evbuffer_free(body);
+	return evbuffer_get_length(out) - before;
+}

@@ -1,3 +1,28 @@
+/* Responses the gateway writes itself: JSON error bodies of DESIGN.md. */
 #ifndef JG_RESPOND_H
 #define JG_RESPOND_H
+
+#include <stddef.h>
+#include "errors.h"
+#include "http.h"
+
+struct evbuffer;
+
+enum respond_connection {
+	RESPOND_CONN_NONE,              /* HTTP/1.1 keep-alive: no Connection header */
+	RESPOND_CONN_KEEPALIVE,         /* HTTP/1.0 client that asked for keep-alive */
+	RESPOND_CONN_CLOSE
+};
+
+/* Append a complete error response to out; message NULL uses the table's text.
+ * Returns the number of bytes appended, or 0 on allocation failure. */
+size_t respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
+    struct http_str request_id, enum respond_connection conn);
+
+/* Reason phrase of a status code ("OK", "Bad Gateway", ...); "Unknown" for others. */
+const char *respond_reason(int status);
+
+/* Append s to out as the inside of a JSON string (quotes not included), escaping as needed. */
+void respond_json_escape(struct evbuffer *out, const char *s, size_t len);
+
 #endif

@@ -1,2 +1,382 @@
-/* placeholder: replaced by the module */
-typedef int jg_placeholder_server;
+#include "config.h"
+#include "server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "listener.h"
+#include "log.h"
+#include "proxy.h"
+#include "upstream.h"
+
+static struct worker *workers;
+static unsigned nworkers;
+static int exit_fd = -1;                /* eventfd: workers tell the main thread they ended */
+
+static void
+runtime_add_error(char **errors, const char *fmt, const char *a, const char *b)
+{
+	size_t old = *errors != NULL ? strlen(*errors) : 0;
+	size_t add = strlen(fmt) + strlen(a) + strlen(b) + 2;
+	char *p = realloc(*errors, old + add);
+
+	if (p == NULL)
+		return;
+	snprintf(p + old, add, fmt, a, b);
+	strcat(p + old, "\n");
+	*errors = p;
+}
+
+static struct listen_sock *
+runtime_find_sock(struct runtime *rt, const char *key)
+{
+	size_t i;
+
+	for (i = 0; rt != NULL && i < rt->cfg->nlisteners; i++)
+		if (rt->socks[i] != NULL && strcmp(rt->socks[i]->key, key) == 0)
+			return rt->socks[i];
+	return NULL;
+}
+
+/* Build a runtime for cfg, keeping the sockets of previous that are still listed. */
+struct runtime *
+runtime_new(struct config *cfg, struct runtime *previous, char **errors)
+{
+	struct runtime *rt;
+	struct listen_sock *ls;
+	size_t i;
+
+	*errors = NULL;
+	if ((rt = calloc(1, sizeof(*rt))) == NULL ||
+	    (rt->socks = calloc(cfg->nlisteners ? cfg->nlisteners : 1, sizeof(*rt->socks))) == NULL) {
+		free(rt);
+		runtime_add_error(errors, "%s%s", "out of memory", "");
+		return NULL;
+	}
+	rt->cfg = cfg;
+	atomic_init(&rt->refs, 1);
+	rt->access.fd = -1;
+	for (i = 0; i < cfg->nlisteners; i++) {
+		const struct config_addr *addr = &cfg->listeners[i].addr;
+		if ((ls = runtime_find_sock(previous, addr->text)) != NULL)
+			listener_ref(ls);
+		else if ((ls = listener_open(addr)) == NULL)
+			runtime_add_error(errors, "cannot listen on %s: %s", addr->text,
+			    strerror(errno));
+		rt->socks[i] = ls;
+	}
+	if (access_log_open(&rt->access, cfg) < 0)
+		runtime_add_error(errors, "cannot open access log %s: %s", cfg->access_log,
+		    strerror(errno));
+	if (*errors != NULL) {
+		/* The caller still owns cfg. */
+		for (i = 0; i < cfg->nlisteners; i++)
+			listener_unref(rt->socks[i]);
+		access_log_close(&rt->access);
+		free(rt->socks);
+		free(rt);
+		return NULL;
+	}
+	return rt;
+}
+
+void
+runtime_release(struct runtime *rt)
+{
+	size_t i;
+
+	if (rt == NULL || atomic_fetch_sub(&rt->refs, 1) != 1)
+		return;
+	for (i = 0; i < rt->cfg->nlisteners; i++)
+		listener_unref(rt->socks[i]);
+	access_log_close(&rt->access);
+	config_free(rt->cfg);
+	free(rt->socks);
+	free(rt);
+}
+
+/* --- a worker's view of a runtime --------------------------------------------------- */
+
+static void
+worker_runtime_detach_listeners(struct worker_runtime *wr)
+{
+	size_t i;
+
+	if (wr->listeners == NULL)
+		return;
+	for (i = 0; i < wr->rt->cfg->nlisteners; i++)
+		listener_detach(wr->listeners[i]);
+	free(wr->listeners);
+	wr->listeners = NULL;
+}
+
+void
+worker_runtime_ref(struct worker_runtime *wr)
+{
+	wr->refs++;
+}
+
+void
+worker_runtime_unref(struct worker_runtime *wr)
+{
+	if (--wr->refs != 0)
+		return;
+	worker_runtime_detach_listeners(wr);
+	upstream_pools_free(wr);
+	runtime_release(wr->rt);
+	free(wr);
+}
+
+void
+worker_set_accepting(struct worker *w, int on)
+{
+	size_t i;
+
+	if (w->draining)
+		on = 0;
+	w->accepting = on;
+	if (w->cur == NULL || w->cur->listeners == NULL)
+		return;
+	for (i = 0; i < w->cur->rt->cfg->nlisteners; i++)
+		listener_enable(w->cur->listeners[i], on);
+}
+
+void
+worker_client_closed(struct worker *w)
+{
+	if (w->draining) {
+		if (w->nclients == 0)
+			event_base_loopbreak(w->base);
+	} else if (!w->accepting && w->nclients < w->max_clients) {
+		worker_set_accepting(w, 1);
+	}
+}
+
+/* Switch w to rt (the caller passed us one reference). */
+static void
+worker_use_runtime(struct worker *w, struct runtime *rt)
+{
+	struct worker_runtime *wr, *old = w->cur;
+	const struct config *cfg = rt->cfg;
+	size_t i;
+
+	if ((wr = calloc(1, sizeof(*wr))) == NULL ||
+	    (wr->listeners = calloc(cfg->nlisteners ? cfg->nlisteners : 1,
+	    sizeof(*wr->listeners))) == NULL) {
+		log_errorx("worker %u: out of memory, keeping the previous configuration", w->id);
+		free(wr);
+		runtime_release(rt);
+		return;
+	}
+	wr->rt = rt;
+	wr->w = w;
+	wr->refs = 1;
+	for (i = 0; i < cfg->nlisteners; i++)
+		if ((wr->listeners[i] = listener_attach(w, rt->socks[i])) == NULL)
+			log_errorx("worker %u: cannot accept on %s", w->id, rt->socks[i]->key);
+	if (upstream_pools_init(wr) < 0)
+		log_errorx("worker %u: out of memory for upstream pools", w->id);
+	w->cur = wr;
+	w->max_clients = (cfg->limits.max_connections + nworkers - 1) / nworkers;
+	if (w->max_clients == 0)
+		w->max_clients = 1;
+	if (old != NULL) {
+		/* Stop accepting on the old sockets now; requests on it finish on their own. */
+		worker_runtime_detach_listeners(old);
+		upstream_pools_close_idle(old);
+		worker_runtime_unref(old);
+	}
+	worker_set_accepting(w, w->nclients < w->max_clients);
+}
+
+static void
+worker_notify_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	struct runtime *rt;
+	uint64_t v;
+	int drain;
+
+	(void)what;
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_warn("worker %u: notify read", w->id);
+	pthread_mutex_lock(&w->lock);
+	rt = w->pending;
+	w->pending = NULL;
+	drain = w->pending_drain;
+	pthread_mutex_unlock(&w->lock);
+
+	if (rt != NULL && !w->draining)
+		worker_use_runtime(w, rt);
+	else if (rt != NULL)
+		runtime_release(rt);
+	if (drain == 2) {
+		proxy_close_all(w);
+		event_base_loopbreak(w->base);
+	} else if (drain == 1 && !w->draining) {
+		w->draining = 1;
+		worker_set_accepting(w, 0);
+		proxy_drain_idle(w);
+		if (w->nclients == 0)
+			event_base_loopbreak(w->base);
+	}
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct worker_runtime *wr;
+	uint64_t one = 1;
+
+	event_base_dispatch(w->base);
+	proxy_close_all(w);
+	if ((wr = w->cur) != NULL) {
+		w->cur = NULL;
+		worker_runtime_detach_listeners(wr);
+		worker_runtime_unref(wr);
+	}
+	if (write(exit_fd, &one, sizeof(one)) < 0)
+		log_warn("worker %u: exit notify", w->id);
+	return NULL;
+}
+
+static int
+worker_init(struct worker *w, unsigned id, struct runtime *rt)
+{
+	struct event_config *ecfg;
+
+	w->id = id;
+	LIST_INIT(&w->clients);
+	pthread_mutex_init(&w->lock, NULL);
+	/* Each base is touched by its own thread only: no locking needed inside libevent. */
+	if ((ecfg = event_config_new()) == NULL)
+		return -1;
+	event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK);
+	w->base = event_base_new_with_config(ecfg);
+	event_config_free(ecfg);
+	if (w->base == NULL)
+		return -1;
+	w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->notify_fd < 0)
+		return -1;
+	w->notify_ev = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, worker_notify_cb, w);
+	if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0)
+		return -1;
+	atomic_fetch_add(&rt->refs, 1);
+	worker_use_runtime(w, rt);
+	return 0;
+}
+
+static void
+worker_post(struct worker *w, struct runtime *rt, int drain)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&w->lock);
+	if (rt != NULL) {
+		atomic_fetch_add(&rt->refs, 1);
+		if (w->pending != NULL)
+			runtime_release(w->pending);
+		w->pending = rt;
+	}
+	if (drain > w->pending_drain)
+		w->pending_drain = drain;
+	pthread_mutex_unlock(&w->lock);
+	if (write(w->notify_fd, &one, sizeof(one)) < 0)
+		log_warn("worker %u: notify", w->id);
+}
+
+int
+server_start(struct runtime *rt, unsigned n)
+{
+	sigset_t all, old;
+	unsigned i;
+
+	nworkers = n ? n : 1;
+	if ((workers = calloc(nworkers, sizeof(*workers))) == NULL)
+		return -1;
+	if ((exit_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		return -1;
+	for (i = 0; i < nworkers; i++)
+		if (worker_init(&workers[i], i, rt) < 0)
+			return -1;
+	/* Signals are for the main thread's event loop only. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (i = 0; i < nworkers; i++)
+		if (pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) != 0) {
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			return -1;
+		}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return 0;
+}
+
+int
+server_exit_fd(void)
+{
+	return exit_fd;
+}
+
+unsigned
+server_nworkers(void)
+{
+	return nworkers;
+}
+
+void
+server_swap(struct runtime *rt)
+{
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++)
+		worker_post(&workers[i], rt, 0);
+}
+
+void
+server_drain(void)
+{
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++)
+		worker_post(&workers[i], NULL, 1);
+}
+
+void
+server_stop_now(void)
+{
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++)
+		worker_post(&workers[i], NULL, 2);
+}
+
+void
+server_join(void)
+{
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++) {
+		struct worker *w = &workers[i];
+		pthread_join(w->thread, NULL);
+		if (w->pending != NULL)
+			runtime_release(w->pending);
+		event_free(w->notify_ev);
+		close(w->notify_fd);
+		event_base_free(w->base);
+		pthread_mutex_destroy(&w->lock);
+		free(w->target_buf);
+	}
+	free(workers);
+	workers = NULL;
+	close(exit_fd);
+	exit_fd = -1;
+}
