@@ -1,0 +1,53 @@
+#!/bin/sh
+# Set up a fresh Debian machine, build jsongate, then run it (run) or test it (check).
+set -eu
+
+usage() {
+	echo "usage: ./quickstart.sh run|check" >&2
+	exit 2
+}
+[ $# -eq 1 ] || usage
+case "$1" in run|check) ;; *) usage ;; esac
+
+cd "$(dirname "$0")"
+top=$(pwd)
+
+packages="build-essential autoconf automake libtool pkg-config libevent-dev libssl-dev
+libyaml-dev libjsmn-dev check zlib1g-dev python3 curl"
+missing=""
+for p in $packages; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "installing:$missing"
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	$sudo apt-get update -q
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+fi
+
+[ -x configure ] || autoreconf -fi
+mkdir -p build
+cd build
+[ -f Makefile ] || ../configure --enable-werror
+jobs=$(nproc 2>/dev/null || echo 2)
+make -j"$jobs"
+
+if [ "$1" = check ]; then
+	exec make -j"$jobs" check VERBOSE=1
+fi
+
+./tests/upstream/demo-upstream -l 127.0.0.1:9000 &
+upstream=$!
+trap 'kill $upstream 2>/dev/null' EXIT INT TERM
+cat <<MSG
+
+jsongate runs in the foreground on $top/conf/jsongate.yaml (Ctrl-C stops it).
+The demo upstream listens on 127.0.0.1:9000. Try, in another terminal:
+
+    curl -i http://127.0.0.1:8080/api/orders/1
+
+MSG
+./src/jsongate -f -c "$top/conf/jsongate.yaml"
