@@ -1,2 +1,531 @@
-/* placeholder: replaced by the module */
-typedef int jg_placeholder_headers;
+/*
+ * Header rules of a proxied message.  Each head is written with one evbuffer reservation:
+ * a first pass classifies the headers and sizes the output, a second copies.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "headers.h"
+
+enum headers_kind {
+	HK_KEEP,                /* end-to-end: forwarded unless Connection lists it */
+	HK_DROP,                /* hop-by-hop, framing, or replaced by the proxy */
+	HK_HOST,
+	HK_XFF,
+	HK_REQUEST_ID
+};
+
+#define HEADERS_MAX_LISTED 32   /* Connection tokens remembered; beyond, rescan */
+
+static inline unsigned char
+headers_lc(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
+}
+
+/* Case-insensitive compare of s[0..n) with a lowercase literal of the same length. */
+static int
+headers_lower_eq(const char *s, const char *lower, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (headers_lc((unsigned char)s[i]) != (unsigned char)lower[i])
+			return 0;
+	return 1;
+}
+
+static int
+headers_ieq(struct http_str a, struct http_str b)
+{
+	if (a.len != b.len)
+		return 0;
+	for (size_t i = 0; i < a.len; i++)
+		if (headers_lc((unsigned char)a.p[i]) != headers_lc((unsigned char)b.p[i]))
+			return 0;
+	return 1;
+}
+
+#define HEADERS_IS(n, lit) \
+	((n).len == sizeof(lit) - 1 && headers_lower_eq((n).p, (lit), sizeof(lit) - 1))
+
+/* Headers dropped in both directions: hop-by-hop (RFC 9110 7.6.1) and Content-Length. */
+static int
+headers_hop_by_hop(struct http_str n)
+{
+	switch (n.len) {
+	case 2:
+		return HEADERS_IS(n, "te");
+	case 7:
+		return HEADERS_IS(n, "trailer") || HEADERS_IS(n, "upgrade");
+	case 10:
+		return HEADERS_IS(n, "connection") || HEADERS_IS(n, "keep-alive");
+	case 14:
+		return HEADERS_IS(n, "content-length");
+	case 17:
+		return HEADERS_IS(n, "transfer-encoding");
+	}
+	return n.len > 6 && headers_lower_eq(n.p, "proxy-", 6);
+}
+
+static enum headers_kind
+headers_request_kind(struct http_str n)
+{
+	if (headers_hop_by_hop(n))
+		return HK_DROP;
+	switch (n.len) {
+	case 4:
+		if (HEADERS_IS(n, "host"))
+			return HK_HOST;
+		break;
+	case 12:
+		if (HEADERS_IS(n, "x-request-id"))
+			return HK_REQUEST_ID;
+		break;
+	case 15:
+		if (HEADERS_IS(n, "x-forwarded-for"))
+			return HK_XFF;
+		break;
+	case 17:
+		if (HEADERS_IS(n, "x-forwarded-proto"))
+			return HK_DROP;
+		break;
+	}
+	return HK_KEEP;
+}
+
+static enum headers_kind
+headers_response_kind(struct http_str n)
+{
+	if (headers_hop_by_hop(n))
+		return HK_DROP;
+	if (HEADERS_IS(n, "x-request-id"))
+		return HK_REQUEST_ID;
+	return HK_KEEP;
+}
+
+/* Names listed in Connection headers (RFC 9110 7.6.1): they are hop-by-hop too. */
+struct headers_listed {
+	size_t n;
+	int overflow;                   /* more than HEADERS_MAX_LISTED: rescan the headers */
+	const struct http_header *hs;
+	size_t nhs;
+	struct http_str names[HEADERS_MAX_LISTED];
+};
+
+static int
+headers_connection_lists(const struct http_header *h, struct http_str name)
+{
+	const char *p = h->value.p, *end = p + h->value.len;
+
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		const char *e = comma ? comma : end;
+		const char *s = p, *t = e;
+
+		while (s < t && (*s == ' ' || *s == '\t'))
+			s++;
+		while (t > s && (t[-1] == ' ' || t[-1] == '\t'))
+			t--;
+		struct http_str tok = { s, (size_t)(t - s) };
+		if (headers_ieq(tok, name))
+			return 1;
+		p = e + 1;
+	}
+	return 0;
+}
+
+static void
+headers_listed_collect(struct headers_listed *l, const struct http_header *hs, size_t nhs)
+{
+	l->n = 0;
+	l->overflow = 0;
+	l->hs = hs;
+	l->nhs = nhs;
+	for (size_t i = 0; i < nhs; i++) {
+		if (!HEADERS_IS(hs[i].name, "connection"))
+			continue;
+		const char *p = hs[i].value.p, *end = p + hs[i].value.len;
+		while (p < end) {
+			const char *comma = memchr(p, ',', (size_t)(end - p));
+			const char *e = comma ? comma : end;
+			const char *s = p, *t = e;
+
+			while (s < t && (*s == ' ' || *s == '\t'))
+				s++;
+			while (t > s && (t[-1] == ' ' || t[-1] == '\t'))
+				t--;
+			p = e + 1;
+			if (s == t)
+				continue;
+			if (l->n == HEADERS_MAX_LISTED) {
+				l->overflow = 1;
+				return;
+			}
+			l->names[l->n].p = s;
+			l->names[l->n].len = (size_t)(t - s);
+			l->n++;
+		}
+	}
+}
+
+static int
+headers_is_listed(const struct headers_listed *l, struct http_str name)
+{
+	if (l->overflow) {
+		for (size_t i = 0; i < l->nhs; i++)
+			if (HEADERS_IS(l->hs[i].name, "connection") &&
+			    headers_connection_lists(&l->hs[i], name))
+				return 1;
+		return 0;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		if (headers_ieq(l->names[i], name))
+			return 1;
+	return 0;
+}
+
+static inline char *
+headers_put(char *w, const void *s, size_t n)
+{
+	memcpy(w, s, n);
+	return w + n;
+}
+
+#define HEADERS_PUT_LIT(w, lit) headers_put((w), (lit), sizeof(lit) - 1)
+
+static inline char *
+headers_put_field(char *w, struct http_str name, struct http_str value)
+{
+	w = headers_put(w, name.p, name.len);
+	*w++ = ':';
+	*w++ = ' ';
+	w = headers_put(w, value.p, value.len);
+	*w++ = '\r';
+	*w++ = '\n';
+	return w;
+}
+
+/* Reserve size bytes as one extent; *vec receives it. */
+static char *
+headers_reserve(struct evbuffer *out, size_t size, struct evbuffer_iovec *vec)
+{
+	if (evbuffer_reserve_space(out, (ev_ssize_t)size, vec, 1) < 1)
+		return NULL;
+	return vec->iov_base;
+}
+
+static int
+headers_commit(struct evbuffer *out, struct evbuffer_iovec *vec, char *start, char *w)
+{
+	vec->iov_len = (size_t)(w - start);
+	return evbuffer_commit_space(out, vec, 1) == 0 ? 0 : -1;
+}
+
+int
+headers_request_out(struct evbuffer *out, const struct http_request *req,
+    const struct headers_forward *fw)
+{
+	unsigned char kind[HTTP_MAX_HEADERS];
+	struct headers_listed listed;
+	struct http_str target1, target2, host;
+	size_t size, nxff = 0;
+	size_t n = req->nheaders < HTTP_MAX_HEADERS ? req->nheaders : HTTP_MAX_HEADERS;
+	size_t clen = fw->client_addr != NULL ? strlen(fw->client_addr) : 0;
+
+	/* Without a rewritten target, send the origin-form of the received one. */
+	if (fw->target.p != NULL) {
+		target1 = fw->target;
+		target2.p = NULL;
+		target2.len = 0;
+	} else {
+		target1 = req->path;
+		target2 = req->query;
+	}
+	if (fw->host_override != NULL) {
+		host.p = fw->host_override;
+		host.len = strlen(fw->host_override);
+	} else
+		host = req->host;
+
+	size = req->method.len + 1 + target1.len + target2.len + sizeof(" HTTP/1.1\r\n") +
+	    sizeof("Host: \r\n") + host.len;
+	headers_listed_collect(&listed, req->headers, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &req->headers[i];
+
+		kind[i] = (unsigned char)headers_request_kind(h->name);
+		if (kind[i] == HK_KEEP)
+			size += h->name.len + h->value.len + 4;
+		else if (kind[i] == HK_XFF && h->value.len > 0) {
+			size += h->value.len + 2;
+			nxff++;
+		}
+	}
+	if (nxff > 0 || clen > 0)
+		size += sizeof("X-Forwarded-For: \r\n") + clen;
+	size += sizeof("X-Forwarded-Proto: https\r\n");
+	if (fw->request_id.len > 0)
+		size += sizeof("X-Request-Id: \r\n") + fw->request_id.len;
+
+	struct evbuffer_iovec vec;
+	char *start = headers_reserve(out, size, &vec), *w = start;
+	if (start == NULL)
+		return -1;
+
+	w = headers_put(w, req->method.p, req->method.len);
+	*w++ = ' ';
+	w = headers_put(w, target1.p, target1.len);
+	if (target2.len > 0)
+		w = headers_put(w, target2.p, target2.len);
+	w = HEADERS_PUT_LIT(w, " HTTP/1.1\r\nHost: ");
+	w = headers_put(w, host.p, host.len);
+	*w++ = '\r';
+	*w++ = '\n';
+
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &req->headers[i];
+
+		if (kind[i] != HK_KEEP)
+			continue;
+		if ((listed.n > 0 || listed.overflow) && headers_is_listed(&listed, h->name))
+			continue;
+		w = headers_put_field(w, h->name, h->value);
+	}
+
+	/* Every X-Forwarded-For received, in order, merged into one, then the client. */
+	if (nxff > 0 || clen > 0) {
+		const char *sep = "";
+
+		w = HEADERS_PUT_LIT(w, "X-Forwarded-For: ");
+		for (size_t i = 0; i < n; i++) {
+			const struct http_header *h = &req->headers[i];
+
+			if (kind[i] != HK_XFF || h->value.len == 0)
+				continue;
+			w = headers_put(w, sep, strlen(sep));
+			w = headers_put(w, h->value.p, h->value.len);
+			sep = ", ";
+		}
+		if (clen > 0) {
+			w = headers_put(w, sep, strlen(sep));
+			w = headers_put(w, fw->client_addr, clen);
+		}
+		*w++ = '\r';
+		*w++ = '\n';
+	}
+	if (fw->tls)
+		w = HEADERS_PUT_LIT(w, "X-Forwarded-Proto: https\r\n");
+	else
+		w = HEADERS_PUT_LIT(w, "X-Forwarded-Proto: http\r\n");
+	if (fw->request_id.len > 0) {
+		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");
+		w = headers_put(w, fw->request_id.p, fw->request_id.len);
+		*w++ = '\r';
+		*w++ = '\n';
+	}
+	return headers_commit(out, &vec, start, w);
+}
+
+/* Standard reason phrases (RFC 9110 15), for upstreams that send none. */
+#define HEADERS_REASONS(X) \
+	X(100, "Continue") X(101, "Switching Protocols") X(103, "Early Hints") \
+	X(200, "OK") X(201, "Created") X(202, "Accepted") \
+	X(203, "Non-Authoritative Information") X(204, "No Content") X(205, "Reset Content") \
+	X(206, "Partial Content") X(300, "Multiple Choices") X(301, "Moved Permanently") \
+	X(302, "Found") X(303, "See Other") X(304, "Not Modified") \
+	X(307, "Temporary Redirect") X(308, "Permanent Redirect") X(400, "Bad Request") \
+	X(401, "Unauthorized") X(402, "Payment Required") X(403, "Forbidden") \
+	X(404, "Not Found") X(405, "Method Not Allowed") X(406, "Not Acceptable") \
+	X(407, "Proxy Authentication Required") X(408, "Request Timeout") X(409, "Conflict") \
+	X(410, "Gone") X(411, "Length Required") X(412, "Precondition Failed") \
+	X(413, "Content Too Large") X(414, "URI Too Long") X(415, "Unsupported Media Type") \
+	X(416, "Range Not Satisfiable") X(417, "Expectation Failed") \
+	X(421, "Misdirected Request") X(422, "Unprocessable Content") \
+	X(425, "Too Early") X(426, "Upgrade Required") X(428, "Precondition Required") \
+	X(429, "Too Many Requests") X(431, "Request Header Fields Too Large") \
+	X(451, "Unavailable For Legal Reasons") X(500, "Internal Server Error") \
+	X(501, "Not Implemented") X(502, "Bad Gateway") X(503, "Service Unavailable") \
+	X(504, "Gateway Timeout") X(505, "HTTP Version Not Supported")
+
+static struct http_str
+headers_reason(int status)
+{
+	struct http_str r = { "", 0 };
+
+	switch (status) {
+#define HEADERS_REASON_CASE(code, text) \
+	case code: r.p = text; r.len = sizeof(text) - 1; break;
+	HEADERS_REASONS(HEADERS_REASON_CASE)
+#undef HEADERS_REASON_CASE
+	}
+	return r;
+}
+
+int
+headers_response_out(struct evbuffer *out, const struct http_response *resp,
+    struct http_str request_id)
+{
+	unsigned char kind[HTTP_MAX_HEADERS];
+	struct headers_listed listed;
+	size_t n = resp->nheaders < HTTP_MAX_HEADERS ? resp->nheaders : HTTP_MAX_HEADERS;
+	struct http_str reason = resp->reason;
+	int has_id = 0;
+	int status = resp->status;
+
+	if (status < 100 || status > 999)
+		status = 502;   /* never produced by the parser */
+	if (reason.len == 0)
+		reason = headers_reason(status);
+
+	size_t size = sizeof("HTTP/1.1 000 \r\n") + reason.len;
+	headers_listed_collect(&listed, resp->headers, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &resp->headers[i];
+
+		kind[i] = (unsigned char)headers_response_kind(h->name);
+		if (kind[i] == HK_DROP)
+			continue;
+		if (kind[i] == HK_REQUEST_ID)
+			has_id = 1;
+		size += h->name.len + h->value.len + 4;
+	}
+	if (!has_id && request_id.len > 0)
+		size += sizeof("X-Request-Id: \r\n") + request_id.len;
+
+	struct evbuffer_iovec vec;
+	char *start = headers_reserve(out, size, &vec), *w = start;
+	if (start == NULL)
+		return -1;
+
+	w = HEADERS_PUT_LIT(w, "HTTP/1.1 ");
+	*w++ = (char)('0' + status / 100);
+	*w++ = (char)('0' + status / 10 % 10);
+	*w++ = (char)('0' + status % 10);
+	*w++ = ' ';
+	w = headers_put(w, reason.p, reason.len);
+	*w++ = '\r';
+	*w++ = '\n';
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &resp->headers[i];
+
+		if (kind[i] == HK_DROP)
+			continue;
+		if ((listed.n > 0 || listed.overflow) && headers_is_listed(&listed, h->name))
+			continue;
+		w = headers_put_field(w, h->name, h->value);
+	}
+	if (!has_id && request_id.len > 0) {
+		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");
+		w = headers_put(w, request_id.p, request_id.len);
+		*w++ = '\r';
+		*w++ = '\n';
+	}
+	return headers_commit(out, &vec, start, w);
+}
+
+/* ------------------------------------------------------------------ request ids */
+
+/*
+ * xoshiro256** per thread, seeded once from getrandom(2): ids must be unique and hard to
+ * guess, not secret, and must not cost a system call each.
+ */
+static _Thread_local uint64_t headers_rng[4];
+static _Thread_local int headers_rng_ready;
+
+static inline uint64_t
+headers_rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t
+headers_splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void
+headers_rng_seed(void)
+{
+	uint64_t seed[4];
+	size_t got = 0;
+
+	while (got < sizeof(seed)) {
+		ssize_t r = getrandom((char *)seed + got, sizeof(seed) - got, 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		got += (size_t)r;
+	}
+	if (got < sizeof(seed)) {
+		/* No getrandom: still distinct per thread and per start. */
+		struct timespec ts;
+		uint64_t x;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+		x ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&headers_rng;
+		for (int i = 0; i < 4; i++)
+			seed[i] = headers_splitmix(&x);
+	}
+	/* Mixing through splitmix also rules out the all-zero state. */
+	uint64_t m = seed[0] ^ seed[1] ^ seed[2] ^ seed[3];
+	for (int i = 0; i < 4; i++)
+		headers_rng[i] = seed[i] ^ headers_splitmix(&m);
+	if ((headers_rng[0] | headers_rng[1] | headers_rng[2] | headers_rng[3]) == 0)
+		headers_rng[0] = 1;
+	headers_rng_ready = 1;
+}
+
+static inline uint64_t
+headers_rng_next(void)
+{
+	uint64_t *s = headers_rng;
+	uint64_t r = headers_rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = headers_rotl(s[3], 45);
+	return r;
+}
+
+void
+headers_request_id_generate(char out[REQUEST_ID_LEN])
+{
+	static const char hex[16] = "0123456789abcdef";
+
+	if (!headers_rng_ready)
+		headers_rng_seed();
+	uint64_t v[2] = { headers_rng_next(), headers_rng_next() };
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 16; j++)
+			out[i * 16 + j] = hex[(v[i] >> (60 - 4 * j)) & 0xf];
+}
+
+int
+headers_request_id_acceptable(struct http_str id)
+{
+	if (id.len == 0 || id.len > 128)
+		return 0;
+	for (size_t i = 0; i < id.len; i++) {
+		unsigned char c = (unsigned char)id.p[i];
+		if (c < 0x21 || c > 0x7e)
+			return 0;
+	}
+	return 1;
+}

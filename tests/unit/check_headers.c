@@ -1,4 +1,352 @@
-/* placeholder: replaced by the module's tests */
+/* Header rules: the exact bytes sent upstream and downstream, and request ids. */
 #include <check.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
-int main(void) { return EXIT_FAILURE; }
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "headers.h"
+#include "http.h"
+
+/* Rows of the tables leave the fields they do not use out. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+struct req_rule {
+	const char *name;
+	const char *in;                 /* request head as received */
+	const char *client;
+	int tls;
+	const char *request_id;         /* NULL: none */
+	const char *host_override;
+	const char *target;             /* NULL: let headers_request_out pick */
+	const char *want;               /* exact output */
+};
+
+#define XFP_HTTP "X-Forwarded-Proto: http\r\n"
+
+static const struct req_rule req_rules[] = {
+	{ "plain get", "GET /a?b=1 HTTP/1.1\r\nHost: api\r\nAccept: */*\r\n\r\n", "10.0.0.1", 0, "id1",
+	    NULL, NULL,
+	    "GET /a?b=1 HTTP/1.1\r\nHost: api\r\nAccept: */*\r\nX-Forwarded-For: 10.0.0.1\r\n"
+	    XFP_HTTP "X-Request-Id: id1\r\n" },
+	{ "hop-by-hop stripped", "POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Hop\r\n"
+	    "Keep-Alive: timeout=5\r\nTE: trailers\r\nTrailer: X-Sum\r\nUpgrade: h2c\r\n"
+	    "Proxy-Authorization: Basic x\r\nProxy-Connection: keep-alive\r\nX-Hop: 1\r\n"
+	    "x-hop: 2\r\nContent-Length: 3\r\nContent-Type: application/json\r\n\r\n",
+	    "::1", 0, "r", NULL, NULL,
+	    "POST /p HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+	    "X-Forwarded-For: ::1\r\n" XFP_HTTP "X-Request-Id: r\r\n" },
+	{ "transfer-encoding stripped", "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+	    "X-A: 1\r\n\r\n", "1.2.3.4", 0, "r", NULL, NULL,
+	    "POST /p HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-Forwarded-For: 1.2.3.4\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "xff appended", "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\n\r\n",
+	    "3.3.3.3", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2, 3.3.3.3\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "several xff merged", "GET / HTTP/1.1\r\nx-forwarded-for: 1.1.1.1\r\nHost: h\r\n"
+	    "X-Forwarded-For:\r\nX-FORWARDED-FOR: 2.2.2.2\r\n\r\n",
+	    "3.3.3.3", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2, 3.3.3.3\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "xff without client", "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\n\r\n",
+	    NULL, 0, NULL, NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\n" XFP_HTTP },
+	{ "xfp replaced, tls", "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: http\r\n"
+	    "x-forwarded-proto: ftp\r\n\r\n", "c", 1, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: c\r\nX-Forwarded-Proto: https\r\n"
+	    "X-Request-Id: r\r\n" },
+	{ "request id replaced", "GET / HTTP/1.1\r\nHost: h\r\nX-Request-Id: client-id\r\n"
+	    "X-Request-Id: second\r\n\r\n", "c", 0, "gen", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: c\r\n" XFP_HTTP "X-Request-Id: gen\r\n" },
+	{ "request id kept by the caller", "GET / HTTP/1.1\r\nHost: h\r\nX-Request-Id: client-id\r\n\r\n",
+	    "c", 0, "client-id", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: client-id\r\n" },
+	{ "host override", "GET / HTTP/1.1\r\nX-A: 1\r\nHost: public.example\r\n\r\n", "c", 0, "r",
+	    "orders.internal", NULL,
+	    "GET / HTTP/1.1\r\nHost: orders.internal\r\nX-A: 1\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "host added for http/1.0", "GET / HTTP/1.0\r\nX-A: 1\r\n\r\n", "c", 0, "r",
+	    "up:9001", NULL,
+	    "GET / HTTP/1.1\r\nHost: up:9001\r\nX-A: 1\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "empty host for http/1.0", "GET / HTTP/1.0\r\n\r\n", "c", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: \r\nX-Forwarded-For: c\r\n" XFP_HTTP "X-Request-Id: r\r\n" },
+	{ "strip_prefix target", "GET /api/orders/7?x HTTP/1.1\r\nHost: h\r\n\r\n", "c", 0, "r",
+	    NULL, "/orders/7?x",
+	    "GET /orders/7?x HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "absolute-form sent as origin-form", "GET http://api.example:81/v?q=1 HTTP/1.1\r\n"
+	    "Host: wrong\r\n\r\n", "c", 0, "r", NULL, NULL,
+	    "GET /v?q=1 HTTP/1.1\r\nHost: api.example:81\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "absolute-form without path", "GET http://h?q HTTP/1.1\r\nHost: h\r\n\r\n", "c", 0, "r",
+	    NULL, NULL,
+	    "GET /?q HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: c\r\n" XFP_HTTP "X-Request-Id: r\r\n" },
+	{ "names and values kept verbatim", "PATCH /x HTTP/1.1\r\nhost: h\r\nx-Mixed-CASE:  a \t b  \r\n"
+	    "Content-Type: application/merge-patch+json\r\nExpect: 100-continue\r\n\r\n",
+	    "c", 0, "r", NULL, NULL,
+	    "PATCH /x HTTP/1.1\r\nHost: h\r\nx-Mixed-CASE: a \t b\r\n"
+	    "Content-Type: application/merge-patch+json\r\nExpect: 100-continue\r\n"
+	    "X-Forwarded-For: c\r\n" XFP_HTTP "X-Request-Id: r\r\n" },
+	{ "proxy- prefix only", "GET / HTTP/1.1\r\nHost: h\r\nProxy: x\r\nProxyish: y\r\n"
+	    "Proxy-Foo: z\r\n\r\n", "c", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nProxy: x\r\nProxyish: y\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "connection lists many names", "GET / HTTP/1.1\r\nHost: h\r\nConnection: a1, a2, a3, a4, "
+	    "a5, a6, a7, a8, a9, b1, b2, b3, b4, b5, b6, b7, b8, b9, c1, c2, c3, c4, c5, c6, c7, "
+	    "c8, c9, d1, d2, d3, d4, d5, d6, d7, d8\r\nA1: x\r\nD8: x\r\nD9: y\r\n\r\n",
+	    "c", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nD9: y\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+	{ "several connection headers", "GET / HTTP/1.1\r\nHost: h\r\nConnection: x-a\r\n"
+	    "Connection: ,X-B ,\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\n\r\n", "c", 0, "r", NULL, NULL,
+	    "GET / HTTP/1.1\r\nHost: h\r\nX-C: 3\r\nX-Forwarded-For: c\r\n" XFP_HTTP
+	    "X-Request-Id: r\r\n" },
+};
+
+static void
+check_output(const char *name, struct evbuffer *out, const char *want)
+{
+	size_t len = evbuffer_get_length(out);
+	const char *got = (const char *)evbuffer_pullup(out, -1);
+
+	ck_assert_msg(len == strlen(want) && memcmp(got, want, len) == 0,
+	    "%s:\n got: %.*s\nwant: %s", name, (int)len, got ? got : "", want);
+}
+
+static struct http_str
+str_of(const char *s)
+{
+	struct http_str r = { s ? s : "", s ? strlen(s) : 0 };
+
+	return r;
+}
+
+START_TEST(test_request_rules)
+{
+	const struct req_rule *c = &req_rules[_i];
+	struct http_request req;
+	struct headers_forward fw;
+	struct evbuffer *out = evbuffer_new();
+	size_t len = strlen(c->in);
+
+	ck_assert_msg(http_parse_request(c->in, len, &req) == (ssize_t)len, "%s: parse", c->name);
+	memset(&fw, 0, sizeof(fw));
+	fw.client_addr = c->client;
+	fw.tls = c->tls;
+	fw.request_id = str_of(c->request_id);
+	fw.host_override = c->host_override;
+	if (c->target != NULL)
+		fw.target = str_of(c->target);
+	evbuffer_add(out, "prefix|", 7);        /* output is appended */
+	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
+	evbuffer_drain(out, 7);
+	check_output(c->name, out, c->want);
+	evbuffer_free(out);
+}
+END_TEST
+
+struct resp_rule {
+	const char *name;
+	const char *in;
+	const char *request_id;
+	const char *want;
+};
+
+static const struct resp_rule resp_rules[] = {
+	{ "ok", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
+	    "id", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: id\r\n" },
+	{ "http/1.0 upstream", "HTTP/1.0 404 Nope\r\n\r\n", "id",
+	    "HTTP/1.1 404 Nope\r\nX-Request-Id: id\r\n" },
+	{ "empty reason gets the standard one", "HTTP/1.1 503 \r\nRetry-After: 1\r\n\r\n", "id",
+	    "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Request-Id: id\r\n" },
+	{ "missing reason", "HTTP/1.1 204\r\n\r\n", "id", "HTTP/1.1 204 No Content\r\nX-Request-Id: id\r\n" },
+	{ "unknown status keeps an empty reason", "HTTP/1.1 299\r\n\r\n", "id",
+	    "HTTP/1.1 299 \r\nX-Request-Id: id\r\n" },
+	{ "upstream request id kept", "HTTP/1.1 200 OK\r\nx-request-id: up\r\n\r\n", "id",
+	    "HTTP/1.1 200 OK\r\nx-request-id: up\r\n" },
+	{ "no request id", "HTTP/1.1 200 OK\r\nA: b\r\n\r\n", NULL, "HTTP/1.1 200 OK\r\nA: b\r\n" },
+	{ "hop-by-hop stripped", "HTTP/1.1 200 OK\r\nConnection: close, X-Internal\r\n"
+	    "Keep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n"
+	    "Upgrade: h2\r\nProxy-Authenticate: Basic\r\nX-Internal: 1\r\nSet-Cookie: a=1\r\n"
+	    "Set-Cookie: b=2\r\n\r\n", "id",
+	    "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Request-Id: id\r\n" },
+	{ "content-length dropped with TE", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nX-Request-Id: id\r\n" },
+	{ "100 continue", "HTTP/1.1 100 Continue\r\n\r\n", "", "HTTP/1.1 100 Continue\r\n" },
+};
+
+START_TEST(test_response_rules)
+{
+	const struct resp_rule *c = &resp_rules[_i];
+	struct http_response resp;
+	struct evbuffer *out = evbuffer_new();
+	size_t len = strlen(c->in);
+
+	ck_assert_msg(http_parse_response(c->in, len, &resp) == (ssize_t)len, "%s: parse", c->name);
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of(c->request_id)), 0);
+	check_output(c->name, out, c->want);
+	evbuffer_free(out);
+}
+END_TEST
+
+/* A head near the limits: one reservation must hold it all. */
+START_TEST(test_request_many_headers)
+{
+	char in[8192], want[8192];
+	size_t n = 0, w = 0;
+	struct http_request req;
+	struct headers_forward fw;
+	struct evbuffer *out = evbuffer_new();
+
+	n += (size_t)sprintf(in + n, "GET / HTTP/1.1\r\nHost: h\r\n");
+	w += (size_t)sprintf(want + w, "GET / HTTP/1.1\r\nHost: h\r\n");
+	for (int i = 1; i < HTTP_MAX_HEADERS; i++) {
+		n += (size_t)sprintf(in + n, "X-Forwarded-For: 10.0.0.%d\r\n", i);
+	}
+	n += (size_t)sprintf(in + n, "\r\n");
+	w += (size_t)sprintf(want + w, "X-Forwarded-For: ");
+	for (int i = 1; i < HTTP_MAX_HEADERS; i++)
+		w += (size_t)sprintf(want + w, "10.0.0.%d, ", i);
+	w += (size_t)sprintf(want + w, "192.168.1.1\r\n" XFP_HTTP);
+	ck_assert_int_eq(http_parse_request(in, n, &req), (ssize_t)n);
+	memset(&fw, 0, sizeof(fw));
+	fw.client_addr = "192.168.1.1";
+	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
+	check_output("many", out, want);
+	evbuffer_free(out);
+}
+END_TEST
+
+static int
+is_lower_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+START_TEST(test_request_id_generate)
+{
+	char a[REQUEST_ID_LEN + 1], b[REQUEST_ID_LEN + 1];
+
+	a[REQUEST_ID_LEN] = b[REQUEST_ID_LEN] = 'Z';
+	headers_request_id_generate(a);
+	headers_request_id_generate(b);
+	ck_assert(is_lower_hex(a, REQUEST_ID_LEN));
+	ck_assert(is_lower_hex(b, REQUEST_ID_LEN));
+	ck_assert(a[REQUEST_ID_LEN] == 'Z' && b[REQUEST_ID_LEN] == 'Z');       /* no NUL written */
+	ck_assert(memcmp(a, b, REQUEST_ID_LEN) != 0);
+	ck_assert(headers_request_id_acceptable((struct http_str){ a, REQUEST_ID_LEN }));
+}
+END_TEST
+
+#define ID_THREADS 4
+#define ID_PER_THREAD 2000
+
+static char thread_ids[ID_THREADS][ID_PER_THREAD][REQUEST_ID_LEN];
+
+static void *
+id_thread(void *arg)
+{
+	char (*ids)[REQUEST_ID_LEN] = arg;
+
+	for (int i = 0; i < ID_PER_THREAD; i++)
+		headers_request_id_generate(ids[i]);
+	return NULL;
+}
+
+static int
+id_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, REQUEST_ID_LEN);
+}
+
+/* Threads get their own streams: no id repeats across them. */
+START_TEST(test_request_id_threads)
+{
+	pthread_t t[ID_THREADS];
+
+	for (int i = 0; i < ID_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, id_thread, thread_ids[i]), 0);
+	for (int i = 0; i < ID_THREADS; i++)
+		pthread_join(t[i], NULL);
+	qsort(thread_ids, ID_THREADS * ID_PER_THREAD, REQUEST_ID_LEN, id_cmp);
+	char *all = &thread_ids[0][0][0];
+	for (int i = 1; i < ID_THREADS * ID_PER_THREAD; i++)
+		ck_assert(memcmp(all + (i - 1) * REQUEST_ID_LEN, all + i * REQUEST_ID_LEN,
+		    REQUEST_ID_LEN) != 0);
+}
+END_TEST
+
+struct id_case {
+	const char *id;
+	int ok;
+};
+
+static const struct id_case id_cases[] = {
+	{ "a", 1 },
+	{ "0123456789abcdef0123456789abcdef", 1 },
+	{ "req-1:trace/2~!", 1 },
+	{ "", 0 },
+	{ "has space", 0 },
+	{ "tab\there", 0 },
+	{ "caf\xc3\xa9", 0 },
+	{ "del\x7f", 0 },
+	{ "x\"y", 1 },
+};
+
+START_TEST(test_request_id_acceptable)
+{
+	const struct id_case *c = &id_cases[_i];
+
+	ck_assert_int_eq(headers_request_id_acceptable(str_of(c->id)), c->ok);
+}
+END_TEST
+
+START_TEST(test_request_id_length_bound)
+{
+	char buf[130];
+
+	memset(buf, 'x', sizeof(buf));
+	ck_assert(headers_request_id_acceptable((struct http_str){ buf, 128 }));
+	ck_assert(!headers_request_id_acceptable((struct http_str){ buf, 129 }));
+}
+END_TEST
+
+static Suite *
+headers_suite(void)
+{
+	Suite *s = suite_create("headers");
+	TCase *tc = tcase_create("rules");
+
+	tcase_add_loop_test(tc, test_request_rules, 0, sizeof(req_rules) / sizeof(req_rules[0]));
+	tcase_add_loop_test(tc, test_response_rules, 0, sizeof(resp_rules) / sizeof(resp_rules[0]));
+	tcase_add_test(tc, test_request_many_headers);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("request_id");
+	tcase_add_test(tc, test_request_id_generate);
+	tcase_add_test(tc, test_request_id_threads);
+	tcase_add_loop_test(tc, test_request_id_acceptable, 0, sizeof(id_cases) / sizeof(id_cases[0]));
+	tcase_add_test(tc, test_request_id_length_bound);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(headers_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/config.h"  /* not the build's autoconf config.h */
+#include "config.h"
 #include "http.h"
 
 /* Error rows of the tables leave the fields they do not check out. */
