@@ -1,0 +1,168 @@
+/*
+ * libFuzzer target for the HTTP/1.1 head parsers and the chunked decoder.
+ *
+ * Input: one control byte whose low three bits give a number of split lengths, those
+ * lengths (one byte each), then the message.  The message goes to http_parse_request,
+ * http_parse_response and http_chunked_feed; the decoder is fed whole, in the pieces the
+ * split lengths describe, and byte by byte, and must give the same result every time.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+
+#define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
+
+static int
+fuzz_inside(struct http_str s, const char *buf, size_t len)
+{
+	return s.len == 0 || (s.p >= buf && s.p + s.len <= buf + len);
+}
+
+static void
+fuzz_headers(const struct http_header *hs, size_t n, const char *buf, size_t len)
+{
+	FUZZ_CHECK(n <= HTTP_MAX_HEADERS);
+	for (size_t i = 0; i < n; i++) {
+		FUZZ_CHECK(hs[i].name.len > 0 && fuzz_inside(hs[i].name, buf, len));
+		FUZZ_CHECK(fuzz_inside(hs[i].value, buf, len));
+		for (size_t j = 0; j < hs[i].value.len; j++)
+			FUZZ_CHECK(hs[i].value.p[j] != '\r' && hs[i].value.p[j] != '\n');
+	}
+}
+
+static void
+fuzz_request(const char *buf, size_t len)
+{
+	static struct http_request req, again;
+	ssize_t r = http_parse_request(buf, len, &req);
+
+	FUZZ_CHECK(r >= HTTP_ERR_VERSION && r <= (ssize_t)len);
+	if (r <= 0)
+		return;
+	FUZZ_CHECK(r >= 4 && memcmp(buf + r - 4, "\r\n\r\n", 4) == 0);
+	FUZZ_CHECK(req.method.len > 0 && fuzz_inside(req.method, buf, (size_t)r));
+	FUZZ_CHECK(req.target.len > 0 && fuzz_inside(req.target, buf, (size_t)r));
+	FUZZ_CHECK(req.path.len > 0);
+	FUZZ_CHECK(fuzz_inside(req.query, buf, (size_t)r));
+	FUZZ_CHECK(fuzz_inside(req.host, buf, (size_t)r));
+	FUZZ_CHECK(fuzz_inside(req.request_id, buf, (size_t)r));
+	FUZZ_CHECK(req.version_minor == 0 || req.version_minor == 1);
+	FUZZ_CHECK(!(req.framing.chunked && req.framing.content_length >= 0));
+	FUZZ_CHECK(req.framing.content_length < ((int64_t)1 << 62));
+	fuzz_headers(req.headers, req.nheaders, buf, (size_t)r);
+	/* The head ends where it ends: no look-ahead, and one byte less is incomplete. */
+	FUZZ_CHECK(http_parse_request(buf, (size_t)r, &again) == r);
+	FUZZ_CHECK(http_parse_request(buf, (size_t)r - 1, &again) == HTTP_INCOMPLETE);
+}
+
+static void
+fuzz_response(const char *buf, size_t len)
+{
+	static struct http_response resp, again;
+	ssize_t r = http_parse_response(buf, len, &resp);
+
+	FUZZ_CHECK(r >= HTTP_ERR_VERSION && r <= (ssize_t)len);
+	if (r <= 0)
+		return;
+	FUZZ_CHECK(resp.status >= 100 && resp.status <= 999);
+	FUZZ_CHECK(fuzz_inside(resp.reason, buf, (size_t)r));
+	FUZZ_CHECK(resp.framing.chunked + resp.framing.until_close +
+	    (resp.framing.content_length >= 0) == 1);
+	fuzz_headers(resp.headers, resp.nheaders, buf, (size_t)r);
+	FUZZ_CHECK(http_parse_response(buf, (size_t)r, &again) == r);
+	FUZZ_CHECK(http_parse_response(buf, (size_t)r - 1, &again) == HTTP_INCOMPLETE);
+}
+
+struct fuzz_chunked_out {
+	int result;
+	size_t end;             /* DONE: offset of the end of the message */
+	size_t outlen;
+};
+
+/* Feed buf in pieces; lens[] (cycled) gives the piece sizes, 0 meaning "the rest". */
+static void
+fuzz_chunked_run(const char *buf, size_t len, const uint8_t *lens, size_t nlens, char *out,
+    struct fuzz_chunked_out *res)
+{
+	struct http_chunked c;
+	size_t pos = 0, li = 0;
+	int r = HTTP_CHUNKED_MORE;
+
+	http_chunked_init(&c);
+	res->outlen = 0;
+	res->end = 0;
+	while (pos < len) {
+		size_t n = len - pos;
+
+		if (nlens > 0) {
+			size_t want = lens[li++ % nlens];
+			if (want > 0 && want < n)
+				n = want;
+		}
+		size_t off = 0;
+		while (off < n) {
+			size_t consumed = (size_t)-1, doff = (size_t)-1, dlen = (size_t)-1;
+
+			r = http_chunked_feed(&c, buf + pos + off, n - off, &consumed, &doff, &dlen);
+			FUZZ_CHECK(consumed <= n - off);
+			if (r == HTTP_CHUNKED_DATA) {
+				FUZZ_CHECK(dlen > 0 && doff + dlen <= consumed);
+				memcpy(out + res->outlen, buf + pos + off + doff, dlen);
+				res->outlen += dlen;
+			} else if (r == HTTP_CHUNKED_MORE) {
+				FUZZ_CHECK(consumed == n - off);
+			}
+			off += consumed;
+			if (r == HTTP_CHUNKED_DONE || r == HTTP_CHUNKED_ERROR) {
+				res->result = r;
+				res->end = r == HTTP_CHUNKED_DONE ? pos + off : 0;
+				return;
+			}
+		}
+		pos += n;
+	}
+	res->result = HTTP_CHUNKED_MORE;
+}
+
+static void
+fuzz_chunked(const char *buf, size_t len, const uint8_t *lens, size_t nlens)
+{
+	static const uint8_t one = 1;
+	struct fuzz_chunked_out whole, split, bytes;
+	char *o1 = malloc(len + 1), *o2 = malloc(len + 1), *o3 = malloc(len + 1);
+
+	fuzz_chunked_run(buf, len, NULL, 0, o1, &whole);
+	fuzz_chunked_run(buf, len, lens, nlens, o2, &split);
+	fuzz_chunked_run(buf, len, &one, 1, o3, &bytes);
+	FUZZ_CHECK(whole.result == split.result && whole.result == bytes.result);
+	FUZZ_CHECK(whole.end == split.end && whole.end == bytes.end);
+	/* On an error, how much payload went out before it depends only on the bytes. */
+	FUZZ_CHECK(whole.outlen == split.outlen && whole.outlen == bytes.outlen);
+	FUZZ_CHECK(memcmp(o1, o2, whole.outlen) == 0 && memcmp(o1, o3, whole.outlen) == 0);
+	FUZZ_CHECK(whole.outlen <= len);
+	free(o1);
+	free(o2);
+	free(o3);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size == 0)
+		return 0;
+	size_t nlens = data[0] & 7;
+	if (size < 1 + nlens)
+		return 0;
+	const uint8_t *lens = data + 1;
+	const char *msg = (const char *)data + 1 + nlens;
+	size_t len = size - 1 - nlens;
+
+	fuzz_request(msg, len);
+	fuzz_response(msg, len);
+	fuzz_chunked(msg, len, lens, nlens);
+	return 0;
+}
