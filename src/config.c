@@ -944,7 +944,7 @@ config_parse_field(struct config_parse *ctx, const struct config_field *f,
 		*(unsigned *)config_at(obj, f->offset) = u;
 		break;
 	case CONFIG_SIZE:
-		if (node != NULL && (text = config_scalar(ctx, node, "a size")) == NULL)
+		if (node != NULL && (text = config_scalar(ctx, node, "a size like 16k")) == NULL)
 			return;
 		if (config_parse_size(text, &size) == -1) {
 			config_error(ctx, node, "expected a size like 512, 16k or 8m, got \"%s\"",
@@ -959,7 +959,7 @@ config_parse_field(struct config_parse *ctx, const struct config_field *f,
 		*(size_t *)config_at(obj, f->offset) = size;
 		break;
 	case CONFIG_DURATION:
-		if (node != NULL && (text = config_scalar(ctx, node, "a duration")) == NULL)
+		if (node != NULL && (text = config_scalar(ctx, node, "a duration like 10s")) == NULL)
 			return;
 		if (config_parse_duration(text, &ms) == -1) {
 			config_error(ctx, node,
@@ -1243,8 +1243,12 @@ config_parse_upstreams(struct config_parse *ctx, const yaml_node_t *node, void *
 	cfg->upstreams = config_xcalloc(n, sizeof(*cfg->upstreams));
 	for (pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
 		k = config_node(ctx, pair->key);
-		if ((name = config_string(ctx, k)) == NULL)
+		if ((name = config_scalar(ctx, k, "an upstream name")) == NULL)
 			continue;
+		if (name[0] == '\0') {
+			config_error(ctx, k, "an upstream name must not be empty");
+			continue;
+		}
 		for (i = 0; i < cfg->nupstreams; i++)
 			if (strcmp(cfg->upstreams[i].name, name) == 0)
 				break;
@@ -1475,17 +1479,23 @@ config_check_route(struct config_parse *ctx, const yaml_node_t *item, struct con
 {
 	const yaml_node_t *match = config_map_get(ctx, item, "match");
 	const char *path = route->path ? route->path : route->path_prefix;
+	size_t saved;
 
 	if (route->path != NULL && route->path_prefix != NULL) {
+		saved = config_where_key(ctx, "match");
 		config_error(ctx, config_map_get(ctx, match, "path_prefix"),
 		    "path and path_prefix cannot both be set");
+		config_where_pop(ctx, saved);
 		return;
 	}
 	if (route->strip_prefix != NULL && path != NULL &&
-	    strncmp(path, route->strip_prefix, strlen(route->strip_prefix)) != 0)
+	    strncmp(path, route->strip_prefix, strlen(route->strip_prefix)) != 0) {
+		saved = config_where_key(ctx, "strip_prefix");
 		config_error(ctx, config_map_get(ctx, item, "strip_prefix"),
 		    "'%s' is not a prefix of the matched path '%s', so it would never apply",
 		    route->strip_prefix, path);
+		config_where_pop(ctx, saved);
+	}
 }
 
 static void
@@ -1585,6 +1595,20 @@ config_free(struct config *cfg)
 	free(cfg);
 }
 
+/* libyaml's problem at its position, with where the construct it was reading began. */
+static void
+config_syntax_error(struct config_parse *ctx, const yaml_parser_t *parser)
+{
+	const char *problem = parser->problem ? parser->problem : "YAML syntax error";
+
+	if (parser->context != NULL)
+		config_error_at(ctx, parser->problem_mark, "%s (%s at %zu:%zu)",
+		    problem, parser->context, parser->context_mark.line + 1,
+		    parser->context_mark.column + 1);
+	else
+		config_error_at(ctx, parser->problem_mark, "%s", problem);
+}
+
 static void
 config_load_doc(struct config_parse *ctx, FILE *fp)
 {
@@ -1598,10 +1622,7 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	}
 	yaml_parser_set_input_file(&parser, fp);
 	if (!yaml_parser_load(&parser, &doc)) {
-		config_error_at(ctx, parser.problem_mark, "%s%s%s%s",
-		    parser.problem ? parser.problem : "YAML syntax error",
-		    parser.context ? " (" : "", parser.context ? parser.context : "",
-		    parser.context ? ")" : "");
+		config_syntax_error(ctx, &parser);
 		yaml_parser_delete(&parser);
 		return;
 	}
@@ -1615,10 +1636,7 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	/* A second document would be silently ignored: say so instead. */
 	if (root != NULL) {
 		if (!yaml_parser_load(&parser, &extra))
-			config_error_at(ctx, parser.problem_mark, "%s%s%s%s",
-			    parser.problem ? parser.problem : "YAML syntax error",
-			    parser.context ? " (" : "", parser.context ? parser.context : "",
-			    parser.context ? ")" : "");
+			config_syntax_error(ctx, &parser);
 		else {
 			if (yaml_document_get_root_node(&extra) != NULL)
 				config_error(ctx, yaml_document_get_root_node(&extra),

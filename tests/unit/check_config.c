@@ -1,4 +1,586 @@
-/* placeholder: replaced by the module's tests */
+/*
+ * Configuration loader: the scalar parsers, defaults, every file of tests/config/good (must
+ * load) and tests/config/bad (must fail with exactly the lines of its NAME.expected, where
+ * @FILE@ stands for the path given to config_load).
+ */
+#include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
-int main(void) { return EXIT_FAILURE; }
+#include <string.h>
+#include <unistd.h>
+
+/* By path: the build directory's autoconf header is also named config.h. */
+#include "../../src/config.h"
+
+static const char *srcdir;
+static char **good_files, **bad_files;
+static size_t ngood, nbad;
+
+static char *
+read_file(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf;
+	long len;
+
+	ck_assert_msg(fp != NULL, "cannot open %s", path);
+	fseek(fp, 0, SEEK_END);
+	len = ftell(fp);
+	rewind(fp);
+	buf = malloc((size_t)len + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)len, fp), (size_t)len);
+	buf[len] = '\0';
+	fclose(fp);
+	return buf;
+}
+
+/* text with every @FILE@ replaced by file */
+static char *
+subst_file(const char *text, const char *file)
+{
+	size_t flen = strlen(file), n = 0;
+	const char *p, *q;
+	char *out, *o;
+
+	for (p = text; (q = strstr(p, "@FILE@")) != NULL; p = q + 6)
+		n++;
+	out = o = malloc(strlen(text) + n * flen + 1);
+	ck_assert_ptr_nonnull(out);
+	for (p = text; (q = strstr(p, "@FILE@")) != NULL; p = q + 6) {
+		memcpy(o, p, (size_t)(q - p));
+		o += q - p;
+		memcpy(o, file, flen);
+		o += flen;
+	}
+	strcpy(o, p);
+	return out;
+}
+
+static char *
+test_path(const char *rel)
+{
+	size_t len = strlen(srcdir) + strlen(rel) + 2;
+	char *p = malloc(len);
+
+	ck_assert_ptr_nonnull(p);
+	snprintf(p, len, "%s/%s", srcdir, rel);
+	return p;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted *.yaml names of a folder under tests/config. */
+static char **
+list_yaml(const char *sub, size_t *n)
+{
+	char path[4096], **names = NULL;
+	struct dirent *de;
+	size_t len;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/config/%s", srcdir, sub);
+	*n = 0;
+	if ((d = opendir(path)) == NULL)
+		return NULL;
+	while ((de = readdir(d)) != NULL) {
+		len = strlen(de->d_name);
+		if (len <= 5 || strcmp(de->d_name + len - 5, ".yaml") != 0)
+			continue;
+		names = realloc(names, (*n + 1) * sizeof(*names));
+		names[(*n)++] = strdup(de->d_name);
+	}
+	closedir(d);
+	qsort(names, *n, sizeof(*names), cmp_str);
+	return names;
+}
+
+static struct config *
+load_ok(const char *rel)
+{
+	char *path = test_path(rel), *errors = NULL;
+	struct config *cfg = config_load(path, &errors);
+
+	ck_assert_msg(cfg != NULL, "%s should load, got:\n%s", rel, errors ? errors : "");
+	ck_assert_ptr_null(errors);
+	ck_assert_str_eq(cfg->path, path);
+	free(path);
+	return cfg;
+}
+
+/* ------------------------------------------------------------------ scalar parsers */
+
+START_TEST(test_size)
+{
+	static const struct { const char *text; size_t v; } ok[] = {
+		{ "0", 0 }, { "512", 512 }, { "1k", 1024 }, { "16k", 16384 }, { "16K", 16384 },
+		{ "8m", 8 << 20 }, { "8M", 8 << 20 }, { "1g", 1UL << 30 }, { "1.5k", 1536 },
+		{ "0.5m", 512 << 10 }, { "1.0001k", 1024 }, { "007", 7 },
+	};
+	static const char *const bad[] = {
+		"", "k", "-1", "+1", " 1k", "1k ", "1 k", "1kb", "1.k", ".5k", "1.5", "1t", "1e3",
+		"0x10", "99999999999999999999", "17179869184g", "1,5k",
+	};
+	size_t i, v;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		v = 12345;
+		ck_assert_msg(config_parse_size(ok[i].text, &v) == 0, "\"%s\"", ok[i].text);
+		ck_assert_msg(v == ok[i].v, "\"%s\" -> %zu", ok[i].text, v);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(config_parse_size(bad[i], &v) == -1, "\"%s\" accepted", bad[i]);
+}
+END_TEST
+
+START_TEST(test_duration)
+{
+	static const struct { const char *text; uint64_t ms; } ok[] = {
+		{ "0", 0 }, { "0s", 0 }, { "250ms", 250 }, { "10s", 10000 }, { "2m", 120000 },
+		{ "1h", 3600000 }, { "1m30s", 90000 }, { "1h1m1s1ms", 3661001 }, { "1.5s", 1500 },
+		{ "0.5m", 30000 }, { "1.5ms", 1 }, { "90s", 90000 },
+	};
+	static const char *const bad[] = {
+		"", "10", "s", "ms", "10 s", " 10s", "10s ", "10S", "10M", "1d", "-1s", "1.s",
+		"10x", "1m30", "99999999999999999999ms", "5124095576030432h",
+	};
+	uint64_t ms;
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ms = 12345;
+		ck_assert_msg(config_parse_duration(ok[i].text, &ms) == 0, "\"%s\"", ok[i].text);
+		ck_assert_msg(ms == ok[i].ms, "\"%s\" -> %llu", ok[i].text, (unsigned long long)ms);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(config_parse_duration(bad[i], &ms) == -1, "\"%s\" accepted", bad[i]);
+}
+END_TEST
+
+START_TEST(test_addr)
+{
+	static const struct { const char *text, *host; int family; uint16_t port; } ok[] = {
+		{ "127.0.0.1:8080", "127.0.0.1", AF_INET, 8080 },
+		{ "0.0.0.0:1", "0.0.0.0", AF_INET, 1 },
+		{ "*:65535", "0.0.0.0", AF_INET, 65535 },
+		{ "localhost:9000", "127.0.0.1", AF_INET, 9000 },
+		{ "LocalHost:9000", "127.0.0.1", AF_INET, 9000 },
+		{ "[::1]:8443", "::1", AF_INET6, 8443 },
+		{ "[::]:80", "::", AF_INET6, 80 },
+		{ "[2001:DB8:0::1]:80", "2001:db8::1", AF_INET6, 80 },
+		{ "10.0.0.1:00080", "10.0.0.1", AF_INET, 80 },
+	};
+	static const char *const bad[] = {
+		"", "8080", ":8080", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+		"127.0.0.1:999999", "127.0.0.1:http", "127.0.0.1:-1", "127.0.0.1:80 ",
+		"example.com:80", "::1:80", "[::1]", "[::1]80", "[::1:80", "[127.0.0.1]:80",
+		"[*]:80", "256.1.1.1:80", "1.2.3:80", "[fe80::1%eth0]:80", "*:0",
+	};
+	struct config_addr a;
+	const struct sockaddr_in *sin = (const void *)&a.ss;
+	const struct sockaddr_in6 *sin6 = (const void *)&a.ss;
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ck_assert_msg(config_parse_addr(ok[i].text, &a) == 0, "\"%s\"", ok[i].text);
+		ck_assert_str_eq(a.text, ok[i].text);
+		ck_assert_str_eq(a.host, ok[i].host);
+		ck_assert_uint_eq(a.port, ok[i].port);
+		ck_assert_int_eq(a.ss.ss_family, ok[i].family);
+		if (ok[i].family == AF_INET) {
+			ck_assert_uint_eq(a.sslen, sizeof(struct sockaddr_in));
+			ck_assert_uint_eq(ntohs(sin->sin_port), ok[i].port);
+		} else {
+			ck_assert_uint_eq(a.sslen, sizeof(struct sockaddr_in6));
+			ck_assert_uint_eq(ntohs(sin6->sin6_port), ok[i].port);
+		}
+		config_addr_free(&a);
+		ck_assert_ptr_null(a.text);
+		config_addr_free(&a);   /* twice is harmless */
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_msg(config_parse_addr(bad[i], &a) == -1, "\"%s\" accepted", bad[i]);
+		ck_assert_ptr_null(a.text);     /* nothing to free after a failure */
+	}
+}
+END_TEST
+
+START_TEST(test_method_bit)
+{
+	ck_assert_uint_eq(config_method_bit("GET", 3), METHOD_GET);
+	ck_assert_uint_eq(config_method_bit("HEAD", 4), METHOD_HEAD);
+	ck_assert_uint_eq(config_method_bit("POST", 4), METHOD_POST);
+	ck_assert_uint_eq(config_method_bit("PUT", 3), METHOD_PUT);
+	ck_assert_uint_eq(config_method_bit("DELETE", 6), METHOD_DELETE);
+	ck_assert_uint_eq(config_method_bit("OPTIONS", 7), METHOD_OPTIONS);
+	ck_assert_uint_eq(config_method_bit("PATCH", 5), METHOD_PATCH);
+	ck_assert_uint_eq(config_method_bit("TRACE", 5), METHOD_TRACE);
+	ck_assert_uint_eq(config_method_bit("CONNECT", 7), METHOD_CONNECT);
+	/* method names are case-sensitive on the wire */
+	ck_assert_uint_eq(config_method_bit("get", 3), METHOD_OTHER);
+	ck_assert_uint_eq(config_method_bit("GETX", 3), METHOD_GET);   /* length counts */
+	ck_assert_uint_eq(config_method_bit("GETX", 4), METHOD_OTHER);
+	ck_assert_uint_eq(config_method_bit("PROPFIND", 8), METHOD_OTHER);
+	ck_assert_uint_eq(config_method_bit("", 0), METHOD_OTHER);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ errors API */
+
+START_TEST(test_error_api)
+{
+	struct config_parse *ctx = config_parse_new("x.yaml");
+	yaml_node_t a, b;
+	char *errors;
+
+	ck_assert_uint_eq(config_parse_nerrors(ctx), 0);
+	ck_assert_ptr_null(config_parse_errors(ctx));
+	ck_assert_str_eq(config_where(ctx), "");
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	a.start_mark.line = 4;          /* 0-based in libyaml: reported as line 5 */
+	a.start_mark.column = 2;
+	b.start_mark.line = 1;
+	b.start_mark.column = 0;
+	config_error(ctx, &a, "second %d", 2);
+	config_error(ctx, &b, "first");
+	config_error(ctx, &a, "third");
+	config_error(ctx, NULL, "no position");
+	ck_assert_uint_eq(config_parse_nerrors(ctx), 4);
+	errors = config_parse_errors(ctx);
+	ck_assert_str_eq(errors, "x.yaml: no position\nx.yaml:2:1: first\nx.yaml:5:3: second 2\n"
+	    "x.yaml:5:3: third\n");
+	free(errors);
+	config_parse_free(ctx);
+}
+END_TEST
+
+START_TEST(test_cannot_open)
+{
+	char *errors = NULL;
+	struct config *cfg = config_load("/nonexistent/jsongate.yaml", &errors);
+
+	ck_assert_ptr_null(cfg);
+	ck_assert_str_eq(errors, "/nonexistent/jsongate.yaml: cannot open: "
+	    "No such file or directory\n");
+	free(errors);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ loading */
+
+START_TEST(test_defaults)
+{
+	struct config *cfg = load_ok("config/good/minimal.yaml");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	ck_assert_uint_eq(cfg->workers, ncpu < 1 ? 1 : (unsigned)ncpu);
+	ck_assert_ptr_null(cfg->user);
+	ck_assert_int_eq(cfg->log_level, LOG_LEVEL_INFO);
+	ck_assert_str_eq(cfg->access_log, "stderr");
+	ck_assert_int_eq(cfg->access_format, ACCESS_JSON);
+	ck_assert_ptr_null(cfg->admin_listen);
+	ck_assert_uint_eq(cfg->limits.max_header, 16 * 1024);
+	ck_assert_uint_eq(cfg->limits.max_body, 8 * 1024 * 1024);
+	ck_assert_uint_eq(cfg->limits.max_connections, 10000);
+	ck_assert_uint_eq(cfg->limits.max_depth, 1000);
+	ck_assert_uint_eq(cfg->timeouts.client_header, 10000);
+	ck_assert_uint_eq(cfg->timeouts.client_body, 30000);
+	ck_assert_uint_eq(cfg->timeouts.keepalive, 60000);
+	ck_assert_uint_eq(cfg->timeouts.upstream_connect, 2000);
+	ck_assert_uint_eq(cfg->timeouts.upstream_response, 30000);
+	ck_assert_uint_eq(cfg->timeouts.shutdown_grace, 30000);
+	ck_assert_uint_eq(cfg->nlisteners, 1);
+	ck_assert_str_eq(cfg->listeners[0].addr.text, "127.0.0.1:8080");
+	ck_assert_uint_eq(cfg->nupstreams, 0);
+	ck_assert_uint_eq(cfg->nroutes, 0);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_nulls_are_defaults)
+{
+	struct config *cfg = load_ok("config/good/nulls.yaml");
+	const struct config_route *r;
+
+	ck_assert_uint_ge(cfg->workers, 1);
+	ck_assert_ptr_null(cfg->user);
+	ck_assert_str_eq(cfg->access_log, "stderr");
+	ck_assert_ptr_null(cfg->admin_listen);
+	ck_assert_uint_eq(cfg->limits.max_body, 8 * 1024 * 1024);
+	ck_assert_uint_eq(cfg->timeouts.keepalive, 60000);
+	ck_assert_ptr_null(cfg->upstreams[0].host_header);
+	r = &cfg->routes[0];
+	ck_assert_str_eq(r->name, "routes[0]");
+	ck_assert_ptr_null(r->path_prefix);
+	ck_assert_uint_eq(r->methods, METHOD_ANY);
+	ck_assert_ptr_null(r->request);
+	ck_assert_ptr_null(r->response);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_full)
+{
+	struct config *cfg = load_ok("config/good/full.yaml");
+	const struct config_upstream *u;
+	const struct config_route *r;
+
+	ck_assert_uint_eq(cfg->workers, 3);
+	ck_assert_str_eq(cfg->user, "nobody");
+	ck_assert_int_eq(cfg->log_level, LOG_LEVEL_DEBUG);
+	ck_assert_str_eq(cfg->access_log, "/var/log/jsongate/access.log");
+	ck_assert_int_eq(cfg->access_format, ACCESS_COMBINED);
+	ck_assert_ptr_nonnull(cfg->admin_listen);
+	ck_assert_str_eq(cfg->admin_listen->host, "127.0.0.1");
+	ck_assert_uint_eq(cfg->admin_listen->port, 9901);
+	ck_assert_uint_eq(cfg->limits.max_header, 32 * 1024);
+	ck_assert_uint_eq(cfg->limits.max_body, 1536 * 1024);
+	ck_assert_uint_eq(cfg->limits.max_connections, 500);
+	ck_assert_uint_eq(cfg->limits.max_depth, 64);
+	ck_assert_uint_eq(cfg->timeouts.client_header, 5000);
+	ck_assert_uint_eq(cfg->timeouts.client_body, 90000);
+	ck_assert_uint_eq(cfg->timeouts.keepalive, 0);
+	ck_assert_uint_eq(cfg->timeouts.upstream_connect, 250);
+	ck_assert_uint_eq(cfg->timeouts.upstream_response, 120000);
+	ck_assert_uint_eq(cfg->timeouts.shutdown_grace, 3600000);
+
+	ck_assert_uint_eq(cfg->nlisteners, 2);
+	ck_assert_int_eq(cfg->listeners[0].addr.ss.ss_family, AF_INET);
+	ck_assert_int_eq(cfg->listeners[1].addr.ss.ss_family, AF_INET6);
+	ck_assert_uint_eq(cfg->listeners[1].addr.port, 8443);
+
+	ck_assert_uint_eq(cfg->nupstreams, 2);
+	u = &cfg->upstreams[0];
+	ck_assert_str_eq(u->name, "orders");
+	ck_assert_uint_eq(u->nservers, 2);
+	ck_assert_str_eq(u->servers[0].addr.text, "127.0.0.1:9001");
+	ck_assert_uint_eq(u->servers[0].weight, 1);
+	ck_assert_str_eq(u->servers[1].addr.text, "127.0.0.1:9002");
+	ck_assert_uint_eq(u->servers[1].weight, 2);
+	ck_assert_int_eq(u->balance, BALANCE_LEAST_CONN);
+	ck_assert_uint_eq(u->keepalive, 8);
+	ck_assert_str_eq(u->host_header, "orders.internal");
+	u = &cfg->upstreams[1];
+	ck_assert_str_eq(u->name, "users");
+	ck_assert_int_eq(u->balance, BALANCE_HASH);
+	ck_assert_uint_eq(u->keepalive, 32);
+	ck_assert_ptr_null(u->host_header);
+
+	ck_assert_uint_eq(cfg->nroutes, 3);
+	r = &cfg->routes[0];
+	ck_assert_str_eq(r->name, "orders");
+	ck_assert_str_eq(r->host, "api.example.com");          /* lowercased */
+	ck_assert_ptr_null(r->path);
+	ck_assert_str_eq(r->path_prefix, "/api/orders");
+	ck_assert_uint_eq(r->methods, METHOD_GET | METHOD_HEAD | METHOD_POST);
+	ck_assert_ptr_eq(r->upstream, &cfg->upstreams[0]);
+	ck_assert_str_eq(r->strip_prefix, "/api");
+	ck_assert_int_eq(r->on_error, ON_ERROR_FAIL);
+	ck_assert_int_eq(r->validate, VALIDATE_FULL);
+	ck_assert_int_eq(r->compress, COMPRESS_GZIP);
+	ck_assert_str_eq(r->json_types[0], "application/json");
+	ck_assert_str_eq(r->json_types[1], "application/vnd.api+json");
+	ck_assert_ptr_null(r->json_types[2]);
+	r = &cfg->routes[1];
+	ck_assert_str_eq(r->path, "/healthz");
+	ck_assert_ptr_null(r->host);
+	ck_assert_ptr_eq(r->upstream, &cfg->upstreams[1]);
+	r = &cfg->routes[2];
+	ck_assert_str_eq(r->name, "routes[2]");
+	ck_assert_ptr_null(r->path);
+	ck_assert_ptr_null(r->path_prefix);
+	ck_assert_uint_eq(r->methods, METHOD_ANY);
+	ck_assert_ptr_null(r->strip_prefix);
+	ck_assert_int_eq(r->on_error, ON_ERROR_PASS);
+	ck_assert_int_eq(r->validate, VALIDATE_ENVELOPE);
+	ck_assert_int_eq(r->compress, COMPRESS_OFF);
+	ck_assert_str_eq(r->json_types[0], "application/json");
+	ck_assert_str_eq(r->json_types[1], "application/*+json");
+	ck_assert_ptr_null(r->json_types[2]);
+	ck_assert_ptr_null(r->request);
+	ck_assert_ptr_null(r->response);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_addresses)
+{
+	struct config *cfg = load_ok("config/good/addresses.yaml");
+
+	ck_assert_uint_eq(cfg->nlisteners, 5);
+	ck_assert_str_eq(cfg->listeners[1].addr.host, "0.0.0.0");
+	ck_assert_str_eq(cfg->listeners[2].addr.host, "127.0.0.1");
+	ck_assert_str_eq(cfg->listeners[3].addr.host, "::1");
+	ck_assert_uint_eq(cfg->listeners[3].addr.port, 65535);
+	ck_assert_int_eq(cfg->admin_listen->ss.ss_family, AF_INET6);
+	ck_assert_uint_eq(cfg->upstreams[0].servers[2].weight, 1000);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_anchors)
+{
+	struct config *cfg = load_ok("config/good/anchors.yaml");
+
+	ck_assert_uint_eq(cfg->upstreams[1].nservers, 2);
+	ck_assert_str_eq(cfg->routes[1].path_prefix, "/api");
+	ck_assert_uint_eq(cfg->routes[1].methods, METHOD_GET | METHOD_HEAD);
+	ck_assert_ptr_eq(cfg->routes[1].upstream, &cfg->upstreams[1]);
+	config_free(cfg);
+}
+END_TEST
+
+/* The sample the quick start runs. */
+START_TEST(test_sample)
+{
+	struct config *cfg = load_ok("../conf/jsongate.yaml");
+
+	ck_assert_uint_eq(cfg->nlisteners, 1);
+	ck_assert_str_eq(cfg->listeners[0].addr.text, "127.0.0.1:8080");
+	ck_assert_str_eq(cfg->access_log, "stderr");
+	ck_assert_int_eq(cfg->access_format, ACCESS_JSON);
+	ck_assert_uint_eq(cfg->nupstreams, 1);
+	ck_assert_str_eq(cfg->upstreams[0].name, "demo");
+	ck_assert_str_eq(cfg->upstreams[0].servers[0].addr.text, "127.0.0.1:9000");
+	ck_assert_uint_eq(cfg->upstreams[0].keepalive, 32);
+	ck_assert_uint_eq(cfg->nroutes, 2);
+	ck_assert_str_eq(cfg->routes[0].path_prefix, "/api/");
+	ck_assert_str_eq(cfg->routes[1].path_prefix, "/");
+	ck_assert_ptr_null(cfg->routes[0].response);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_good_files)
+{
+	char rel[512];
+	struct config *cfg;
+
+	snprintf(rel, sizeof(rel), "config/good/%s", good_files[_i]);
+	cfg = load_ok(rel);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_bad_files)
+{
+	char rel[512], *path, *errors = NULL, *text, *expected;
+	struct config *cfg;
+	size_t len;
+
+	snprintf(rel, sizeof(rel), "config/bad/%s", bad_files[_i]);
+	path = test_path(rel);
+	cfg = config_load(path, &errors);
+	ck_assert_msg(cfg == NULL, "%s loaded but should fail", rel);
+	ck_assert_ptr_nonnull(errors);
+
+	len = strlen(rel);
+	strcpy(rel + len - 5, ".expected");
+	free(path);
+	path = test_path(rel);
+	text = read_file(path);
+	free(path);
+	snprintf(rel, sizeof(rel), "config/bad/%s", bad_files[_i]);
+	path = test_path(rel);
+	expected = subst_file(text, path);
+	ck_assert_msg(strcmp(errors, expected) == 0, "%s:\nexpected:\n%s\ngot:\n%s", rel, expected,
+	    errors);
+	free(text);
+	free(expected);
+	free(errors);
+	free(path);
+}
+END_TEST
+
+START_TEST(test_schema)
+{
+	char *buf = NULL, *line, *save = NULL;
+	size_t len = 0, n = 0;
+	FILE *fp = open_memstream(&buf, &len);
+	const char *p;
+	int tabs;
+
+	config_schema_write(fp);
+	fclose(fp);
+	ck_assert_ptr_nonnull(strstr(buf, "limits.max_body\tsize\t8m\t"));
+	ck_assert_ptr_nonnull(strstr(buf, "routes[].match.path_prefix\tpath\t-\t"));
+	ck_assert_ptr_nonnull(strstr(buf, "listeners\tlist\t(required)\t"));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		for (tabs = 0, p = line; *p; p++)
+			tabs += *p == '\t';
+		ck_assert_msg(tabs == 3, "bad schema line: %s", line);
+		n++;
+	}
+	ck_assert_uint_ge(n, 40);
+	free(buf);
+}
+END_TEST
+
+static Suite *
+config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc;
+
+	tc = tcase_create("parsers");
+	tcase_add_test(tc, test_size);
+	tcase_add_test(tc, test_duration);
+	tcase_add_test(tc, test_addr);
+	tcase_add_test(tc, test_method_bit);
+	tcase_add_test(tc, test_error_api);
+	tcase_add_test(tc, test_schema);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("load");
+	tcase_add_test(tc, test_cannot_open);
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_nulls_are_defaults);
+	tcase_add_test(tc, test_full);
+	tcase_add_test(tc, test_addresses);
+	tcase_add_test(tc, test_anchors);
+	tcase_add_test(tc, test_sample);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_add_loop_test(tc, test_good_files, 0, (int)ngood);
+	tcase_add_loop_test(tc, test_bad_files, 0, (int)nbad);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	size_t i;
+	int failed;
+
+	srcdir = getenv("TESTS_SRCDIR");
+	if (srcdir == NULL)
+		srcdir = "tests";
+	good_files = list_yaml("good", &ngood);
+	bad_files = list_yaml("bad", &nbad);
+	if (ngood == 0 || nbad == 0) {
+		fprintf(stderr, "no config files under %s/config (set TESTS_SRCDIR)\n", srcdir);
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(config_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	for (i = 0; i < ngood; i++)
+		free(good_files[i]);
+	for (i = 0; i < nbad; i++)
+		free(bad_files[i]);
+	free(good_files);
+	free(bad_files);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
