@@ -245,15 +245,12 @@ http_acc_cl(struct http_acc *a, const char *v, size_t len)
 		int64_t x = 0;
 		for (size_t i = 0; i < e.len; i++) {
 			unsigned d = (unsigned char)e.p[i] - '0';
-			if (d > 9) {
+			/* x * 10 + d must stay below 2^62 */
+			if (d > 9 || x > ((((int64_t)1 << 62) - 1 - (int64_t)d) / 10)) {
 				a->cl_bad = 1;
 				return;
 			}
 			x = x * 10 + d;
-			if (x >= ((int64_t)1 << 62)) {
-				a->cl_bad = 1;
-				return;
-			}
 		}
 		if (a->cl >= 0 && a->cl != x) {
 			a->cl_bad = 1;
