@@ -58,8 +58,8 @@ SANITIZER_MARKS = ('ERROR: AddressSanitizer', 'ERROR: LeakSanitizer',
 
 __all__ = [
     'Suite', 'Env', 'Client', 'Response', 'ScriptedUpstream', 'Request',
-    'answer', 'slowly', 'close_before_answer', 'close_mid_body', 'hang',
-    'http_response', 'upstream_config', 'to_yaml', 'free_port',
+    'answer', 'slowly', 'pieces', 'close_before_answer', 'close_mid_body', 'hang',
+    'http_response', 'build_request', 'upstream_config', 'to_yaml', 'free_port',
     'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until',
     'gateway_error_body', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
     'WRAPPER', 'SLOW', 'IO_TIMEOUT', 'ProtocolError', 'json', 'os', 're',
@@ -418,12 +418,14 @@ class Client:
                 r.error = 'closed after %d of %s body bytes' % (r.body_len, cls[0])
         else:
             r.framing = 'close'
-            while self._fill(deadline):
+            while True:
                 piece, self.buf = self.buf, b''
                 r.body_len += len(piece)
                 r.body_crc = zlib.crc32(piece, r.body_crc)
                 if keep:
                     r.body += piece
+                if not self._fill(deadline):
+                    break
             r.complete = True
 
     def request(self, method, target, headers=(), body=None, version='HTTP/1.1',
@@ -489,20 +491,28 @@ class Request:
         return '<Request #%d %r>' % (self.conn, self.raw[:300])
 
 
-def answer(data, close=False, expect=None):
+def answer(data, close=False, expect=None, delay=0):
     """Send data (bytes, or a function of the Request giving bytes).
 
-    close=True closes the connection after sending. expect, a function of
-    the Request, returns an error string when the request is not what the
-    test expected (recorded in upstream.errors).
+    delay: seconds to wait before sending. close=True closes the connection
+    after sending. expect, a function of the Request, returns an error
+    string when the request is not what the test expected (recorded in
+    upstream.errors).
     """
-    return {'action': 'answer', 'data': data, 'close': close, 'expect': expect}
+    return {'action': 'answer', 'data': data, 'close': close, 'expect': expect,
+            'delay': delay}
 
 
 def slowly(data, piece=1, delay=0.05, close=False):
     """Send data in pieces of `piece` bytes with `delay` seconds between."""
-    return {'action': 'slowly', 'data': data, 'piece': piece, 'delay': delay,
+    return {'action': 'pieces', 'data': data, 'piece': piece, 'delay': delay,
             'close': close, 'expect': None}
+
+
+def pieces(*parts, close=True):
+    """Send each (bytes, seconds to wait after) in turn, then close."""
+    return {'action': 'parts', 'data': b'', 'parts': parts, 'close': close,
+            'expect': None}
 
 
 def close_before_answer():
@@ -607,12 +617,19 @@ class ScriptedUpstream:
                 if step['action'] == 'hang':
                     self.stopping.wait()
                     break
-                if step['action'] == 'slowly':
+                if step['action'] == 'pieces':
                     for i in range(0, len(data), step['piece']):
                         conn.sendall(data[i:i + step['piece']])
                         if self.stopping.wait(step['delay']):
                             break
+                elif step['action'] == 'parts':
+                    for part, wait in step['parts']:
+                        conn.sendall(part)
+                        if self.stopping.wait(wait):
+                            break
                 elif data:
+                    if step.get('delay') and self.stopping.wait(step['delay']):
+                        break
                     conn.sendall(data)
                 if step['close']:
                     break
@@ -883,7 +900,7 @@ class Env:
         return self.suite.record('%s: %s' % (self.name, what), bool(cond), detail)
 
     def eq(self, what, got, want):
-        return self.check(what, got == want, 'got %r, want %r' % (got, want))
+        return self.check(what, got == want, _difference(got, want))
 
     def require(self, what, cond, detail=''):
         if not self.check(what, cond, detail):
@@ -932,6 +949,22 @@ class Env:
                        not up.errors, '; '.join(up.errors)[:2000])
         for p in self.procs:
             p.stop()
+
+
+def _short(value, limit=400):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + '...(%d chars)' % len(text)
+
+
+def _difference(got, want):
+    """got/want, shortened; for long strings, where they first differ."""
+    if isinstance(got, (bytes, str)) and isinstance(want, type(got)) and \
+            max(len(got), len(want)) > 200:
+        i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        return 'lengths %d and %d (want), first difference at offset %d: got %s, want %s' % (
+            len(got), len(want), i, _short(got[max(0, i - 40):i + 80], 300),
+            _short(want[max(0, i - 40):i + 80], 300))
+    return 'got %s, want %s' % (_short(got), _short(want))
 
 
 class Suite:
