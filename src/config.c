@@ -771,7 +771,8 @@ static const struct config_field config_route_fields[] = {
 	    "JSON checking: envelope (edited object) or full (strict RFC 8259)"),
 	F_ENUM("compress", struct config_route, compress, "off", config_compresses,
 	    "re-compress rewritten bodies: off or gzip"),
-	F_CUSTOM("json_types", config_parse_json_types, "list", "[application/json, application/*+json]", 0,
+	F_CUSTOM("json_types", config_parse_json_types, "list",
+	    "[application/json, application/*+json]", 0,
 	    "media types treated as JSON"),
 	F_CUSTOM("request", config_parse_request_ops, "list", NULL, 0, "ops on JSON request bodies"),
 	F_CUSTOM("response", config_parse_response_ops, "list", NULL, 0, "ops on JSON response bodies"),
@@ -1092,6 +1093,19 @@ config_parse_map(struct config_parse *ctx, const yaml_node_t *map,
 	}
 }
 
+/* A list item or named object: unlike an optional section, it must be a mapping. */
+static void
+config_parse_object(struct config_parse *ctx, const yaml_node_t *node,
+    const struct config_section *sec, void *obj)
+{
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected a mapping, got %s",
+		    config_is_null(node) ? "nothing" : config_node_kind(node));
+		return;
+	}
+	config_parse_map(ctx, node, sec, obj);
+}
+
 /* ------------------------------------------------------------------ custom fields */
 
 static void
@@ -1144,7 +1158,8 @@ config_list(struct config_parse *ctx, const yaml_node_t *node)
 	return node;
 }
 
-#define config_list_len(n)      ((size_t)((n)->data.sequence.items.top - (n)->data.sequence.items.start))
+#define config_list_len(n) \
+	((size_t)((n)->data.sequence.items.top - (n)->data.sequence.items.start))
 #define config_list_item(ctx, n, i) config_node((ctx), (n)->data.sequence.items.start[(i)])
 
 static void
@@ -1166,7 +1181,7 @@ config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *
 	for (i = 0; i < n; i++) {
 		item = config_list_item(ctx, node, i);
 		saved = config_where_push(ctx, "[%zu]", i);
-		config_parse_map(ctx, item, &config_listener_section, &cfg->listeners[i]);
+		config_parse_object(ctx, item, &config_listener_section, &cfg->listeners[i]);
 		config_where_pop(ctx, saved);
 		if (cfg->listeners[i].addr.text == NULL)
 			continue;
@@ -1258,7 +1273,7 @@ config_parse_upstreams(struct config_parse *ctx, const yaml_node_t *node, void *
 		}
 		cfg->upstreams[cfg->nupstreams].name = config_xstrdup(name);
 		saved = config_where_push(ctx, ".%s", name);
-		config_parse_map(ctx, config_node(ctx, pair->value), &config_upstream_section,
+		config_parse_object(ctx, config_node(ctx, pair->value), &config_upstream_section,
 		    &cfg->upstreams[cfg->nupstreams]);
 		config_where_pop(ctx, saved);
 		cfg->nupstreams++;
@@ -1516,7 +1531,7 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		route = &cfg->routes[i];
 		item = config_list_item(ctx, node, i);
 		rsaved = config_where_push(ctx, "[%zu]", i);
-		config_parse_map(ctx, item, &config_route_section, route);
+		config_parse_object(ctx, item, &config_route_section, route);
 		if (route->methods == 0)
 			route->methods = METHOD_ANY;
 		if (item->type == YAML_MAPPING_NODE)
@@ -1595,6 +1610,27 @@ config_free(struct config *cfg)
 	free(cfg);
 }
 
+/* Checks across sections: the admin endpoint cannot share a listener's address. */
+static void
+config_check_top(struct config_parse *ctx, const yaml_node_t *root)
+{
+	const struct config *cfg = ctx->cfg;
+	size_t i, saved;
+
+	if (cfg->admin_listen == NULL)
+		return;
+	for (i = 0; i < cfg->nlisteners; i++) {
+		if (cfg->listeners[i].addr.text == NULL ||
+		    !config_addr_same(cfg->admin_listen, &cfg->listeners[i].addr))
+			continue;
+		saved = config_where_key(ctx, "admin.listen");
+		config_error(ctx, config_map_get(ctx, config_map_get(ctx, root, "admin"), "listen"),
+		    "%s is already used by listeners[%zu]", cfg->admin_listen->text, i);
+		config_where_pop(ctx, saved);
+		break;
+	}
+}
+
 /* libyaml's problem at its position, with where the construct it was reading began. */
 static void
 config_syntax_error(struct config_parse *ctx, const yaml_parser_t *parser)
@@ -1630,8 +1666,10 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	root = yaml_document_get_root_node(&doc);
 	if (root == NULL)
 		config_error(ctx, NULL, "the configuration is empty");
-	else
+	else {
 		config_parse_map(ctx, root, &config_top_section, ctx->cfg);
+		config_check_top(ctx, root);
+	}
 
 	/* A second document would be silently ignored: say so instead. */
 	if (root != NULL) {
