@@ -176,6 +176,8 @@ headers_listed_collect(struct headers_listed *l, const struct http_header *hs, s
 static int
 headers_is_listed(const struct headers_listed *l, struct http_str name)
 {
+	if (l->n == 0)
+		return 0;
 	if (l->overflow) {
 		for (size_t i = 0; i < l->nhs; i++)
 			if (HEADERS_IS(l->hs[i].name, "connection") &&
@@ -259,6 +261,8 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 		const struct http_header *h = &req->headers[i];
 
 		kind[i] = (unsigned char)headers_request_kind(h->name);
+		if (kind[i] == HK_KEEP && headers_is_listed(&listed, h->name))
+			kind[i] = HK_DROP;
 		if (kind[i] == HK_KEEP)
 			size += h->name.len + h->value.len + 4;
 		else if (kind[i] == HK_XFF && h->value.len > 0) {
@@ -290,11 +294,8 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &req->headers[i];
 
-		if (kind[i] != HK_KEEP)
-			continue;
-		if ((listed.n > 0 || listed.overflow) && headers_is_listed(&listed, h->name))
-			continue;
-		w = headers_put_field(w, h->name, h->value);
+		if (kind[i] == HK_KEEP)
+			w = headers_put_field(w, h->name, h->value);
 	}
 
 	/* Every X-Forwarded-For received, in order, merged into one, then the client. */
@@ -388,6 +389,8 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 		const struct http_header *h = &resp->headers[i];
 
 		kind[i] = (unsigned char)headers_response_kind(h->name);
+		if (kind[i] != HK_DROP && headers_is_listed(&listed, h->name))
+			kind[i] = HK_DROP;
 		if (kind[i] == HK_DROP)
 			continue;
 		if (kind[i] == HK_REQUEST_ID)
@@ -413,11 +416,8 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &resp->headers[i];
 
-		if (kind[i] == HK_DROP)
-			continue;
-		if ((listed.n > 0 || listed.overflow) && headers_is_listed(&listed, h->name))
-			continue;
-		w = headers_put_field(w, h->name, h->value);
+		if (kind[i] != HK_DROP)
+			w = headers_put_field(w, h->name, h->value);
 	}
 	if (!has_id && request_id.len > 0) {
 		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");

@@ -178,6 +178,8 @@ static const struct resp_rule resp_rules[] = {
 	{ "content-length dropped with TE", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n"
 	    "Transfer-Encoding: chunked\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nX-Request-Id: id\r\n" },
 	{ "100 continue", "HTTP/1.1 100 Continue\r\n\r\n", "", "HTTP/1.1 100 Continue\r\n" },
+	{ "listed request id replaced", "HTTP/1.1 200 OK\r\nConnection: X-Request-Id\r\n"
+	    "X-Request-Id: hop\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nX-Request-Id: id\r\n" },
 };
 
 START_TEST(test_response_rules)
