@@ -1631,12 +1631,36 @@ config_check_top(struct config_parse *ctx, const yaml_node_t *root)
 	}
 }
 
-/* libyaml's problem at its position, with where the construct it was reading began. */
+/*
+ * libyaml's problem at its position, with where the construct it was reading began.  Reader
+ * errors (bad UTF-8, control bytes) carry only a byte offset: count lines up to it.
+ */
 static void
-config_syntax_error(struct config_parse *ctx, const yaml_parser_t *parser)
+config_syntax_error(struct config_parse *ctx, const yaml_parser_t *parser, FILE *fp)
 {
 	const char *problem = parser->problem ? parser->problem : "YAML syntax error";
+	yaml_mark_t mark;
+	size_t off;
+	int c, err = errno;
 
+	if (parser->error == YAML_READER_ERROR) {
+		if (ferror(fp)) {
+			config_error(ctx, NULL, "cannot read: %s", strerror(err));
+			return;
+		}
+		memset(&mark, 0, sizeof(mark));
+		rewind(fp);
+		for (off = 0; off < parser->problem_offset && (c = getc(fp)) != EOF; off++) {
+			if (c == '\n') {
+				mark.line++;
+				mark.column = 0;
+			} else if ((c & 0xc0) != 0x80)
+				mark.column++;  /* count characters, not UTF-8 continuation bytes */
+		}
+		config_error_at(ctx, mark, "%s (byte 0x%02x)", problem,
+		    (unsigned)parser->problem_value & 0xff);
+		return;
+	}
 	if (parser->context != NULL)
 		config_error_at(ctx, parser->problem_mark, "%s (%s at %zu:%zu)",
 		    problem, parser->context, parser->context_mark.line + 1,
@@ -1658,7 +1682,7 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	}
 	yaml_parser_set_input_file(&parser, fp);
 	if (!yaml_parser_load(&parser, &doc)) {
-		config_syntax_error(ctx, &parser);
+		config_syntax_error(ctx, &parser, fp);
 		yaml_parser_delete(&parser);
 		return;
 	}
@@ -1674,7 +1698,7 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	/* A second document would be silently ignored: say so instead. */
 	if (root != NULL) {
 		if (!yaml_parser_load(&parser, &extra))
-			config_syntax_error(ctx, &parser);
+			config_syntax_error(ctx, &parser, fp);
 		else {
 			if (yaml_document_get_root_node(&extra) != NULL)
 				config_error(ctx, yaml_document_get_root_node(&extra),
@@ -1703,8 +1727,6 @@ config_load(const char *path, char **errors)
 		config_error(ctx, NULL, "cannot open: %s", strerror(errno));
 	else {
 		config_load_doc(ctx, fp);
-		if (ferror(fp) && ctx->nerrs == 0)
-			config_error(ctx, NULL, "cannot read: %s", strerror(errno));
 		fclose(fp);
 	}
 	if (ctx->nerrs > 0) {

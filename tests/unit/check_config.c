@@ -274,6 +274,20 @@ START_TEST(test_cannot_open)
 }
 END_TEST
 
+START_TEST(test_cannot_read)
+{
+	char *path = test_path("config"), *errors = NULL, *expected;
+	struct config *cfg = config_load(path, &errors);
+
+	ck_assert_ptr_null(cfg);
+	expected = subst_file("@FILE@: cannot read: Is a directory\n", path);
+	ck_assert_str_eq(errors, expected);
+	free(expected);
+	free(errors);
+	free(path);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ loading */
 
 START_TEST(test_defaults)
@@ -541,6 +555,7 @@ config_suite(void)
 
 	tc = tcase_create("load");
 	tcase_add_test(tc, test_cannot_open);
+	tcase_add_test(tc, test_cannot_read);
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_nulls_are_defaults);
 	tcase_add_test(tc, test_full);
