@@ -1,0 +1,245 @@
+"""Errors the gateway produces: exact bytes of the JSON error responses for
+no route, malformed requests (400), unsupported versions (505), upstreams
+refusing, closing, answering garbage or too slowly (502, 504)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+
+T = Suite(__file__)
+
+# Each is sent alone on a fresh connection; all must get 400 and a close.
+MALFORMED = [
+    ('Content-Length with Transfer-Encoding',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'),
+    ('Transfer-Encoding with Content-Length',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n'),
+    ('conflicting Content-Length headers',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!'),
+    ('conflicting Content-Length list',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\nhello!'),
+    ('non-numeric Content-Length',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n'),
+    ('negative Content-Length',
+     b'POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n'),
+    ('obs-fold header continuation',
+     b'GET /x HTTP/1.1\r\nHost: a\r\nX-Long: one\r\n  two\r\n\r\n'),
+    ('bare LF in the request line',
+     b'GET /x HTTP/1.1\nHost: a\r\n\r\n'),
+    ('garbage request line',
+     b'HELLO\r\n\r\n'),
+    ('space before the colon',
+     b'GET /x HTTP/1.1\r\nHost : a\r\n\r\n'),
+    ('header line without a colon',
+     b'GET /x HTTP/1.1\r\nHost: a\r\nNoColonHere\r\n\r\n'),
+]
+
+# The head is valid, so it may be forwarded before the body turns out bad.
+BAD_CHUNKS = [
+    ('invalid chunk size', b'zz\r\nhello\r\n0\r\n\r\n'),
+    ('chunk size overflowing 64 bits', b'1ffffffffffffffff\r\nhello\r\n0\r\n\r\n'),
+    ('chunk data not followed by CRLF', b'5\r\nhelloXX0\r\n\r\n'),
+]
+
+
+def fail_everything(req):
+    return 'request reached the upstream: %r' % req
+
+
+@T.case
+def no_route(env):
+    up = env.scripted()
+    routes = [{'name': 'api', 'match': {'path_prefix': '/api'}, 'upstream': 'app'}]
+    gw = env.daemon(upstream_config(up.address, routes=routes))
+    c = env.client(gw.port)
+    r = c.request('GET', '/nothing/here?x=1', [('Host', 'a')])
+    env.gateway_error('404 generated id', r, 404, 'no_route', 'no route matches the request', close=False)
+    r = c.request('GET', '/nothing', [('Host', 'a'), ('X-Request-Id', 'client-id-1')])
+    env.gateway_error('404 keeps the connection and the client id', r, 404, 'no_route',
+                      'no route matches the request', close=False, request_id='client-id-1')
+    r = c.request('POST', '/nothing', [('Host', 'a')], b'{"unread":"body"}')
+    closes = r is not None and r.all('Connection') == ['close']
+    env.gateway_error('404 for a request with a body (the body may be drained or not)', r, 404,
+                      'no_route', 'no route matches the request', close=closes)
+    if closes:
+        env.check('404 with Connection: close, then closed', c.wait_closed(5), 'still open')
+    else:
+        r = c.request('GET', '/nothing', [('Host', 'a')])
+        env.eq('404 kept alive: the body was drained, the next request is answered',
+               r.status if r else None, 404)
+    c = env.client(gw.port)
+    r = c.request('GET', '/nothing', [('Host', 'a'), ('Connection', 'close')])
+    env.gateway_error('404 when the client asked to close', r, 404, 'no_route',
+                      'no route matches the request', close=True)
+    env.check('then closed', c.wait_closed(5), 'still open')
+    env.eq('nothing reached the upstream', up.requests, [])
+
+
+@T.case
+def malformed_requests(env):
+    up = env.scripted()
+    gw = env.daemon(upstream_config(up.address))
+    for label, raw in MALFORMED:
+        c = env.client(gw.port)
+        c.send(raw)
+        try:
+            r = c.read_response()
+        except (ProtocolError, socket.timeout) as e:
+            env.check(label + ': a 400 response', False, repr(e))
+            continue
+        env.gateway_error(label, r, 400, 'bad_request', 'malformed request', close=True)
+        env.check(label + ': connection closed', c.wait_closed(5), 'still open')
+    env.eq('no malformed request reached the upstream', up.requests, [])
+
+
+@T.case
+def malformed_chunked_bodies(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address))
+    for label, body in BAD_CHUNKS:
+        c = env.client(gw.port)
+        c.send(b'POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n' + body)
+        try:
+            r = c.read_response('POST')
+        except (ProtocolError, socket.timeout) as e:
+            env.check(label + ': a 400 response', False, repr(e))
+            continue
+        env.gateway_error(label, r, 400, 'bad_request', 'malformed request', close=True)
+        env.check(label + ': connection closed', c.wait_closed(5), 'still open')
+    env.eq('no complete request reached the upstream', up.requests, [])
+    up.errors.clear()       # the upstream may have seen a head, then a close
+
+
+@T.case
+def unsupported_version(env):
+    up = env.scripted()
+    gw = env.daemon(upstream_config(up.address))
+    for version in ('HTTP/2.0', 'HTTP/3.0'):
+        c = env.client(gw.port)
+        c.send(('GET /x %s\r\nHost: a\r\n\r\n' % version).encode())
+        r = c.read_response()
+        env.gateway_error(version + ' gets 505', r, 505, 'version_not_supported', None, close=True)
+    env.eq('nothing reached the upstream', up.requests, [])
+
+
+@T.case
+def upstream_refused(env):
+    port = free_port()
+    gw = env.daemon(upstream_config('127.0.0.1:%d' % port))
+    c = env.client(gw.port)
+    for i in range(2):
+        r = c.request('GET', '/x', [('Host', 'a'), ('X-Request-Id', 'refused-%d' % i)])
+        env.gateway_error('refused, request %d on the same connection' % i, r, 502,
+                          'upstream_unavailable', 'connect to 127.0.0.1:%d refused' % port,
+                          close=False, request_id='refused-%d' % i)
+
+
+@T.case
+def upstream_closes_before_answering(env):
+    up = env.scripted([close_before_answer()])
+    gw = env.daemon(upstream_config(up.address))
+    c = env.client(gw.port)
+    r = c.request('POST', '/x', [('Host', 'a')], b'{"a":1}')
+    env.gateway_error('fresh connection closed without a byte', r, 502, 'upstream_unavailable',
+                      'upstream %s closed the connection before answering' % up.address, close=False)
+    env.eq('the POST was sent once', len(up.requests), 1)
+
+
+@T.case
+def upstream_invalid(env):
+    cases = [('garbage status line', b'HELLO WORLD\r\n\r\n'),
+             ('bad Content-Length', b'HTTP/1.1 200 OK\r\nContent-Length: x1\r\n\r\n'),
+             ('obs-fold in the response', b'HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\nContent-Length: 0\r\n\r\n'),
+             ('status code out of range', b'HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n')]
+    up = env.scripted([answer(raw, close=True) for _, raw in cases])
+    gw = env.daemon(upstream_config(up.address))
+    for label, _ in cases:
+        c = env.client(gw.port)
+        r = c.request('GET', '/x', [('Host', 'a')])
+        env.gateway_error(label, r, 502, 'upstream_invalid',
+                          'malformed response from upstream %s' % up.address, close=False)
+
+
+@T.case
+def upstream_content_length_with_chunked(env):
+    # RFC 9112 6.3: an error, or forwarded with chunked winning and no Content-Length.
+    raw = b'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n'
+    up = env.scripted([answer(raw, close=True)])
+    gw = env.daemon(upstream_config(up.address))
+    r = env.client(gw.port).request('GET', '/x', [('Host', 'a')])
+    if r.status == 502:
+        env.gateway_error('refused as invalid', r, 502, 'upstream_invalid',
+                          'malformed response from upstream %s' % up.address, close=False)
+    else:
+        env.eq('or forwarded chunked without Content-Length',
+               (r.status, r.framing, 'content-length' in r.names(), r.body, r.complete),
+               (200, 'chunked', False, b'abc', True))
+
+
+@T.case
+def upstream_response_timeout(env):
+    up = env.scripted([hang()])
+    conf = upstream_config(up.address, timeouts={'upstream_connect': '2s', 'upstream_response': '1s',
+                                                 'shutdown_grace': '2s'})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    start = time.monotonic()
+    r = c.request('GET', '/slow', [('Host', 'a'), ('X-Request-Id', 'slow-1')])
+    took = time.monotonic() - start
+    env.gateway_error('no answer in time', r, 504, 'upstream_timeout',
+                      'upstream %s did not answer in time' % up.address, close=False,
+                      request_id='slow-1')
+    env.check('504 after about upstream_response (1s)', 0.8 <= took <= 6 * SLOW, '%.2fs' % took)
+
+
+def blackhole():
+    """A listener whose accept queue is full: connecting to it times out."""
+    lst = socket.socket()
+    lst.bind(('127.0.0.1', 0))
+    lst.listen(0)
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(lst.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    return lst, fillers
+
+
+@T.case
+def upstream_connect_timeout(env):
+    lst, fillers = blackhole()
+    port = lst.getsockname()[1]
+    try:
+        probe = socket.socket()
+        probe.settimeout(0.5)
+        try:
+            probe.connect(('127.0.0.1', port))
+            env.require('the blackhole listener drops connections', False, 'a connect succeeded')
+        except socket.timeout:
+            pass
+        finally:
+            probe.close()
+        conf = upstream_config('127.0.0.1:%d' % port,
+                               timeouts={'upstream_connect': '1s', 'upstream_response': '10s',
+                                         'shutdown_grace': '2s'})
+        gw = env.daemon(conf)
+        c = env.client(gw.port)
+        start = time.monotonic()
+        r = c.request('GET', '/x', [('Host', 'a')])
+        took = time.monotonic() - start
+        env.gateway_error('connect timed out', r, 504, 'upstream_timeout',
+                          'connect to 127.0.0.1:%d timed out' % port, close=False)
+        env.check('504 after about upstream_connect (1s)', 0.8 <= took <= 6 * SLOW, '%.2fs' % took)
+    finally:
+        for s in fillers:
+            s.close()
+        lst.close()
+
+
+T.run()
