@@ -2,6 +2,7 @@
  * Header rules of a proxied message.  Each head is written with one evbuffer reservation:
  * a first pass classifies the headers and sizes the output, a second copies.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -224,6 +225,7 @@ headers_reserve(struct evbuffer *out, size_t size, struct evbuffer_iovec *vec)
 static int
 headers_commit(struct evbuffer *out, struct evbuffer_iovec *vec, char *start, char *w)
 {
+	assert((size_t)(w - start) <= vec->iov_len);    /* the sizing pass was exact enough */
 	vec->iov_len = (size_t)(w - start);
 	return evbuffer_commit_space(out, vec, 1) == 0 ? 0 : -1;
 }

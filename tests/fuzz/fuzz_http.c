@@ -5,11 +5,15 @@
  * lengths (one byte each), then the message.  The message goes to http_parse_request,
  * http_parse_response and http_chunked_feed; the decoder is fed whole, in the pieces the
  * split lengths describe, and byte by byte, and must give the same result every time.
+ * Parsed heads also go through the header rules, whose output must be a well-formed head.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
+#include "headers.h"
 #include "http.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
@@ -30,6 +34,56 @@ fuzz_headers(const struct http_header *hs, size_t n, const char *buf, size_t len
 		for (size_t j = 0; j < hs[i].value.len; j++)
 			FUZZ_CHECK(hs[i].value.p[j] != '\r' && hs[i].value.p[j] != '\n');
 	}
+}
+
+/* Output of the header rules: CRLF-terminated lines, no bare CR or LF, no empty line. */
+static void
+fuzz_check_out(struct evbuffer *out)
+{
+	size_t len = evbuffer_get_length(out);
+	const char *p = (const char *)evbuffer_pullup(out, -1);
+
+	FUZZ_CHECK(len >= 2 && p[len - 2] == '\r' && p[len - 1] == '\n');
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] == '\r')
+			FUZZ_CHECK(i + 1 < len && p[i + 1] == '\n' && i > 0 && p[i - 1] != '\n');
+		else if (p[i] == '\n')
+			FUZZ_CHECK(i > 0 && p[i - 1] == '\r');
+	}
+	evbuffer_drain(out, len);
+}
+
+static void
+fuzz_rules_request(const struct http_request *req)
+{
+	static struct evbuffer *out;
+	struct headers_forward fw = {
+		.client_addr = "192.0.2.1",
+		.request_id = { "0123456789abcdef0123456789abcdef", 32 },
+		.target = { NULL, 0 },
+	};
+
+	if (out == NULL)
+		out = evbuffer_new();
+	FUZZ_CHECK(headers_request_out(out, req, &fw) == 0);
+	fuzz_check_out(out);
+	fw.host_override = "upstream.internal";
+	fw.target = req->target.p[0] == '/' ? req->target : req->path;
+	fw.tls = 1;
+	FUZZ_CHECK(headers_request_out(out, req, &fw) == 0);
+	fuzz_check_out(out);
+}
+
+static void
+fuzz_rules_response(const struct http_response *resp)
+{
+	static struct evbuffer *out;
+	struct http_str id = { "abc", 3 };
+
+	if (out == NULL)
+		out = evbuffer_new();
+	FUZZ_CHECK(headers_response_out(out, resp, id) == 0);
+	fuzz_check_out(out);
 }
 
 static void
@@ -55,6 +109,7 @@ fuzz_request(const char *buf, size_t len)
 	/* The head ends where it ends: no look-ahead, and one byte less is incomplete. */
 	FUZZ_CHECK(http_parse_request(buf, (size_t)r, &again) == r);
 	FUZZ_CHECK(http_parse_request(buf, (size_t)r - 1, &again) == HTTP_INCOMPLETE);
+	fuzz_rules_request(&req);
 }
 
 static void
@@ -73,6 +128,7 @@ fuzz_response(const char *buf, size_t len)
 	fuzz_headers(resp.headers, resp.nheaders, buf, (size_t)r);
 	FUZZ_CHECK(http_parse_response(buf, (size_t)r, &again) == r);
 	FUZZ_CHECK(http_parse_response(buf, (size_t)r - 1, &again) == HTTP_INCOMPLETE);
+	fuzz_rules_response(&resp);
 }
 
 struct fuzz_chunked_out {
