@@ -223,9 +223,10 @@ headers_reserve(struct evbuffer *out, size_t size, struct evbuffer_iovec *vec)
 }
 
 static int
-headers_commit(struct evbuffer *out, struct evbuffer_iovec *vec, char *start, char *w)
+headers_commit(struct evbuffer *out, struct evbuffer_iovec *vec, char *start, char *w,
+    size_t size)
 {
-	assert((size_t)(w - start) <= vec->iov_len);    /* the sizing pass was exact enough */
+	assert((size_t)(w - start) <= size);    /* the sizing pass covered every byte */
 	vec->iov_len = (size_t)(w - start);
 	return evbuffer_commit_space(out, vec, 1) == 0 ? 0 : -1;
 }
@@ -331,7 +332,7 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 		*w++ = '\r';
 		*w++ = '\n';
 	}
-	return headers_commit(out, &vec, start, w);
+	return headers_commit(out, &vec, start, w, size);
 }
 
 /* Standard reason phrases (RFC 9110 15), for upstreams that send none. */
@@ -427,7 +428,7 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 		*w++ = '\r';
 		*w++ = '\n';
 	}
-	return headers_commit(out, &vec, start, w);
+	return headers_commit(out, &vec, start, w, size);
 }
 
 /* ------------------------------------------------------------------ request ids */
