@@ -1,2 +1,310 @@
-/* placeholder: replaced by the module */
-typedef int jg_placeholder_jscan;
+/*
+ * The skip scanner works on 64-byte blocks.  A variant only builds four bit masks per block
+ * (quotes, backslashes, opening and closing brackets); the shared code then removes escaped
+ * quotes, computes which bytes are inside strings with a prefix XOR, and walks the remaining
+ * brackets to track depth.  Cost per byte is a few instructions whatever the content.
+ */
+#include "jscan.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define JSCAN_X86 1
+#include <immintrin.h>
+#endif
+
+struct jscan_masks {
+	uint64_t quote, bslash, open, close;
+};
+
+/* Scan state carried from block to block. */
+struct jscan_state {
+	uint64_t esc_carry;             /* 1: the next block's first byte is escaped */
+	uint64_t in_string;             /* all ones while inside a string */
+	unsigned depth;
+	unsigned max_depth;
+	uint64_t kinds[JSCAN_MAX_DEPTH / 64 + 1];  /* bit set: that level is an object */
+};
+
+/* Bytes escaped by a backslash: after an odd run of backslashes.  Rare, so a plain loop. */
+static inline uint64_t
+jscan_escaped(uint64_t bs, uint64_t *carry)
+{
+	uint64_t esc = *carry, bit;
+
+	bs &= ~*carry;
+	*carry = 0;
+	while (bs != 0) {
+		bit = bs & -bs;
+		if (bit == (1ULL << 63)) {
+			*carry = 1;
+			break;
+		}
+		esc |= bit << 1;
+		bs &= ~(bit | (bit << 1));
+	}
+	return esc;
+}
+
+static inline uint64_t
+jscan_prefix_xor(uint64_t x)
+{
+	x ^= x << 1;
+	x ^= x << 2;
+	x ^= x << 4;
+	x ^= x << 8;
+	x ^= x << 16;
+	x ^= x << 32;
+	return x;
+}
+
+/*
+ * Process one block whose masks are m and bytes are p[0..64).  Returns the index one past the
+ * end of the value inside the block, 64 + 1 + ... never: -1 to continue, or a JSCAN_ERR_*.
+ */
+static inline int
+jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end)
+{
+	uint64_t quote, inside, brackets;
+	unsigned bit, level, obj;
+	unsigned char c;
+
+	quote = m->quote;
+	if (m->bslash != 0 || st->esc_carry != 0)
+		quote &= ~jscan_escaped(m->bslash, &st->esc_carry);
+	inside = jscan_prefix_xor(quote) ^ st->in_string;
+	st->in_string = (uint64_t)((int64_t)inside >> 63);
+	if (st->depth == 0) {
+		/* Skipping a string: its closing quote is the first quote not escaped. */
+		if (quote != 0) {
+			*end = __builtin_ctzll(quote) + 1;
+			return 1;
+		}
+		return 0;
+	}
+	brackets = (m->open | m->close) & ~inside;
+	while (brackets != 0) {
+		bit = (unsigned)__builtin_ctzll(brackets);
+		brackets &= brackets - 1;
+		c = (unsigned char)p[bit];
+		obj = (c & 0x20) != 0;          /* '{' '}' vs '[' ']' */
+		if ((c & 0x04) == 0) {          /* '{' or '[' */
+			level = ++st->depth;
+			if (level > st->max_depth)
+				return JSCAN_ERR_DEPTH;
+			if (obj)
+				st->kinds[level >> 6] |= 1ULL << (level & 63);
+			else
+				st->kinds[level >> 6] &= ~(1ULL << (level & 63));
+		} else {
+			level = st->depth;
+			if (((st->kinds[level >> 6] >> (level & 63)) & 1) != obj)
+				return JSCAN_ERR_SYNTAX;
+			if (--st->depth == 0) {
+				*end = (int)bit + 1;
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+static inline void
+jscan_masks_scalar(const char *p, struct jscan_masks *m)
+{
+	uint64_t q = 0, b = 0, o = 0, c = 0, bit;
+	unsigned char x;
+	int i;
+
+	for (i = 0; i < 64; i++) {
+		x = (unsigned char)p[i];
+		bit = 1ULL << i;
+		q |= x == '"' ? bit : 0;
+		b |= x == '\\' ? bit : 0;
+		x &= 0xdf;
+		o |= x == 0x5b ? bit : 0;
+		c |= x == 0x5d ? bit : 0;
+	}
+	m->quote = q;
+	m->bslash = b;
+	m->open = o;
+	m->close = c;
+}
+
+#ifdef JSCAN_X86
+__attribute__((target("sse2")))
+static inline void
+jscan_masks_sse2(const char *p, struct jscan_masks *m)
+{
+	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
+	const __m128i vdf = _mm_set1_epi8((char)0xdf);
+	const __m128i vo = _mm_set1_epi8(0x5b), vc = _mm_set1_epi8(0x5d);
+	uint64_t q = 0, b = 0, o = 0, c = 0;
+	__m128i x, y;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+		y = _mm_and_si128(x, vdf);
+		q |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq)) << (16 * i);
+		b |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)) << (16 * i);
+		o |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vo)) << (16 * i);
+		c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vc)) << (16 * i);
+	}
+	m->quote = q;
+	m->bslash = b;
+	m->open = o;
+	m->close = c;
+}
+
+__attribute__((target("avx2")))
+static inline void
+jscan_masks_avx2(const char *p, struct jscan_masks *m)
+{
+	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
+	const __m256i vdf = _mm256_set1_epi8((char)0xdf);
+	const __m256i vo = _mm256_set1_epi8(0x5b), vc = _mm256_set1_epi8(0x5d);
+	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+	__m256i lo2 = _mm256_and_si256(lo, vdf), hi2 = _mm256_and_si256(hi, vdf);
+
+#define JSCAN_MM(a, b, v) ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, v)) | \
+	    (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, v)) << 32)
+	m->quote = JSCAN_MM(lo, hi, vq);
+	m->bslash = JSCAN_MM(lo, hi, vb);
+	m->open = JSCAN_MM(lo2, hi2, vo);
+	m->close = JSCAN_MM(lo2, hi2, vc);
+#undef JSCAN_MM
+}
+#endif
+
+/*
+ * The block loop, instantiated once per variant so each is compiled for its own target.  The
+ * last partial block is copied into a buffer padded with spaces, which carry no structure.
+ */
+#define JSCAN_DEFINE(name, masks_fn, attr)						\
+attr static ssize_t									\
+name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
+{											\
+	struct jscan_state st;								\
+	struct jscan_masks m;								\
+	char tail[64];									\
+	size_t i;									\
+	int end = 0, r;									\
+											\
+	st.esc_carry = 0;								\
+	st.max_depth = max_depth > JSCAN_MAX_DEPTH ? JSCAN_MAX_DEPTH : max_depth;	\
+	if (buf[pos] == '"') {								\
+		st.depth = 0;								\
+		st.in_string = ~0ULL;							\
+	} else {									\
+		if (st.max_depth < 1)							\
+			return JSCAN_ERR_DEPTH;						\
+		st.depth = 1;								\
+		st.in_string = 0;							\
+		st.kinds[0] = buf[pos] == '{' ? 2 : 0;					\
+	}										\
+	for (i = pos + 1; i + 64 <= len; i += 64) {					\
+		masks_fn(buf + i, &m);							\
+		if ((r = jscan_block(&st, buf + i, &m, &end)) != 0)			\
+			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
+	}										\
+	if (i < len) {									\
+		memset(tail, ' ', sizeof(tail));					\
+		memcpy(tail, buf + i, len - i);						\
+		masks_fn(tail, &m);							\
+		if ((r = jscan_block(&st, tail, &m, &end)) != 0) {			\
+			if (r < 0)							\
+				return r;						\
+			if (i + (size_t)end <= len)					\
+				return (ssize_t)(i + (size_t)end);			\
+		}									\
+	}										\
+	return JSCAN_ERR_SYNTAX;							\
+}
+
+JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, )
+#ifdef JSCAN_X86
+JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, __attribute__((target("sse2"))))
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, __attribute__((target("avx2"))))
+#endif
+
+typedef ssize_t (*jscan_fn)(const char *, size_t, size_t, unsigned);
+
+int
+jscan_impl_available(enum jscan_impl impl)
+{
+	switch (impl) {
+	case JSCAN_SCALAR:
+		return 1;
+#ifdef JSCAN_X86
+	case JSCAN_SSE2:
+		return __builtin_cpu_supports("sse2");
+	case JSCAN_AVX2:
+		return __builtin_cpu_supports("avx2");
+#endif
+	default:
+		return 0;
+	}
+}
+
+enum jscan_impl
+jscan_impl_best(void)
+{
+	if (jscan_impl_available(JSCAN_AVX2))
+		return JSCAN_AVX2;
+	if (jscan_impl_available(JSCAN_SSE2))
+		return JSCAN_SSE2;
+	return JSCAN_SCALAR;
+}
+
+const char *
+jscan_impl_name(enum jscan_impl impl)
+{
+	static const char *const names[] = { "scalar", "sse2", "avx2" };
+
+	return impl < JSCAN_NIMPL ? names[impl] : "none";
+}
+
+static jscan_fn
+jscan_impl_fn(enum jscan_impl impl)
+{
+	switch (impl) {
+#ifdef JSCAN_X86
+	case JSCAN_SSE2:
+		return jscan_skip_sse2;
+	case JSCAN_AVX2:
+		return jscan_skip_avx2;
+#endif
+	default:
+		return jscan_skip_scalar;
+	}
+}
+
+ssize_t
+jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
+    unsigned max_depth)
+{
+	if (!jscan_impl_available(impl))
+		return -1;
+	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
+		return JSCAN_ERR_SYNTAX;
+	return jscan_impl_fn(impl)(buf, len, pos, max_depth);
+}
+
+ssize_t
+jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth)
+{
+	/* Resolved once; a racing first call stores the same value. */
+	static jscan_fn best;
+	jscan_fn fn = __atomic_load_n(&best, __ATOMIC_RELAXED);
+
+	if (fn == NULL) {
+		fn = jscan_impl_fn(jscan_impl_best());
+		__atomic_store_n(&best, fn, __ATOMIC_RELAXED);
+	}
+	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
+		return JSCAN_ERR_SYNTAX;
+	return fn(buf, len, pos, max_depth);
+}

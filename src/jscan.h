@@ -1,3 +1,35 @@
+/*
+ * Linear-time skip scanner: from the first byte of a JSON string, object or array, find the
+ * byte after its end without tokenizing anything.  Strings and brackets must balance ({ with },
+ * [ with ]); nothing else is checked.  No recursion, no allocation.
+ */
 #ifndef JG_JSCAN_H
 #define JG_JSCAN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define JSCAN_MAX_DEPTH 16384           /* larger depth limits are clamped to this */
+
+enum jscan_err {
+	JSCAN_ERR_SYNTAX = -1,          /* unterminated, unbalanced, or not a string/container */
+	JSCAN_ERR_DEPTH = -2            /* nesting deeper than max_depth */
+};
+
+enum jscan_impl { JSCAN_SCALAR, JSCAN_SSE2, JSCAN_AVX2, JSCAN_NIMPL };
+
+/*
+ * Skip the string or container starting at buf[pos] (a '"', '{' or '[').  The value itself
+ * counts as depth 1.  Returns the offset one past its last byte, or a JSCAN_ERR_*.
+ */
+ssize_t jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth);
+
+/* The same with a chosen implementation (tests, benchmarks); -1 if the CPU lacks it. */
+ssize_t jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
+    unsigned max_depth);
+int jscan_impl_available(enum jscan_impl impl);
+/* The implementation jscan_skip uses on this CPU, and its name. */
+enum jscan_impl jscan_impl_best(void);
+const char *jscan_impl_name(enum jscan_impl impl);
+
 #endif

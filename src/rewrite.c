@@ -4,10 +4,14 @@
  * output is a list of spans: untouched input ranges plus short generated literals.
  */
 #include "rewrite.h"
+#include "envelope.h"
+#include "jvalid.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 /* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no surrogates), or 0. */
 static size_t
@@ -86,4 +90,919 @@ rewrite_json_escape(char *dst, const char *src, size_t len)
 		i += n;
 	}
 	return (size_t)(d - dst);
+}
+
+enum rw_kind {
+	RW_RAW,                         /* an input value not looked into */
+	RW_OBJ,                         /* an object with a member list */
+	RW_LIT,                         /* program-owned JSON text */
+	RW_CTXLIT                       /* JSON text in ctx->lit (resolved $variables) */
+};
+
+struct rw_node {
+	unsigned char kind;
+	unsigned char type;             /* RAW: enum envelope_type */
+	unsigned char dirty;            /* OBJ: output differs from its input span */
+	unsigned char checked;          /* RAW: known to be balanced, span exact */
+	unsigned depth;                 /* input nesting: the body's value is 1 */
+	int parent;
+	const char *p;                  /* RAW, parsed OBJ, LIT */
+	size_t len;
+	size_t off;                     /* CTXLIT */
+	int head, tail;                 /* OBJ members */
+};
+
+struct rw_member {
+	const char *key;                /* quoted key: input span or program literal */
+	size_t keylen;
+	const char *src;                /* input: start of "key": value, or NULL */
+	const char *vsrc;               /* input: start of the original value, or NULL */
+	int value;
+	int next;
+	unsigned seq;                   /* consecutive in one input object: may splice as one */
+	unsigned renamed;               /* op number that renamed it */
+};
+
+struct rw_work {
+	int node;
+	unsigned level;
+	size_t lo, hi;
+};
+
+struct rw_frame {
+	int node;
+	int cursor;                     /* next member, -1 at the end */
+	int started;
+	int first;
+	unsigned last_seq;              /* last member emitted as a pristine input span */
+	const char *last_end;
+};
+
+struct rewrite_ctx {
+	unsigned max_depth;
+	struct envelope env;
+	const char *body;
+	size_t len;
+	const char *error;
+	unsigned seq;
+	struct rw_node *nodes;
+	size_t nnodes, nodes_cap;
+	struct rw_member *members;
+	size_t nmembers, members_cap;
+	char *lit;
+	size_t litlen, lit_cap;
+	struct rewrite_span *spans;
+	size_t nspans, spans_cap;
+	struct rw_work *work;
+	size_t nwork, work_cap;
+	int *targets;
+	size_t ntargets, targets_cap;
+	struct rw_frame *frames;
+	size_t frames_cap;
+};
+
+/* Grow *arr to hold need elements; arrays live as long as the ctx. */
+static int
+rewrite_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
+{
+	void **arr = arrp, *p;
+	size_t n = *cap ? *cap : 16;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	if ((p = realloc(*arr, n * elsize)) == NULL)
+		return -1;
+	*arr = p;
+	*cap = n;
+	return 0;
+}
+
+struct rewrite_ctx *
+rewrite_ctx_new(unsigned max_depth)
+{
+	struct rewrite_ctx *ctx;
+
+	if ((ctx = calloc(1, sizeof(*ctx))) == NULL)
+		return NULL;
+	ctx->max_depth = max_depth;
+	envelope_init(&ctx->env);
+	return ctx;
+}
+
+void
+rewrite_ctx_free(struct rewrite_ctx *ctx)
+{
+	if (ctx == NULL)
+		return;
+	envelope_free(&ctx->env);
+	free(ctx->nodes);
+	free(ctx->members);
+	free(ctx->lit);
+	free(ctx->spans);
+	free(ctx->work);
+	free(ctx->targets);
+	free(ctx->frames);
+	free(ctx);
+}
+
+static int
+rewrite_fail(struct rewrite_ctx *ctx, const char *why)
+{
+	if (ctx->error == NULL)
+		ctx->error = why;
+	return -1;
+}
+
+static int
+rewrite_node_new(struct rewrite_ctx *ctx, enum rw_kind kind)
+{
+	struct rw_node *n;
+
+	if (rewrite_grow(&ctx->nodes, &ctx->nodes_cap, ctx->nnodes + 1, sizeof(*n)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	n = &ctx->nodes[ctx->nnodes];
+	memset(n, 0, sizeof(*n));
+	n->kind = (unsigned char)kind;
+	n->parent = -1;
+	n->head = n->tail = -1;
+	if (kind == RW_OBJ) {
+		n->type = ENVELOPE_OBJECT;
+		n->dirty = 1;
+	}
+	return (int)ctx->nnodes++;
+}
+
+static void
+rewrite_dirty(struct rewrite_ctx *ctx, int idx)
+{
+	while (idx >= 0 && !ctx->nodes[idx].dirty) {
+		ctx->nodes[idx].dirty = 1;
+		idx = ctx->nodes[idx].parent;
+	}
+}
+
+/* Append a member to object obj; key is a quoted JSON key owned by the program. */
+static int
+rewrite_member_add(struct rewrite_ctx *ctx, int obj, const char *key, size_t keylen, int value)
+{
+	struct rw_member *m;
+	struct rw_node *n;
+	int idx;
+
+	if (rewrite_grow(&ctx->members, &ctx->members_cap, ctx->nmembers + 1, sizeof(*m)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	idx = (int)ctx->nmembers++;
+	m = &ctx->members[idx];
+	memset(m, 0, sizeof(*m));
+	m->key = key;
+	m->keylen = keylen;
+	m->value = value;
+	m->next = -1;
+	n = &ctx->nodes[obj];
+	if (n->tail < 0)
+		n->head = idx;
+	else
+		ctx->members[n->tail].next = idx;
+	n->tail = idx;
+	ctx->nodes[value].parent = obj;
+	rewrite_dirty(ctx, obj);
+	return 0;
+}
+
+static int
+rewrite_envelope_err(struct rewrite_ctx *ctx, int r)
+{
+	switch (r) {
+	case ENVELOPE_ERR_DEPTH:
+		return rewrite_fail(ctx, "JSON nested too deep");
+	case ENVELOPE_ERR_NOMEM:
+		return rewrite_fail(ctx, "out of memory");
+	default:
+		return rewrite_fail(ctx, "invalid JSON");
+	}
+}
+
+/*
+ * Make node idx an object with members, tokenizing it on first use.  Returns 0 for an object,
+ * 1 for any other value, -1 on invalid input.
+ */
+static int
+rewrite_object(struct rewrite_ctx *ctx, int idx)
+{
+	struct rw_node *n = &ctx->nodes[idx];
+	const struct envelope_member *em;
+	struct rw_member *m;
+	size_t start, end, i, first;
+	int r, v;
+
+	if (n->kind == RW_OBJ)
+		return 0;
+	if (n->kind != RW_RAW || n->type != ENVELOPE_OBJECT)
+		return 1;
+	start = (size_t)(n->p - ctx->body);
+	if (n->depth > ctx->max_depth)
+		return rewrite_fail(ctx, "JSON nested too deep");
+	r = envelope_parse(&ctx->env, ctx->body, n->checked ? start + n->len : ctx->len, start,
+	    ctx->max_depth - n->depth + 1, &end);
+	if (r != 0)
+		return rewrite_envelope_err(ctx, r);
+	if (!n->checked) {
+		/* The body's own value: only whitespace may follow it. */
+		if (envelope_skip_ws(ctx->body, ctx->len, end) != ctx->len)
+			return rewrite_fail(ctx, "invalid JSON");
+		n->len = end - start;
+		n->checked = 1;
+	}
+	n->kind = RW_OBJ;
+	n->dirty = 0;
+	ctx->seq++;                     /* members of different objects are never consecutive */
+	first = ctx->nmembers;
+	if (rewrite_grow(&ctx->members, &ctx->members_cap, first + ctx->env.nmembers,
+	    sizeof(*m)) != 0 ||
+	    rewrite_grow(&ctx->nodes, &ctx->nodes_cap, ctx->nnodes + ctx->env.nmembers,
+	    sizeof(struct rw_node)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	for (i = 0; i < ctx->env.nmembers; i++) {
+		em = &ctx->env.members[i];
+		v = rewrite_node_new(ctx, RW_RAW);
+		ctx->nodes[v].type = em->type;
+		ctx->nodes[v].checked = 1;
+		ctx->nodes[v].depth = ctx->nodes[idx].depth + 1;
+		ctx->nodes[v].parent = idx;
+		ctx->nodes[v].p = em->val;
+		ctx->nodes[v].len = em->vallen;
+		m = &ctx->members[ctx->nmembers++];
+		m->key = em->key;
+		m->keylen = em->keylen;
+		m->src = em->key;
+		m->vsrc = em->val;
+		m->value = v;
+		m->next = i + 1 < ctx->env.nmembers ? (int)ctx->nmembers : -1;
+		m->seq = ctx->seq++;
+		m->renamed = 0;
+	}
+	n = &ctx->nodes[idx];
+	n->head = ctx->env.nmembers ? (int)first : -1;
+	n->tail = ctx->env.nmembers ? (int)ctx->nmembers - 1 : -1;
+	return 0;
+}
+
+static int
+rewrite_key_is(const struct rw_member *m, const struct rewrite_key *k)
+{
+	return envelope_string_eq(m->key, m->keylen, k->name, k->len);
+}
+
+/*
+ * The value at path, taking the last occurrence of a duplicate key as JSON parsers do.
+ * Returns the node, -1 on invalid input, -2 when absent or below a non-object.
+ */
+static int
+rewrite_find(struct rewrite_ctx *ctx, int node, const struct rewrite_path *path)
+{
+	size_t level;
+	int m, found, r;
+
+	for (level = 0; level < path->nseg; level++) {
+		if ((r = rewrite_object(ctx, node)) != 0)
+			return r < 0 ? -1 : -2;
+		found = -1;
+		for (m = ctx->nodes[node].head; m >= 0; m = ctx->members[m].next)
+			if (rewrite_key_is(&ctx->members[m], &path->seg[level]))
+				found = m;
+		if (found < 0)
+			return -2;
+		node = ctx->members[found].value;
+	}
+	return node;
+}
+
+static int
+rewrite_push(struct rewrite_ctx *ctx, int node, unsigned level, size_t lo, size_t hi)
+{
+	if (rewrite_grow(&ctx->work, &ctx->work_cap, ctx->nwork + 1, sizeof(*ctx->work)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	ctx->work[ctx->nwork++] = (struct rw_work){ node, level, lo, hi };
+	return 0;
+}
+
+/*
+ * Collect in ctx->targets every object holding the last key of path: every occurrence of a
+ * duplicate key is followed.  With create, missing objects on the way are added (set).
+ */
+static int
+rewrite_parents(struct rewrite_ctx *ctx, int root, const struct rewrite_path *path, int create)
+{
+	struct rw_work w;
+	const struct rewrite_key *seg;
+	int m, r, child, any;
+
+	ctx->ntargets = 0;
+	ctx->nwork = 0;
+	if (rewrite_push(ctx, root, 0, 0, 0) != 0)
+		return -1;
+	while (ctx->nwork > 0) {
+		w = ctx->work[--ctx->nwork];
+		if (w.level + 1 == path->nseg) {
+			if (rewrite_grow(&ctx->targets, &ctx->targets_cap, ctx->ntargets + 1,
+			    sizeof(int)) != 0)
+				return rewrite_fail(ctx, "out of memory");
+			ctx->targets[ctx->ntargets++] = w.node;
+			continue;
+		}
+		seg = &path->seg[w.level];
+		any = 0;
+		for (m = ctx->nodes[w.node].head; m >= 0; m = ctx->members[m].next) {
+			if (!rewrite_key_is(&ctx->members[m], seg))
+				continue;
+			any = 1;
+			child = ctx->members[m].value;
+			if ((r = rewrite_object(ctx, child)) < 0)
+				return -1;
+			if (r > 0) {
+				if (create)
+					return rewrite_fail(ctx, "set: path crosses a non-object");
+				continue;
+			}
+			if (rewrite_push(ctx, child, w.level + 1, 0, 0) != 0)
+				return -1;
+		}
+		if (!any && create) {
+			if ((child = rewrite_node_new(ctx, RW_OBJ)) < 0 ||
+			    rewrite_member_add(ctx, w.node, seg->json, seg->json_len, child) != 0 ||
+			    rewrite_push(ctx, child, w.level + 1, 0, 0) != 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+rewrite_need_object(struct rewrite_ctx *ctx, int root, const char *op)
+{
+	int r = rewrite_object(ctx, root);
+
+	if (r > 0)
+		return rewrite_fail(ctx, op);
+	return r;
+}
+
+static int
+rewrite_op_rename(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op, unsigned opno)
+{
+	const struct rewrite_item *it;
+	struct rw_member *m;
+	size_t i, t;
+	int mi, obj;
+
+	if (rewrite_need_object(ctx, root, "rename: body is not an object") != 0)
+		return -1;
+	for (i = 0; i < op->nitems; i++) {
+		it = &op->items[i];
+		if (rewrite_parents(ctx, root, &it->path, 0) != 0)
+			return -1;
+		for (t = 0; t < ctx->ntargets; t++) {
+			obj = ctx->targets[t];
+			for (mi = ctx->nodes[obj].head; mi >= 0; mi = m->next) {
+				m = &ctx->members[mi];
+				/* A key renamed by this op keeps its new name: {a: b, b: a} swaps. */
+				if (m->renamed == opno ||
+				    !rewrite_key_is(m, &it->path.seg[it->path.nseg - 1]))
+					continue;
+				m->key = it->to.json;
+				m->keylen = it->to.json_len;
+				m->src = NULL;
+				m->renamed = opno;
+				rewrite_dirty(ctx, obj);
+			}
+		}
+	}
+	return 0;
+}
+
+static void
+rewrite_unlink_matching(struct rewrite_ctx *ctx, int obj, const struct rewrite_key *key)
+{
+	struct rw_node *n = &ctx->nodes[obj];
+	int mi, prev = -1, next;
+
+	for (mi = n->head; mi >= 0; mi = next) {
+		next = ctx->members[mi].next;
+		if (!rewrite_key_is(&ctx->members[mi], key)) {
+			prev = mi;
+			continue;
+		}
+		if (prev < 0)
+			n->head = next;
+		else
+			ctx->members[prev].next = next;
+		if (n->tail == mi)
+			n->tail = prev;
+		rewrite_dirty(ctx, obj);
+	}
+}
+
+static int
+rewrite_op_drop(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op)
+{
+	const struct rewrite_item *it;
+	size_t i, t;
+
+	if (rewrite_need_object(ctx, root, "drop: body is not an object") != 0)
+		return -1;
+	for (i = 0; i < op->nitems; i++) {
+		it = &op->items[i];
+		if (rewrite_parents(ctx, root, &it->path, 0) != 0)
+			return -1;
+		for (t = 0; t < ctx->ntargets; t++)
+			rewrite_unlink_matching(ctx, ctx->targets[t], &it->path.seg[it->path.nseg - 1]);
+	}
+	return 0;
+}
+
+/*
+ * keep: items are sorted by path, so the paths under one prefix are a contiguous range and
+ * each object is filtered against the keys at its level.
+ */
+static int
+rewrite_op_keep(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op)
+{
+	const struct rewrite_item *items = op->items;
+	struct rw_work w;
+	struct rw_node *n;
+	size_t a, b;
+	int mi, prev, next, child, r;
+
+	if (rewrite_need_object(ctx, root, "keep: body is not an object") != 0)
+		return -1;
+	ctx->nwork = 0;
+	if (rewrite_push(ctx, root, 0, 0, op->nitems) != 0)
+		return -1;
+	while (ctx->nwork > 0) {
+		w = ctx->work[--ctx->nwork];
+		prev = -1;
+		for (mi = ctx->nodes[w.node].head; mi >= 0; mi = next) {
+			next = ctx->members[mi].next;
+			for (a = w.lo; a < w.hi; a++)
+				if (rewrite_key_is(&ctx->members[mi], &items[a].path.seg[w.level]))
+					break;
+			if (a == w.hi) {
+				n = &ctx->nodes[w.node];
+				if (prev < 0)
+					n->head = next;
+				else
+					ctx->members[prev].next = next;
+				if (n->tail == mi)
+					n->tail = prev;
+				rewrite_dirty(ctx, w.node);
+				continue;
+			}
+			prev = mi;
+			for (b = a + 1; b < w.hi; b++)
+				if (!rewrite_key_is(&ctx->members[mi], &items[b].path.seg[w.level]))
+					break;
+			if (items[a].path.nseg == w.level + 1)
+				continue;       /* kept whole */
+			child = ctx->members[mi].value;
+			if ((r = rewrite_object(ctx, child)) < 0)
+				return -1;
+			if (r == 0 && rewrite_push(ctx, child, w.level + 1, a, b) != 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void
+rewrite_lit_add(struct rewrite_ctx *ctx, const char *p, size_t len)
+{
+	memcpy(ctx->lit + ctx->litlen, p, len);
+	ctx->litlen += len;
+}
+
+static void
+rewrite_lit_string(struct rewrite_ctx *ctx, const char *p, size_t len)
+{
+	ctx->lit[ctx->litlen++] = '"';
+	ctx->litlen += rewrite_json_escape(ctx->lit + ctx->litlen, p, len);
+	ctx->lit[ctx->litlen++] = '"';
+}
+
+static const struct http_str *
+rewrite_header(const struct rewrite_vars *vars, const char *name, size_t len)
+{
+	size_t i;
+
+	if (vars == NULL)
+		return NULL;
+	for (i = 0; i < vars->nheaders; i++)
+		if (vars->headers[i].name.len == len &&
+		    strncasecmp(vars->headers[i].name.p, name, len) == 0)
+			return &vars->headers[i].value;
+	return NULL;
+}
+
+/* Resolve a set value into ctx->lit; returns a node for it. */
+static int
+rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
+    const struct rewrite_vars *vars)
+{
+	static const struct http_str empty = { "", 0 };
+	const struct rewrite_piece *pc;
+	const struct http_str *s;
+	char tbuf[40];
+	struct tm tm;
+	time_t t;
+	size_t i, need = 0, off;
+	int v;
+
+	if (it->nval == 1 && it->val[0].var == REWRITE_VAR_NONE) {
+		if ((v = rewrite_node_new(ctx, RW_LIT)) < 0)
+			return -1;
+		ctx->nodes[v].p = it->val[0].s;
+		ctx->nodes[v].len = it->val[0].len;
+		return v;
+	}
+	for (i = 0; i < it->nval; i++) {
+		pc = &it->val[i];
+		switch (pc->var) {
+		case REWRITE_VAR_NONE:
+			need += pc->len;
+			break;
+		case REWRITE_VAR_REQUEST_ID: need += 6 * (vars ? vars->request_id.len : 0) + 2; break;
+		case REWRITE_VAR_ROUTE: need += 6 * (vars ? vars->route.len : 0) + 2; break;
+		case REWRITE_VAR_UPSTREAM: need += 6 * (vars ? vars->upstream.len : 0) + 2; break;
+		case REWRITE_VAR_REMOTE_ADDR: need += 6 * (vars ? vars->remote_addr.len : 0) + 2; break;
+		case REWRITE_VAR_TIME_ISO8601: need += sizeof(tbuf) + 2; break;
+		case REWRITE_VAR_HEADER:
+			s = rewrite_header(vars, pc->s, pc->len);
+			need += s ? 6 * s->len + 2 : 4;
+			break;
+		}
+	}
+	if (rewrite_grow(&ctx->lit, &ctx->lit_cap, ctx->litlen + need, 1) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	off = ctx->litlen;
+	for (i = 0; i < it->nval; i++) {
+		pc = &it->val[i];
+		s = &empty;
+		switch (pc->var) {
+		case REWRITE_VAR_NONE:
+			rewrite_lit_add(ctx, pc->s, pc->len);
+			continue;
+		case REWRITE_VAR_REQUEST_ID: if (vars) s = &vars->request_id; break;
+		case REWRITE_VAR_ROUTE: if (vars) s = &vars->route; break;
+		case REWRITE_VAR_UPSTREAM: if (vars) s = &vars->upstream; break;
+		case REWRITE_VAR_REMOTE_ADDR: if (vars) s = &vars->remote_addr; break;
+		case REWRITE_VAR_TIME_ISO8601:
+			t = vars ? (time_t)vars->now : 0;
+			gmtime_r(&t, &tm);
+			rewrite_lit_string(ctx, tbuf,
+			    strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%S+00:00", &tm));
+			continue;
+		case REWRITE_VAR_HEADER:
+			if ((s = rewrite_header(vars, pc->s, pc->len)) == NULL) {
+				rewrite_lit_add(ctx, "null", 4);    /* header absent */
+				continue;
+			}
+			break;
+		}
+		rewrite_lit_string(ctx, s->p, s->len);
+	}
+	if ((v = rewrite_node_new(ctx, RW_CTXLIT)) < 0)
+		return -1;
+	ctx->nodes[v].off = off;
+	ctx->nodes[v].len = ctx->litlen - off;
+	return v;
+}
+
+static int
+rewrite_op_set(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op,
+    const struct rewrite_vars *vars)
+{
+	const struct rewrite_item *it;
+	const struct rewrite_key *key;
+	struct rw_member *m;
+	size_t i, t;
+	int mi, obj, v, any;
+
+	if (rewrite_need_object(ctx, root, "set: body is not an object") != 0)
+		return -1;
+	for (i = 0; i < op->nitems; i++) {
+		it = &op->items[i];
+		key = &it->path.seg[it->path.nseg - 1];
+		if (rewrite_parents(ctx, root, &it->path, 1) != 0 ||
+		    (v = rewrite_value(ctx, it, vars)) < 0)
+			return -1;
+		for (t = 0; t < ctx->ntargets; t++) {
+			obj = ctx->targets[t];
+			any = 0;
+			for (mi = ctx->nodes[obj].head; mi >= 0; mi = m->next) {
+				m = &ctx->members[mi];
+				if (!rewrite_key_is(m, key))
+					continue;
+				/* Every occurrence gets the value, in place (nodes can be shared). */
+				m->value = v;
+				m->vsrc = NULL;
+				any = 1;
+			}
+			if (any)
+				rewrite_dirty(ctx, obj);
+			else if (rewrite_member_add(ctx, obj, key->json, key->json_len, v) != 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static int
+rewrite_op_status(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op, int *status)
+{
+	const struct rw_node *n;
+	const char *p;
+	size_t i, len;
+	int v, code;
+
+	if (rewrite_need_object(ctx, root, "status_from: body is not an object") != 0)
+		return -1;
+	if ((v = rewrite_find(ctx, root, &op->path)) == -1)
+		return -1;
+	*status = op->def_status;
+	if (v < 0)
+		return 0;
+	n = &ctx->nodes[v];
+	if (n->kind == RW_RAW || n->kind == RW_LIT)
+		p = n->p;
+	else if (n->kind == RW_CTXLIT)
+		p = ctx->lit + n->off;
+	else
+		return 0;
+	len = n->len;
+	if (op->nmap == 0) {
+		/* No map: the field holds the status itself. */
+		for (i = 0, code = 0; i < len && i < 3 && p[i] >= '0' && p[i] <= '9'; i++)
+			code = code * 10 + (p[i] - '0');
+		if (i == len && code >= 100 && code <= 599)
+			*status = code;
+		return 0;
+	}
+	for (i = 0; i < op->nmap; i++) {
+		if (op->map[i].text != NULL && p[0] == '"') {
+			if (envelope_string_eq(p, len, op->map[i].text, op->map[i].text_len))
+				break;
+		} else if (op->map[i].len == len && memcmp(op->map[i].json, p, len) == 0)
+			break;
+	}
+	if (i < op->nmap)
+		*status = op->map[i].status;
+	return 0;
+}
+
+static int
+rewrite_op_wrap(struct rewrite_ctx *ctx, int *root, const struct rewrite_op *op)
+{
+	size_t i = op->path.nseg;
+	int obj, child = *root;
+
+	while (i-- > 0) {
+		if ((obj = rewrite_node_new(ctx, RW_OBJ)) < 0 ||
+		    rewrite_member_add(ctx, obj, op->path.seg[i].json, op->path.seg[i].json_len,
+		    child) != 0)
+			return -1;
+		child = obj;
+	}
+	*root = child;
+	return 0;
+}
+
+static int
+rewrite_op_unwrap(struct rewrite_ctx *ctx, int *root, const struct rewrite_op *op)
+{
+	int v;
+
+	if (rewrite_need_object(ctx, *root, "unwrap: body is not an object") != 0)
+		return -1;
+	if ((v = rewrite_find(ctx, *root, &op->path)) == -1)
+		return -1;
+	if (v < 0)
+		return rewrite_fail(ctx, "unwrap: key not found");
+	ctx->nodes[v].parent = -1;
+	*root = v;
+	return 0;
+}
+
+static int
+rewrite_span(struct rewrite_ctx *ctx, const char *p, size_t len)
+{
+	struct rewrite_span *last;
+
+	if (len == 0)
+		return 0;
+	if (ctx->nspans > 0) {
+		last = &ctx->spans[ctx->nspans - 1];
+		if (last->p + last->len == p) {
+			last->len += len;
+			return 0;
+		}
+	}
+	if (rewrite_grow(&ctx->spans, &ctx->spans_cap, ctx->nspans + 1, sizeof(*ctx->spans)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	ctx->spans[ctx->nspans++] = (struct rewrite_span){ p, len };
+	return 0;
+}
+
+/* A node emitted as one piece, or NULL when it is an object to walk. */
+static const char *
+rewrite_flat(struct rewrite_ctx *ctx, const struct rw_node *n)
+{
+	switch (n->kind) {
+	case RW_RAW:
+	case RW_LIT:
+		return n->p;
+	case RW_CTXLIT:
+		return ctx->lit + n->off;
+	default:
+		return n->dirty ? NULL : n->p;
+	}
+}
+
+/* Turn the tree under root into spans, with an explicit stack instead of recursion. */
+static int
+rewrite_emit(struct rewrite_ctx *ctx, int root)
+{
+	struct rw_frame *f;
+	const struct rw_member *m;
+	const struct rw_node *v;
+	const char *flat;
+	size_t depth = 0;
+	int pristine;
+
+	ctx->nspans = 0;
+	if (rewrite_grow(&ctx->frames, &ctx->frames_cap, 1, sizeof(*f)) != 0)
+		return rewrite_fail(ctx, "out of memory");
+	ctx->frames[depth++] = (struct rw_frame){ .node = root };
+	while (depth > 0) {
+		f = &ctx->frames[depth - 1];
+		if (!f->started) {
+			if ((flat = rewrite_flat(ctx, &ctx->nodes[f->node])) != NULL) {
+				if (rewrite_span(ctx, flat, ctx->nodes[f->node].len) != 0)
+					return -1;
+				depth--;
+				continue;
+			}
+			f->started = 1;
+			f->first = 1;
+			f->cursor = ctx->nodes[f->node].head;
+			if (rewrite_span(ctx, "{", 1) != 0)
+				return -1;
+		}
+		if (f->cursor < 0) {
+			if (rewrite_span(ctx, "}", 1) != 0)
+				return -1;
+			depth--;
+			continue;
+		}
+		m = &ctx->members[f->cursor];
+		f->cursor = m->next;
+		v = &ctx->nodes[m->value];
+		flat = rewrite_flat(ctx, v);
+		pristine = m->src != NULL && m->vsrc != NULL && flat == m->vsrc;
+		if (pristine && !f->first && f->last_end != NULL && m->seq == f->last_seq + 1) {
+			/* Neighbours in the input: splice the comma between them too. */
+			if (rewrite_span(ctx, f->last_end, (size_t)(v->p + v->len - f->last_end)) != 0)
+				return -1;
+			f->last_seq = m->seq;
+			f->last_end = v->p + v->len;
+			continue;
+		}
+		if (!f->first && m->src != NULL && rewrite_span(ctx, ",", 1) != 0)
+			return -1;
+		f->last_end = NULL;
+		if (pristine) {
+			f->first = 0;
+			if (rewrite_span(ctx, m->src, (size_t)(v->p + v->len - m->src)) != 0)
+				return -1;
+			f->last_seq = m->seq;
+			f->last_end = v->p + v->len;
+			continue;
+		}
+		if (m->src != NULL && m->vsrc != NULL) {
+			if (rewrite_span(ctx, m->src, (size_t)(m->vsrc - m->src)) != 0)
+				return -1;
+		} else if (m->src != NULL) {
+			/* An input key whose value was replaced: the key, then a colon. */
+			if (rewrite_span(ctx, m->src, m->keylen) != 0 ||
+			    rewrite_span(ctx, ":", 1) != 0)
+				return -1;
+		} else if (rewrite_span(ctx, m->key - !f->first, m->keylen + 1 + !f->first) != 0)
+			return -1;      /* program keys come as ,"key": */
+		f->first = 0;
+		if (flat != NULL) {
+			if (rewrite_span(ctx, flat, v->len) != 0)
+				return -1;
+			continue;
+		}
+		if (rewrite_grow(&ctx->frames, &ctx->frames_cap, depth + 1, sizeof(*f)) != 0)
+			return rewrite_fail(ctx, "out of memory");
+		ctx->frames[depth++] = (struct rw_frame){ .node = m->value };
+	}
+	return 0;
+}
+
+int
+rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
+    enum validate_mode mode, const char *body, size_t len, const struct rewrite_vars *vars,
+    struct rewrite_result *out)
+{
+	const struct rewrite_op *op;
+	struct rw_node *n;
+	size_t vs, end, i;
+	int root, orig, r = 0, status = 0;
+	unsigned char type;
+
+	memset(out, 0, sizeof(*out));
+	ctx->body = body;
+	ctx->len = len;
+	ctx->error = NULL;
+	ctx->nnodes = ctx->nmembers = ctx->litlen = ctx->nspans = 0;
+	ctx->seq = 0;
+	vs = envelope_skip_ws(body, len, 0);
+	if (vs >= len) {
+		out->error = "empty body";
+		return -1;
+	}
+	if (mode == VALIDATE_FULL) {
+		if ((r = jvalid_check(body, len, ctx->max_depth, NULL)) != 0) {
+			out->error = r == JVALID_ERR_DEPTH ? "JSON nested too deep" : "invalid JSON";
+			return -1;
+		}
+	}
+	if ((orig = root = rewrite_node_new(ctx, RW_RAW)) < 0)
+		goto fail;
+	n = &ctx->nodes[root];
+	n->p = body + vs;
+	n->len = len - vs;
+	n->depth = 1;
+	switch (body[vs]) {
+	case '{': case '[': case '"':
+		n->type = (unsigned char)body[vs];
+		break;
+	default:
+		n->type = ENVELOPE_PRIMITIVE;
+	}
+	if (mode == VALIDATE_FULL) {
+		/* Already proven valid: only the trailing whitespace needs trimming. */
+		end = len;
+		while (end > vs && (body[end - 1] == ' ' || body[end - 1] == '\n' ||
+		    body[end - 1] == '\r' || body[end - 1] == '\t'))
+			end--;
+		n->len = end - vs;
+		n->checked = 1;
+	}
+	for (i = 0; prog != NULL && i < prog->nops; i++) {
+		op = &prog->ops[i];
+		switch (op->kind) {
+		case REWRITE_UNWRAP: r = rewrite_op_unwrap(ctx, &root, op); break;
+		case REWRITE_WRAP: r = rewrite_op_wrap(ctx, &root, op); break;
+		case REWRITE_RENAME: r = rewrite_op_rename(ctx, root, op, (unsigned)i + 1); break;
+		case REWRITE_DROP: r = rewrite_op_drop(ctx, root, op); break;
+		case REWRITE_KEEP: r = rewrite_op_keep(ctx, root, op); break;
+		case REWRITE_SET: r = rewrite_op_set(ctx, root, op, vars); break;
+		case REWRITE_STATUS_FROM: r = rewrite_op_status(ctx, root, op, &status); break;
+		}
+		if (r != 0)
+			goto fail;
+	}
+	n = &ctx->nodes[orig];
+	if (!n->checked) {
+		/* The body was never looked into: it must still be one balanced value. */
+		if ((r = envelope_value_end(body, len, vs, ctx->max_depth, &end, &type)) != 0) {
+			rewrite_envelope_err(ctx, r);
+			goto fail;
+		}
+		if (envelope_skip_ws(body, len, end) != len) {
+			rewrite_fail(ctx, "invalid JSON");
+			goto fail;
+		}
+		n->len = end - vs;
+		n->checked = 1;
+	}
+	if (root == orig && rewrite_flat(ctx, n) != NULL) {
+		/* Unchanged: the body as received, surrounding whitespace included. */
+		ctx->nspans = 0;
+		if (rewrite_span(ctx, body, len) != 0)
+			goto fail;
+	} else if (rewrite_emit(ctx, root) != 0)
+		goto fail;
+	out->status = status;
+	out->spans = ctx->spans;
+	out->nspans = ctx->nspans;
+	for (i = 0; i < ctx->nspans; i++)
+		out->total_len += ctx->spans[i].len;
+	return 0;
+fail:
+	out->error = ctx->error != NULL ? ctx->error : "invalid JSON";
+	return -1;
 }

@@ -90,8 +90,8 @@ enum rewrite_var {
 struct rewrite_key {
 	char *name;                     /* the key as text (what input keys are compared to) */
 	size_t len;
-	char *json;                     /* the key as a JSON string, quotes included */
-	size_t json_len;
+	char *json;                     /* the key as a JSON string, quotes included; */
+	size_t json_len;                /* json[-1] is ',' and json[json_len] is ':' */
 };
 
 struct rewrite_path {                   /* "data.result" -> { data, result } */
@@ -116,6 +116,8 @@ struct rewrite_item {
 struct rewrite_status_map {
 	char *json;                     /* the YAML key as JSON: 0, "0", true, null */
 	size_t len;
+	char *text;                     /* string keys: the text itself, else NULL */
+	size_t text_len;
 	int status;
 };
 

@@ -354,18 +354,24 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 	}
 }
 
+/* The JSON form is stored as ,"key": so one span emits separator, key and colon. */
 static int
 rc_key_init(struct rewrite_key *key, const char *s, size_t len)
 {
 	struct rc_buf b = { 0 };
 
+	rc_buf_add(&b, ",", 1);
 	rc_buf_add_string(&b, s, len);
+	rc_buf_add(&b, ":", 1);
 	key->name = rc_memdup(s, len);
 	key->len = len;
-	key->json = b.p;
-	key->json_len = b.len;
-	if (b.oom || key->name == NULL || b.p == NULL)
+	if (b.oom || key->name == NULL || b.p == NULL) {
+		free(b.p);
+		key->json = NULL;
 		return -1;
+	}
+	key->json = b.p + 1;
+	key->json_len = b.len - 2;
 	return 0;
 }
 
@@ -373,7 +379,8 @@ static void
 rc_key_free(struct rewrite_key *key)
 {
 	free(key->name);
-	free(key->json);
+	if (key->json != NULL)
+		free(key->json - 1);
 }
 
 static void
@@ -450,8 +457,10 @@ rc_op_free(struct rewrite_op *op)
 	for (i = 0; i < op->nitems; i++)
 		rc_item_free(&op->items[i]);
 	free(op->items);
-	for (i = 0; i < op->nmap; i++)
+	for (i = 0; i < op->nmap; i++) {
 		free(op->map[i].json);
+		free(op->map[i].text);
+	}
 	free(op->map);
 }
 
@@ -690,6 +699,9 @@ rc_status_from(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 					return -1;
 				}
 				m->len = b.len;
+				if (b.p[0] == '"' && (m->text = rc_memdup(
+				    (const char *)mk->data.scalar.value, mk->data.scalar.length)) != NULL)
+					m->text_len = mk->data.scalar.length;
 				op->nmap++;
 				for (i = 0; i + 1 < op->nmap; i++)
 					if (op->map[i].len == m->len &&
