@@ -1,0 +1,124 @@
+"""Limits and timeouts: max_header (431), client_header against a client
+sending one byte per second, client_body, keepalive, max_connections.
+
+max_connections: like nginx and HAProxy, jsongate stops accepting at the
+limit, so the extra connection waits in the kernel backlog; what is asserted
+is that a request on it is answered only after another connection closes.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+
+T = Suite(__file__)
+
+
+def timeouts(**kw):
+    t = {'client_header': '10s', 'client_body': '10s', 'keepalive': '60s',
+         'upstream_connect': '2s', 'upstream_response': '10s', 'shutdown_grace': '2s'}
+    t.update(kw)
+    return t
+
+
+@T.case
+def header_too_large(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, limits={'max_header': '1k'}))
+    c = env.client(gw.port)
+    r = c.request('GET', '/small', [('Host', 'a'), ('X-Fill', 'f' * 500)])
+    env.eq('a 600-byte head passes', r.status, 200)
+    c = env.client(gw.port)
+    r = c.request('GET', '/big', [('Host', 'a'), ('X-Fill', 'f' * 2000)])
+    env.gateway_error('a 2 KB head', r, 431, 'header_too_large',
+                      'request header exceeds limits.max_header', close=True)
+    env.check('then closed', c.wait_closed(5), 'still open')
+    c = env.client(gw.port)
+    r = c.request('GET', '/many', [('Host', 'a')] + [('X-H%d' % i, 'v' * 20) for i in range(60)])
+    env.gateway_error('many small headers adding up', r, 431, 'header_too_large',
+                      'request header exceeds limits.max_header', close=True)
+    env.eq('the big ones never reached the upstream', [q.target for q in up.requests], ['/small'])
+
+
+@T.case
+def slow_header_client(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, timeouts=timeouts(client_header='2s')))
+    c = env.client(gw.port)
+    head = b'GET /slowloris HTTP/1.1\r\nHost: a\r\nX-Drip: ' + b'd' * 60 + b'\r\n\r\n'
+    start = time.monotonic()
+    closed_at = None
+    for i in range(len(head)):
+        try:
+            c.send(head[i:i + 1])
+        except OSError:
+            closed_at = time.monotonic()
+            break
+        if c.wait_closed(1.0):          # the one-second pacing of the drip
+            closed_at = time.monotonic()
+            break
+    took = (closed_at or time.monotonic()) - start
+    env.check('disconnected while still sending the head', closed_at is not None,
+              'still open after %.1fs' % took)
+    env.check('at client_header (2s): between 1.5s and 6s', 1.5 <= took <= 6 * SLOW, '%.2fs' % took)
+    env.eq('nothing reached the upstream', up.requests, [])
+    env.check('any bytes sent before closing are a 408 or nothing',
+              c.buf == b'' or c.buf.startswith(b'HTTP/1.1 408 '), c.buf[:200])
+
+
+@T.case
+def slow_body_client(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, timeouts=timeouts(client_body='1s')))
+    c = env.client(gw.port)
+    start = time.monotonic()
+    c.send(b'POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789')
+    closed = c.wait_closed(10 * SLOW)
+    took = time.monotonic() - start
+    env.check('a stalled body is cut at client_body (1s): closed between 0.8s and 6s',
+              closed and 0.8 <= took <= 6 * SLOW, 'closed=%s after %.2fs' % (closed, took))
+    env.eq('no complete request reached the upstream', up.requests, [])
+    up.errors.clear()       # the upstream saw a head and part of a body, then a close
+
+
+@T.case
+def keepalive_timeout(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, timeouts=timeouts(keepalive='1s')))
+    c = env.client(gw.port)
+    r = c.request('GET', '/a', [('Host', 'a')])
+    env.eq('answered', r.status, 200)
+    start = time.monotonic()
+    closed = c.wait_closed(10 * SLOW)
+    took = time.monotonic() - start
+    env.check('idle connection closed at keepalive (1s): between 0.8s and 6s',
+              closed and 0.8 <= took <= 6 * SLOW, 'closed=%s after %.2fs' % (closed, took))
+    env.eq('silently', c.buf, b'')
+
+
+@T.case
+def max_connections(env):
+    up = env.scripted(default=answer(lambda q: http_response(200, json.dumps({'t': q.target}).encode())))
+    gw = env.daemon(upstream_config(up.address, limits={'max_connections': 2}))
+    c1 = env.client(gw.port)
+    c2 = env.client(gw.port)
+    env.eq('first connection served', c1.request('GET', '/1', [('Host', 'a')]).status, 200)
+    env.eq('second connection served', c2.request('GET', '/2', [('Host', 'a')]).status, 200)
+    c3 = env.client(gw.port)          # completes in the kernel backlog
+    c3.send(build_request('GET', '/3', [('Host', 'a')]))
+    try:
+        early = c3.read_response(timeout=1.5)
+    except socket.timeout:
+        early = 'waiting'
+    env.eq('the third connection is not served while two are open', early, 'waiting')
+    c1.close()
+    try:
+        r = c3.read_response(timeout=5 * SLOW)
+    except socket.timeout:
+        r = None
+    env.eq('served once one closes', (r.status, r.json()) if r else None, (200, {'t': '/3'}))
+    env.eq('the second connection still works', c2.request('GET', '/2b', [('Host', 'a')]).status, 200)
+
+
+T.run()
