@@ -1,4 +1,264 @@
-/* placeholder: replaced by the module's tests */
+/* The skip scanner (every variant against the scalar one) and the envelope tokenizer. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
-int main(void) { return EXIT_FAILURE; }
+#include <string.h>
+
+#include "envelope.h"
+#include "jscan.h"
+
+static const struct {
+	const char *in;
+	ssize_t end;                    /* from offset 0, max_depth 4 */
+} skip_cases[] = {
+	{ "\"\"", 2 }, { "\"abc\"xyz", 5 }, { "\"a\\\"b\"", 6 }, { "\"a\\\\\"b", 5 },
+	{ "\"\\\\\\\"\"", 6 }, { "{}", 2 }, { "[]", 2 }, { "[[]]", 4 }, { "{\"a\":[1,{}]} ", 12 },
+	{ "[\"]\"]", 5 }, { "[\"\\\"]\"]", 7 }, { "{\"}\":\"{\"}", 9 }, { "[1,]", 4 },
+	{ "[[[[]]]]", 8 }, { "[[[[[]]]]]", JSCAN_ERR_DEPTH }, { "[", JSCAN_ERR_SYNTAX },
+	{ "\"abc", JSCAN_ERR_SYNTAX }, { "\"abc\\\"", JSCAN_ERR_SYNTAX }, { "[}", JSCAN_ERR_SYNTAX },
+	{ "{]", JSCAN_ERR_SYNTAX }, { "[[]}", JSCAN_ERR_SYNTAX }, { "1", JSCAN_ERR_SYNTAX },
+	{ "[\"]", JSCAN_ERR_SYNTAX }, { "{\"a\":\"\\\"}", JSCAN_ERR_SYNTAX },
+};
+
+START_TEST(test_skip_table)
+{
+	const char *in = skip_cases[_i].in;
+	int impl;
+
+	for (impl = 0; impl < JSCAN_NIMPL; impl++) {
+		if (!jscan_impl_available((enum jscan_impl)impl))
+			continue;
+		ck_assert_msg(jscan_skip_impl((enum jscan_impl)impl, in, strlen(in), 0, 4) ==
+		    skip_cases[_i].end, "case %d (%s) with %s", _i, in,
+		    jscan_impl_name((enum jscan_impl)impl));
+	}
+	ck_assert_int_eq(jscan_skip(in, strlen(in), 0, 4), skip_cases[_i].end);
+}
+END_TEST
+
+/* Random bodies over a small alphabet, so block edges, escapes and quotes all meet. */
+START_TEST(test_skip_variants_agree)
+{
+	static const char alphabet[] = "[]{}\"\\\\\"a, ";
+	char buf[300];
+	size_t len, i, start;
+	ssize_t ref, got;
+	unsigned seed = 12345;
+	int round, impl;
+
+	for (round = 0; round < 200000; round++) {
+		len = 1 + rand_r(&seed) % (sizeof(buf) - 1);
+		for (i = 0; i < len; i++)
+			buf[i] = alphabet[rand_r(&seed) % (sizeof(alphabet) - 1)];
+		start = rand_r(&seed) % 3 < 2 ? 0 : rand_r(&seed) % len;
+		buf[start] = "[{\""[rand_r(&seed) % 3];
+		ref = jscan_skip_impl(JSCAN_SCALAR, buf, len, start, 5);
+		for (impl = 1; impl < JSCAN_NIMPL; impl++) {
+			if (!jscan_impl_available((enum jscan_impl)impl))
+				continue;
+			got = jscan_skip_impl((enum jscan_impl)impl, buf, len, start, 5);
+			ck_assert_msg(got == ref, "%s: %zd, scalar %zd on %.*s",
+			    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
+		}
+	}
+}
+END_TEST
+
+/* Long values cross many 64-byte blocks, with escapes landing on block boundaries. */
+START_TEST(test_skip_long)
+{
+	size_t n = 1 << 16, i;
+	char *buf = malloc(n);
+	int impl;
+
+	for (int shift = 0; shift < 70; shift++) {
+		buf[0] = '[';
+		for (i = 1; i < n - 1; i++)
+			buf[i] = ' ';
+		/* A string holding \" and \\ placed so its backslash hits byte 63 of a block. */
+		memcpy(buf + 1 + shift, "\"x\\\"]\\\\\"", 8);
+		memcpy(buf + 200 + shift, "{\"k\":[\"}\"]}", 11);
+		buf[n - 1] = ']';
+		for (impl = 0; impl < JSCAN_NIMPL; impl++)
+			if (jscan_impl_available((enum jscan_impl)impl))
+				ck_assert_int_eq(jscan_skip_impl((enum jscan_impl)impl, buf, n, 0, 10),
+				    (ssize_t)n);
+	}
+	/* One unbalanced quote far away makes it unterminated. */
+	buf[n / 2] = '"';
+	for (impl = 0; impl < JSCAN_NIMPL; impl++)
+		if (jscan_impl_available((enum jscan_impl)impl))
+			ck_assert_int_eq(jscan_skip_impl((enum jscan_impl)impl, buf, n, 0, 10),
+			    JSCAN_ERR_SYNTAX);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_skip_depth_clamp)
+{
+	size_t n = 2 * (JSCAN_MAX_DEPTH + 1), i;
+	char *buf = malloc(n);
+
+	for (i = 0; i < n / 2; i++)
+		buf[i] = '[';
+	memset(buf + n / 2, ']', n / 2);
+	ck_assert_int_eq(jscan_skip(buf, n, 0, 1000000), JSCAN_ERR_DEPTH);
+	/* From the second bracket the depth is exactly the clamp. */
+	ck_assert_int_eq(jscan_skip(buf, n, 1, 1000000), (ssize_t)n - 1);
+	ck_assert_int_eq(jscan_skip(buf, n - 2, 1, 1000000), JSCAN_ERR_SYNTAX);
+	free(buf);
+}
+END_TEST
+
+/* Members of the top object: key and value spans exactly as in the input. */
+static const struct {
+	const char *in;
+	int result;
+	const char *members;            /* key=value|key=value... with the spans' bytes */
+} env_cases[] = {
+	{ "{}", 0, "" },
+	{ " {\n} ", 0, "" },
+	{ "{\"a\":1}", 0, "\"a\"=1" },
+	{ "{ \"a\" : 1 , \"b\" :\"x\" }", 0, "\"a\"=1|\"b\"=\"x\"" },
+	{ "{\"a\":{\"b\":[1,2]},\"c\":[]}", 0, "\"a\"={\"b\":[1,2]}|\"c\"=[]" },
+	{ "{\"a\":true,\"b\":false,\"c\":null,\"d\":-1.5e+3}", 0, "\"a\"=true|\"b\"=false|\"c\"=null|\"d\"=-1.5e+3" },
+	{ "{\"a\\\"b\":\"c\\\\\"}", 0, "\"a\\\"b\"=\"c\\\\\"" },
+	{ "{\"a\":1,\"a\":2}", 0, "\"a\"=1|\"a\"=2" },
+	{ "{\"a\":\"{[\",\"b\":{\"c\":\"]}\"}}", 0, "\"a\"=\"{[\"|\"b\"={\"c\":\"]}\"}" },
+	{ "{\"\":0}", 0, "\"\"=0" },
+	{ "{\"a\":1,}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{,}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\"::1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1:2}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1 \"b\":2}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":{} \"b\":2}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1 {}}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{{}:1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{[]:1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{1:1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{a:1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":x}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":truex}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"\\q\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":[}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1]", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":[[[[1]]]]}", ENVELOPE_ERR_DEPTH, NULL },
+	{ "{\"a\":[[[1]]]}", 0, "\"a\"=[[[1]]]" },
+	{ "[1]", ENVELOPE_ERR_SYNTAX, NULL },
+};
+
+START_TEST(test_envelope_members)
+{
+	struct envelope env;
+	const char *in = env_cases[_i].in;
+	char got[512] = "";
+	size_t end, i, pos;
+	int r;
+
+	envelope_init(&env);
+	pos = envelope_skip_ws(in, strlen(in), 0);
+	r = envelope_parse(&env, in, strlen(in), pos, 4, &end);
+	ck_assert_msg(r == env_cases[_i].result, "case %d (%s): %d", _i, in, r);
+	if (r == 0) {
+		for (i = 0; i < env.nmembers; i++)
+			snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s=%.*s",
+			    i ? "|" : "", (int)env.members[i].keylen, env.members[i].key,
+			    (int)env.members[i].vallen, env.members[i].val);
+		ck_assert_str_eq(got, env_cases[_i].members);
+		ck_assert_int_eq(in[end - 1], '}');
+	}
+	envelope_free(&env);
+}
+END_TEST
+
+/* Many members force the token and member arrays to grow mid-parse. */
+START_TEST(test_envelope_grow)
+{
+	struct envelope env;
+	size_t n = 5000, i, len = 0, end;
+	char *buf = malloc(n * 24 + 2);
+
+	buf[len++] = '{';
+	for (i = 0; i < n; i++)
+		len += (size_t)sprintf(buf + len, "%s\"k%zu\":%s", i ? "," : "", i,
+		    i % 3 == 0 ? "[1,{}]" : i % 3 == 1 ? "\"s\"" : "12");
+	buf[len++] = '}';
+	envelope_init(&env);
+	ck_assert_int_eq(envelope_parse(&env, buf, len, 0, 1000, &end), 0);
+	ck_assert_uint_eq(env.nmembers, n);
+	ck_assert_uint_eq(end, len);
+	ck_assert_int_eq(memcmp(env.members[n - 1].key, "\"k4999\"", 7), 0);
+	envelope_free(&env);
+	free(buf);
+}
+END_TEST
+
+static const struct {
+	const char *json;
+	const char *name;
+	int eq;
+} str_cases[] = {
+	{ "\"data\"", "data", 1 }, { "\"d\\u0061ta\"", "data", 1 }, { "\"data\"", "dat", 0 },
+	{ "\"dat\"", "data", 0 }, { "\"\"", "", 1 }, { "\"\\n\\t\\r\\b\\f\\/\\\\\\\"\"", "\n\t\r\b\f/\\\"", 1 },
+	{ "\"\\u00e9\"", "é", 1 }, { "\"\\u20AC\"", "€", 1 }, { "\"\\ud83d\\ude00\"", "😀", 1 },
+	{ "\"\\ud83d\"", "\xed\xa0\xbd", 1 }, { "\"\\u0000\"", "", 0 }, { "\"a\\u00\"", "a", 0 },
+	{ "\"\\x\"", "x", 0 }, { "\"é\"", "é", 1 }, { "\"\\u00e9\"", "e", 0 },
+};
+
+START_TEST(test_string_eq)
+{
+	ck_assert_int_eq(envelope_string_eq(str_cases[_i].json, strlen(str_cases[_i].json),
+	    str_cases[_i].name, strlen(str_cases[_i].name)), str_cases[_i].eq);
+}
+END_TEST
+
+START_TEST(test_value_end)
+{
+	size_t end;
+	unsigned char type;
+
+	ck_assert_int_eq(envelope_value_end("12 ", 3, 0, 10, &end, &type), 0);
+	ck_assert_uint_eq(end, 2);
+	ck_assert_int_eq(type, ENVELOPE_PRIMITIVE);
+	ck_assert_int_eq(envelope_value_end("[1] ", 4, 0, 10, &end, &type), 0);
+	ck_assert_uint_eq(end, 3);
+	ck_assert_int_eq(type, ENVELOPE_ARRAY);
+	ck_assert_int_eq(envelope_value_end("nul", 3, 0, 10, &end, &type), ENVELOPE_ERR_SYNTAX);
+	ck_assert_int_eq(envelope_value_end("", 0, 0, 10, &end, &type), ENVELOPE_ERR_SYNTAX);
+	ck_assert_int_eq(envelope_value_end("[[]]", 4, 0, 1, &end, &type), ENVELOPE_ERR_DEPTH);
+}
+END_TEST
+
+static Suite *
+envelope_suite(void)
+{
+	Suite *s = suite_create("envelope");
+	TCase *tc = tcase_create("scan");
+
+	tcase_add_loop_test(tc, test_skip_table, 0, (int)(sizeof(skip_cases) / sizeof(skip_cases[0])));
+	tcase_add_test(tc, test_skip_variants_agree);
+	tcase_add_test(tc, test_skip_long);
+	tcase_add_test(tc, test_skip_depth_clamp);
+	tcase_add_loop_test(tc, test_envelope_members, 0, (int)(sizeof(env_cases) / sizeof(env_cases[0])));
+	tcase_add_test(tc, test_envelope_grow);
+	tcase_add_loop_test(tc, test_string_eq, 0, (int)(sizeof(str_cases) / sizeof(str_cases[0])));
+	tcase_add_test(tc, test_value_end);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(envelope_suite());
+	int failed;
+
+	printf("scanner: %s\n", jscan_impl_name(jscan_impl_best()));
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
