@@ -297,7 +297,7 @@ class Client:
             raise socket.timeout('timed out waiting for the response')
         self.sock.settimeout(remaining)
         try:
-            data = self.sock.recv(max(want, 65536))
+            data = self.sock.recv(min(max(want, 65536), 1 << 20))
         except ConnectionResetError:
             data = b''
         if not data:
