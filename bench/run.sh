@@ -244,7 +244,7 @@ nginx_start() {
 jsongate_require() {
 	[ -x "$JSONGATE" ] || printf '%s\n' "jsongate binary $JSONGATE (build it, or set JSONGATE)"
 }
-jsongate_version() { "$JSONGATE" -V 2>&1 | head -n 1; }
+jsongate_version() { printf '%s (%s)\n' "$("$JSONGATE" -V 2>&1 | head -n 1)" "$JSONGATE"; }
 
 jsongate_start() {
 	local name=$1 template=$2 maxconn=$3 conf
@@ -313,7 +313,7 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	log "bench: missing tools:"
 	for m in "${missing[@]}"; do log "  - $m"; done
-	die "install them (e.g. apt-get install -y nginx-light wrk util-linux python3) and retry"
+	die "install them (Debian: apt-get install -y nginx-light wrk util-linux python3), build jsongate, and retry"
 fi
 { taskset -c "$PROXY_CPU" true 2>/dev/null && taskset -c "$LOAD_CPU" true 2>/dev/null; } ||
 	die "CPUs $PROXY_CPU and $LOAD_CPU must both be usable (this machine has $(nproc --all 2>/dev/null || echo '?'))"
@@ -474,7 +474,7 @@ done
 if command -v git >/dev/null && git -C "$ROOT_DIR" rev-parse --git-dir >/dev/null 2>&1; then
 	commit=$(git -C "$ROOT_DIR" rev-parse --short HEAD 2>/dev/null || true)
 	git -C "$ROOT_DIR" diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src modified)"
-	versions="$versions; source $commit"
+	versions="$versions; working tree $commit"
 fi
 
 report() {
