@@ -538,7 +538,8 @@ class ScriptedUpstream:
     counts accepted connections.
     """
 
-    def __init__(self, steps=(), default=None, send_continue=True):
+    def __init__(self, steps=(), default=None, send_continue=True, truncated_ok=False):
+        self.truncated_ok = truncated_ok    # a request cut short is no error
         self.steps = list(steps)
         self.default = default
         self.send_continue = send_continue
@@ -634,7 +635,9 @@ class ScriptedUpstream:
                 if step['close']:
                     break
         except (OSError, ProtocolError) as e:
-            if not self.stopping.is_set() and not isinstance(e, (ConnectionResetError, BrokenPipeError)):
+            expected = isinstance(e, (ConnectionResetError, BrokenPipeError)) or \
+                (self.truncated_ok and isinstance(e, ProtocolError) and 'closed' in str(e))
+            if not self.stopping.is_set() and not expected:
                 self.errors.append('connection %d: %s' % (index, e))
         finally:
             with self.lock:
@@ -683,8 +686,10 @@ class ScriptedUpstream:
                 if size == 0:
                     break
                 data = reader.exact(size + 2)
-                if data is None or not data.endswith(b'\r\n'):
-                    raise ProtocolError('bad chunk data')
+                if data is None:
+                    raise ProtocolError('closed in chunk data')
+                if not data.endswith(b'\r\n'):
+                    raise ProtocolError('chunk data not followed by CRLF')
                 req.raw += data
                 req.body += data[:-2]
             while True:

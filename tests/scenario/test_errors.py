@@ -96,7 +96,8 @@ def malformed_requests(env):
 
 @T.case
 def malformed_chunked_bodies(env):
-    up = env.scripted(default=answer(http_response(200, b'{}')))
+    # The upstream may see a head, then a close.
+    up = env.scripted(default=answer(http_response(200, b'{}')), truncated_ok=True)
     gw = env.daemon(upstream_config(up.address))
     for label, body in BAD_CHUNKS:
         c = env.client(gw.port)
@@ -109,7 +110,6 @@ def malformed_chunked_bodies(env):
         env.gateway_error(label, r, 400, 'bad_request', 'malformed request', close=True)
         env.check(label + ': connection closed', c.wait_closed(5), 'still open')
     env.eq('no complete request reached the upstream', up.requests, [])
-    up.errors.clear()       # the upstream may have seen a head, then a close
 
 
 @T.case

@@ -69,7 +69,7 @@ def slow_header_client(env):
 
 @T.case
 def slow_body_client(env):
-    up = env.scripted(default=answer(http_response(200, b'{}')))
+    up = env.scripted(default=answer(http_response(200, b'{}')), truncated_ok=True)
     gw = env.daemon(upstream_config(up.address, timeouts=timeouts(client_body='1s')))
     c = env.client(gw.port)
     start = time.monotonic()
@@ -79,7 +79,6 @@ def slow_body_client(env):
     env.check('a stalled body is cut at client_body (1s): closed between 0.8s and 6s',
               closed and 0.8 <= took <= 6 * SLOW, 'closed=%s after %.2fs' % (closed, took))
     env.eq('no complete request reached the upstream', up.requests, [])
-    up.errors.clear()       # the upstream saw a head and part of a body, then a close
 
 
 @T.case
