@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "access_log.h"
+#include "conn.h"
 #include "errors.h"
 #include "headers.h"
 #include "http.h"
@@ -29,12 +29,12 @@
 #define FLOW_LOW (64 * 1024)
 /* Largest response head accepted from an upstream. */
 #define UPSTREAM_MAX_HEAD (64 * 1024)
-#define CLIENT_MAX_SINGLE_READ (256 * 1024)
 
 enum client_state {
 	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
 	CLIENT_BUSY,                    /* a request is being proxied */
-	CLIENT_CLOSING                  /* flushing the last bytes, then close */
+	CLIENT_CLOSING,                 /* flushing the last bytes, then close */
+	CLIENT_DEAD                     /* closed; memory freed from the loop */
 };
 
 enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
@@ -44,7 +44,7 @@ enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_CONNECT };
 struct client {
 	LIST_ENTRY(client) entry;
 	struct worker *w;
-	struct bufferevent *bev;
+	struct conn conn;
 	struct event *timer;
 	enum timer_mode timer_mode;
 	enum client_state state;
@@ -119,11 +119,15 @@ client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 		evtimer_add(c->timer, ms_tv(ms, &tv));
 }
 
+/* Close at once.  The memory goes back from the loop, so callers up the stack may still look
+ * at c->state (CLIENT_DEAD) after this. */
 static void
 client_free(struct client *c)
 {
 	struct worker *w = c->w;
 
+	if (c->state == CLIENT_DEAD)
+		return;
 	if (c->up != NULL) {
 		upstream_close(c->up);
 		c->up = NULL;
@@ -132,32 +136,46 @@ client_free(struct client *c)
 		worker_runtime_unref(c->wr);
 		c->wr = NULL;
 	}
+	c->state = CLIENT_DEAD;
 	LIST_REMOVE(c, entry);
 	w->nclients--;
-	event_free(c->timer);
-	bufferevent_free(c->bev);
-	free(c);
+	evtimer_del(c->timer);
+	conn_close(&c->conn);
+	LIST_INSERT_HEAD(&w->dead, c, entry);
+	event_active(w->reaper, EV_TIMEOUT, 0);
 	worker_client_closed(w);
+}
+
+void
+proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	struct client *c;
+
+	(void)fd;
+	(void)what;
+	while ((c = LIST_FIRST(&w->dead)) != NULL) {
+		LIST_REMOVE(c, entry);
+		event_free(c->timer);
+		free(c);
+	}
 }
 
 /* Stop reading, send what is queued, then close. */
 static void
 client_close_after_flush(struct client *c)
 {
-	struct timeval tv;
-
 	c->state = CLIENT_CLOSING;
 	client_timer_set(c, TIMER_OFF, 0);
-	bufferevent_disable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+	conn_read_stop(&c->conn);
+	conn_flush(&c->conn);
+	if (evbuffer_get_length(c->conn.out) == 0 || c->conn.error) {
 		client_free(c);
 		return;
 	}
-	bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+	conn_notify_drained(&c->conn, 1, 0);
 	/* A peer that never reads must not hold the connection forever. */
-	bufferevent_set_timeouts(c->bev, NULL,
-	    ms_tv(client_cfg(c)->timeouts.client_body, &tv));
-	bufferevent_enable(c->bev, EV_WRITE);
+	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 }
 
 static void
@@ -212,7 +230,7 @@ client_request_end(struct client *c)
 		c->up = NULL;
 	}
 	if (c->head_in_input != 0) {
-		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		evbuffer_drain(c->conn.in, c->head_in_input);
 		c->head_in_input = 0;
 	}
 	if (c->wr != NULL) {
@@ -223,7 +241,7 @@ client_request_end(struct client *c)
 	c->upool = NULL;
 	c->sp = NULL;
 	if (c->up_paused || c->client_paused)
-		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+		conn_notify_drained(&c->conn, 0, 0);
 	c->up_paused = c->client_paused = 0;
 	/* A request whose body we did not read to the end leaves the stream unframed. */
 	if (!c->keepalive || !c->req_done || w->draining) {
@@ -231,11 +249,13 @@ client_request_end(struct client *c)
 		return;
 	}
 	c->state = CLIENT_IDLE;
-	bufferevent_set_timeouts(c->bev, NULL, NULL);
+	conn_set_timeouts(&c->conn, 0, 0);
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
-	bufferevent_enable(c->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_input(c->bev)) != 0)
+	conn_read_start(&c->conn);
+	if (evbuffer_get_length(c->conn.in) != 0)
 		client_process(c);
+	if (c->state == CLIENT_IDLE && c->conn.eof)
+		client_close_after_flush(c);
 }
 
 /* Answer with a gateway error; a request that cannot be framed any more closes after. */
@@ -267,7 +287,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
 	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
 	c->status = gateway_errors[err].status;
-	c->bytes_sent += respond_error(bufferevent_get_output(c->bev), err, message, id, conn);
+	c->bytes_sent += respond_error(c->conn.out, err, message, id, conn);
 	c->resp_started = 1;
 	client_request_end(c);
 }
@@ -317,7 +337,7 @@ static int
 proxy_write_request_head(struct client *c, const struct http_request *req)
 {
 	struct worker *w = c->w;
-	struct evbuffer *out = bufferevent_get_output(c->up->bev);
+	struct evbuffer *out = c->up->conn.out;
 	struct headers_forward fw;
 	char framing[64];
 	int n;
@@ -367,7 +387,7 @@ static void
 client_read_head(struct client *c)
 {
 	struct worker *w = c->w;
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->conn.in;
 	const struct config *cfg = w->cur->rt->cfg;
 	struct http_request *req = &w->req;
 	size_t len, want;
@@ -459,21 +479,29 @@ static void
 client_process(struct client *c)
 {
 	while (c->state == CLIENT_IDLE &&
-	    evbuffer_get_length(bufferevent_get_input(c->bev)) != 0) {
-		size_t before = evbuffer_get_length(bufferevent_get_input(c->bev));
+	    evbuffer_get_length(c->conn.in) != 0) {
+		size_t before = evbuffer_get_length(c->conn.in);
 		client_read_head(c);
 		if (c->state == CLIENT_IDLE &&
-		    evbuffer_get_length(bufferevent_get_input(c->bev)) == before)
+		    evbuffer_get_length(c->conn.in) == before)
 			break;          /* incomplete head: wait for more */
 	}
 }
 
+/* Send what both sides have queued. */
 static void
-client_read_cb(struct bufferevent *bev, void *arg)
+proxy_flush(struct client *c)
 {
-	struct client *c = arg;
+	if (c->state == CLIENT_DEAD)
+		return;
+	conn_flush(&c->conn);
+	if (c->up != NULL)
+		conn_flush(&c->up->conn);
+}
 
-	(void)bev;
+static void
+client_on_input(struct client *c)
+{
 	switch (c->state) {
 	case CLIENT_IDLE:
 		client_process(c);
@@ -482,49 +510,60 @@ client_read_cb(struct bufferevent *bev, void *arg)
 		if (!c->req_done && c->up != NULL && c->head_in_input == 0)
 			proxy_forward_request_body(c);
 		else if (c->req_done)
-			bufferevent_disable(c->bev, EV_READ);   /* pipelined: wait our turn */
+			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
 		break;
 	case CLIENT_CLOSING:
-		evbuffer_drain(bufferevent_get_input(c->bev), (size_t)-1);
+		evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+		break;
+	case CLIENT_DEAD:
 		break;
 	}
 }
 
 static void
-client_write_cb(struct bufferevent *bev, void *arg)
+client_on_drained(struct client *c)
 {
-	struct client *c = arg;
-
-	(void)bev;
 	if (c->state == CLIENT_CLOSING) {
-		if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		if (evbuffer_get_length(c->conn.out) == 0)
 			client_free(c);
 		return;
 	}
 	if (c->up_paused && c->up != NULL) {
 		c->up_paused = 0;
-		bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-		bufferevent_enable(c->up->bev, EV_READ);
+		conn_read_start(&c->up->conn);
 		proxy_forward_response_body(c);
 	}
 }
 
+/* The client closed its side or the connection failed. */
 static void
-client_event_cb(struct bufferevent *bev, short what, void *arg)
+client_on_close(struct client *c, int what)
 {
-	struct client *c = arg;
-
-	(void)bev;
-	if ((what & BEV_EVENT_EOF) && c->state == CLIENT_BUSY && c->req_done) {
-		/* Half-close after a complete request: answer it, then close. */
-		c->keepalive = 0;
+	/* A half-close after a complete request: answer it (and any pipelined ones), then close. */
+	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->req_done)
 		return;
-	}
+	if (what == CONN_EOF && c->state == CLIENT_CLOSING)
+		return;         /* still flushing our last response */
 	if (c->state == CLIENT_BUSY && !c->resp_started) {
 		c->status = 499;        /* nginx's code for a client that went away */
 		client_log(c);
 	}
 	client_free(c);
+}
+
+static void
+client_conn_cb(struct conn *conn, int what, void *arg)
+{
+	struct client *c = arg;
+
+	(void)conn;
+	if (what & CONN_READ)
+		client_on_input(c);
+	if ((what & CONN_DRAINED) && c->state != CLIENT_DEAD)
+		client_on_drained(c);
+	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state != CLIENT_DEAD)
+		client_on_close(c, what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT));
+	proxy_flush(c);
 }
 
 static void
@@ -540,6 +579,7 @@ client_timer_cb(evutil_socket_t fd, short what, void *arg)
 		c->timer_mode = TIMER_OFF;
 		snprintf(msg, sizeof(msg), "connect to %s timed out", c->sp->srv->addr.text);
 		client_error(c, GW_UPSTREAM_TIMEOUT, msg, 0);
+		proxy_flush(c);
 		break;
 	default:
 		/* Idle keep-alive or a head that did not arrive in time: close quietly, like nginx. */
@@ -553,7 +593,7 @@ client_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void
 proxy_retry_or_fail(struct client *c, enum gateway_error err, const char *msg)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer *in = c->conn.in;
 	ssize_t r;
 
 	/* A pooled connection may have been closed by the server while idle: the request never
@@ -578,10 +618,10 @@ proxy_upstream_failed(struct client *c, short what)
 {
 	const char *addr = c->sp->srv->addr.text;
 	char msg[256];
-	int err = EVUTIL_SOCKET_ERROR();
+	int err = c->up->conn.error;
 
 	if (c->resp_started) {
-		if (c->resp_mode == BODY_UNTIL_CLOSE && (what & BEV_EVENT_EOF)) {
+		if (c->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 			proxy_forward_response_body(c);
 			if (c->state == CLIENT_BUSY && c->up != NULL) {
 				c->up_close = 1;
@@ -594,7 +634,7 @@ proxy_upstream_failed(struct client *c, short what)
 		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, 1);
 		return;
 	}
-	if (what & BEV_EVENT_TIMEOUT) {
+	if (what & CONN_TIMEOUT) {
 		snprintf(msg, sizeof(msg), "upstream %s did not answer in time", addr);
 		client_error(c, GW_UPSTREAM_TIMEOUT, msg, 0);
 	} else if (c->timer_mode == TIMER_CONNECT) {
@@ -627,8 +667,8 @@ proxy_invalid_response(struct client *c)
 static int
 proxy_read_response_head(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->up->bev);
-	struct evbuffer *out = bufferevent_get_output(c->bev);
+	struct evbuffer *in = c->up->conn.in;
+	struct evbuffer *out = c->conn.out;
 	struct http_response *resp = &c->w->resp;
 	struct http_str id = { c->request_id, c->request_id_len };
 	char framing[96];
@@ -661,7 +701,7 @@ proxy_read_response_head(struct client *c)
 
 	/* The request head is no longer needed for a retry. */
 	if (c->head_in_input != 0) {
-		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		evbuffer_drain(c->conn.in, c->head_in_input);
 		c->head_in_input = 0;
 	}
 	c->status = resp->status;
@@ -748,8 +788,8 @@ proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *ou
 static void
 proxy_forward_response_body(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->up->bev);
-	struct evbuffer *out = bufferevent_get_output(c->bev);
+	struct evbuffer *in = c->up->conn.in;
+	struct evbuffer *out = c->conn.out;
 	size_t len = evbuffer_get_length(in), n;
 	int done = 0, r;
 
@@ -785,17 +825,14 @@ proxy_forward_response_body(struct client *c)
 	}
 	if (evbuffer_get_length(out) > FLOW_HIGH && !c->up_paused) {
 		c->up_paused = 1;
-		bufferevent_disable(c->up->bev, EV_READ);
-		bufferevent_setwatermark(c->bev, EV_WRITE, FLOW_LOW, 0);
+		conn_read_stop(&c->up->conn);
+		conn_notify_drained(&c->conn, 1, FLOW_LOW);
 	}
 }
 
 static void
-upstream_read_cb(struct bufferevent *bev, void *arg)
+upstream_on_input(struct client *c)
 {
-	struct client *c = arg;
-
-	(void)bev;
 	if (!c->resp_started && proxy_read_response_head(c) < 0)
 		return;
 	if (c->resp_started && c->state == CLIENT_BUSY && c->up != NULL)
@@ -803,41 +840,46 @@ upstream_read_cb(struct bufferevent *bev, void *arg)
 }
 
 static void
-upstream_write_cb(struct bufferevent *bev, void *arg)
+upstream_on_drained(struct client *c)
 {
-	struct client *c = arg;
-
-	(void)bev;
 	if (c->client_paused) {
 		c->client_paused = 0;
-		bufferevent_setwatermark(c->up->bev, EV_WRITE, 0, 0);
-		bufferevent_enable(c->bev, EV_READ);
-		proxy_forward_request_body(c);
+		conn_read_start(&c->conn);
+		if (evbuffer_get_length(c->conn.in) != 0)
+			proxy_forward_request_body(c);
 	}
 }
 
 static void
-upstream_event_cb(struct bufferevent *bev, short what, void *arg)
+upstream_conn_cb(struct conn *conn, int what, void *arg)
 {
 	struct client *c = arg;
-	struct timeval tv;
+	struct upconn *uc = c->up;
 
-	if (what & BEV_EVENT_CONNECTED) {
+	(void)conn;
+	if (what & CONN_CONNECTED) {
 		const struct config *cfg = client_cfg(c);
 		client_timer_set(c, TIMER_OFF, 0);
-		ms_tv(cfg->timeouts.upstream_response, &tv);
-		bufferevent_set_timeouts(bev, &tv, &tv);
-		return;
+		conn_set_timeouts(&uc->conn, cfg->timeouts.upstream_response,
+		    cfg->timeouts.upstream_response);
 	}
-	proxy_upstream_failed(c, what);
+	if (what & CONN_READ)
+		upstream_on_input(c);
+	/* Each step may end the exchange and hand the connection back, or close the client. */
+	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && c->up == uc)
+		upstream_on_drained(c);
+	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state == CLIENT_BUSY &&
+	    c->up == uc)
+		proxy_upstream_failed(c, what);
+	proxy_flush(c);
 }
 
 /* Pass request body bytes from the client to the upstream as they arrive. */
 static void
 proxy_forward_request_body(struct client *c)
 {
-	struct evbuffer *in = bufferevent_get_input(c->bev);
-	struct evbuffer *out = bufferevent_get_output(c->up->bev);
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer *out = c->up->conn.out;
 	struct evbuffer_iovec vec;
 	size_t n, consumed, off, dlen;
 	int r;
@@ -864,16 +906,14 @@ proxy_forward_request_body(struct client *c)
 		}
 	}
 	if (c->req_done) {
-		struct timeval tv;
-		bufferevent_disable(c->bev, EV_READ);
-		bufferevent_set_timeouts(c->bev, NULL,
-		    ms_tv(client_cfg(c)->timeouts.client_body, &tv));
+		conn_read_stop(&c->conn);
+		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 		return;
 	}
 	if (evbuffer_get_length(out) > FLOW_HIGH && !c->client_paused) {
 		c->client_paused = 1;
-		bufferevent_disable(c->bev, EV_READ);
-		bufferevent_setwatermark(c->up->bev, EV_WRITE, FLOW_LOW, 0);
+		conn_read_stop(&c->conn);
+		conn_notify_drained(&c->up->conn, 1, FLOW_LOW);
 	}
 }
 
@@ -881,35 +921,33 @@ proxy_forward_request_body(struct client *c)
 static void
 proxy_send_request(struct client *c)
 {
-	struct timeval tv;
 	const struct config *cfg = client_cfg(c);
 
-	bufferevent_setcb(c->up->bev, upstream_read_cb, upstream_write_cb, upstream_event_cb, c);
+	conn_set_cb(&c->up->conn, upstream_conn_cb, c);
 	if (proxy_write_request_head(c, &c->w->req) < 0) {
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
 		return;
 	}
 	if (!c->req_done) {
 		/* The body follows the head in the input: the head can go now. */
-		evbuffer_drain(bufferevent_get_input(c->bev), c->head_in_input);
+		evbuffer_drain(c->conn.in, c->head_in_input);
 		c->head_in_input = 0;
-		bufferevent_set_timeouts(c->bev, ms_tv(cfg->timeouts.client_body, &tv), NULL);
-		bufferevent_enable(c->bev, EV_READ);
+		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+		conn_read_start(&c->conn);
 		proxy_forward_request_body(c);
 		if (c->state != CLIENT_BUSY || c->up == NULL)
 			return;
 	} else {
-		bufferevent_disable(c->bev, EV_READ);
-		bufferevent_set_timeouts(c->bev, NULL, ms_tv(cfg->timeouts.client_body, &tv));
+		conn_read_stop(&c->conn);
+		conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 	}
-	bufferevent_enable(c->up->bev, EV_READ | EV_WRITE);
+	conn_read_start(&c->up->conn);
 }
 
 static void
 proxy_connect(struct client *c)
 {
 	const struct config *cfg = client_cfg(c);
-	struct timeval tv;
 	char msg[160];
 
 	c->sp = upstream_pick(c->upool);
@@ -918,12 +956,12 @@ proxy_connect(struct client *c)
 		return;
 	}
 	if (!c->retried && (c->up = upstream_take_idle(c->sp)) != NULL) {
-		ms_tv(cfg->timeouts.upstream_response, &tv);
-		bufferevent_set_timeouts(c->up->bev, &tv, &tv);
+		conn_set_timeouts(&c->up->conn, cfg->timeouts.upstream_response,
+		    cfg->timeouts.upstream_response);
 		proxy_send_request(c);
 		return;
 	}
-	c->up = upstream_connect(c->sp, c->w->base);
+	c->up = upstream_connect(c->sp, c->w->base, upstream_conn_cb, c);
 	if (c->up == NULL) {
 		snprintf(msg, sizeof(msg), "connect to %s failed: %s", c->sp->srv->addr.text,
 		    strerror(errno));
@@ -949,15 +987,11 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
 		return;
 	}
 	c->w = w;
-	c->bev = bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	c->timer = evtimer_new(w->base, client_timer_cb, c);
-	if (c->bev == NULL || c->timer == NULL) {
-		if (c->bev != NULL)
-			bufferevent_free(c->bev);
-		else
-			close(fd);
+	if (c->timer == NULL || conn_init(&c->conn, w->base, fd, client_conn_cb, c) < 0) {
 		if (c->timer != NULL)
 			event_free(c->timer);
+		close(fd);
 		free(c);
 		return;
 	}
@@ -969,12 +1003,10 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
 	LIST_INSERT_HEAD(&w->clients, c, entry);
 	if (++w->nclients >= w->max_clients)
 		worker_set_accepting(w, 0);
-	bufferevent_set_max_single_read(c->bev, CLIENT_MAX_SINGLE_READ);
-	bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-	bufferevent_setwatermark(c->bev, EV_READ, 0, FLOW_HIGH);
+	c->conn.read_max = FLOW_HIGH;
 	c->state = CLIENT_IDLE;
 	client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
-	bufferevent_enable(c->bev, EV_READ);
+	conn_read_start(&c->conn);
 }
 
 void
@@ -985,7 +1017,7 @@ proxy_drain_idle(struct worker *w)
 	for (c = LIST_FIRST(&w->clients); c != NULL; c = next) {
 		next = LIST_NEXT(c, entry);
 		if (c->state == CLIENT_IDLE &&
-		    evbuffer_get_length(bufferevent_get_input(c->bev)) == 0)
+		    evbuffer_get_length(c->conn.in) == 0)
 			client_free(c);
 	}
 }

@@ -238,6 +238,7 @@ worker_main(void *arg)
 
 	event_base_dispatch(w->base);
 	proxy_close_all(w);
+	proxy_reap_cb(-1, 0, w);
 	if ((wr = w->cur) != NULL) {
 		w->cur = NULL;
 		worker_runtime_detach_listeners(wr);
@@ -255,6 +256,7 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 
 	w->id = id;
 	LIST_INIT(&w->clients);
+	LIST_INIT(&w->dead);
 	pthread_mutex_init(&w->lock, NULL);
 	/* Each base is touched by its own thread only: no locking needed inside libevent. */
 	if ((ecfg = event_config_new()) == NULL)
@@ -269,6 +271,8 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 		return -1;
 	w->notify_ev = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, worker_notify_cb, w);
 	if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0)
+		return -1;
+	if ((w->reaper = event_new(w->base, -1, 0, proxy_reap_cb, w)) == NULL)
 		return -1;
 	atomic_fetch_add(&rt->refs, 1);
 	worker_use_runtime(w, rt);
@@ -370,6 +374,7 @@ server_join(void)
 		if (w->pending != NULL)
 			runtime_release(w->pending);
 		event_free(w->notify_ev);
+		event_free(w->reaper);
 		close(w->notify_fd);
 		event_base_free(w->base);
 		pthread_mutex_destroy(&w->lock);

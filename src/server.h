@@ -48,6 +48,8 @@ struct worker {
 
 	struct worker_runtime *cur;
 	struct client_list clients;     /* every open client connection */
+	struct client_list dead;        /* closed clients whose memory the reaper frees */
+	struct event *reaper;
 	unsigned nclients;
 	unsigned max_clients;           /* limits.max_connections shared out between workers */
 	int accepting;                  /* listeners enabled */

@@ -9,14 +9,10 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "log.h"
 #include "server.h"
-
-/* Reads per callback; larger than libevent's 16 KB default so big bodies take fewer calls. */
-#define UPSTREAM_MAX_SINGLE_READ (256 * 1024)
 
 int
 upstream_pools_init(struct worker_runtime *wr)
@@ -94,19 +90,12 @@ upstream_pick(struct upstream_pool *up)
 	return best;
 }
 
+/* An idle connection must stay silent: data, EOF, an error or the idle timeout close it. */
 static void
-upstream_idle_event_cb(struct bufferevent *bev, short what, void *arg)
+upstream_idle_cb(struct conn *conn, int what, void *arg)
 {
-	(void)bev;
+	(void)conn;
 	(void)what;
-	upstream_close(arg);
-}
-
-/* An idle connection must stay silent: data or EOF means it cannot be reused. */
-static void
-upstream_idle_read_cb(struct bufferevent *bev, void *arg)
-{
-	(void)bev;
 	upstream_close(arg);
 }
 
@@ -121,12 +110,13 @@ upstream_take_idle(struct server_pool *sp)
 	sp->nidle--;
 	sp->active++;
 	uc->idle = 0;
-	bufferevent_set_timeouts(uc->bev, NULL, NULL);
+	conn_read_stop(&uc->conn);
+	conn_set_timeouts(&uc->conn, 0, 0);
 	return uc;
 }
 
 struct upconn *
-upstream_connect(struct server_pool *sp, struct event_base *base)
+upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb, void *arg)
 {
 	const struct config_addr *addr = &sp->srv->addr;
 	struct upconn *uc;
@@ -140,18 +130,17 @@ upstream_connect(struct server_pool *sp, struct event_base *base)
 		return NULL;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	uc->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (uc->bev == NULL) {
+	if (conn_init(&uc->conn, base, fd, cb, arg) < 0) {
 		close(fd);
 		free(uc);
+		errno = ENOMEM;
 		return NULL;
 	}
-	bufferevent_set_max_single_read(uc->bev, UPSTREAM_MAX_SINGLE_READ);
-	if (bufferevent_socket_connect(uc->bev, (struct sockaddr *)&addr->ss, (int)addr->sslen) < 0) {
+	if (conn_connect(&uc->conn, (const struct sockaddr *)&addr->ss, addr->sslen) < 0) {
 		int saved = errno;
-		bufferevent_free(uc->bev);
+		conn_close(&uc->conn);
 		free(uc);
-		errno = saved ? saved : ECONNREFUSED;
+		errno = saved;
 		return NULL;
 	}
 	uc->sp = sp;
@@ -164,24 +153,21 @@ upstream_release(struct upconn *uc)
 {
 	struct server_pool *sp = uc->sp;
 	struct worker_runtime *wr = sp->up->wr;
-	struct timeval idle_tv;
-	uint64_t ms = wr->rt->cfg->timeouts.keepalive;
 
 	/* Pool only into the current runtime: an old one is on its way out. */
 	if (sp->nidle >= sp->up->cfg->keepalive || wr->w->cur != wr || wr->w->draining ||
-	    evbuffer_get_length(bufferevent_get_input(uc->bev)) != 0) {
+	    evbuffer_get_length(uc->conn.in) != 0 || evbuffer_get_length(uc->conn.out) != 0 ||
+	    uc->conn.eof || uc->conn.error) {
 		upstream_close(uc);
 		return;
 	}
 	sp->active--;
 	uc->idle = 1;
 	uc->reused = 1;
-	idle_tv.tv_sec = (time_t)(ms / 1000);
-	idle_tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-	bufferevent_setcb(uc->bev, upstream_idle_read_cb, NULL, upstream_idle_event_cb, uc);
-	bufferevent_setwatermark(uc->bev, EV_WRITE, 0, 0);
-	bufferevent_set_timeouts(uc->bev, &idle_tv, NULL);
-	bufferevent_enable(uc->bev, EV_READ);
+	conn_set_cb(&uc->conn, upstream_idle_cb, uc);
+	conn_notify_drained(&uc->conn, 0, 0);
+	conn_set_timeouts(&uc->conn, wr->rt->cfg->timeouts.keepalive, 0);
+	conn_read_start(&uc->conn);
 	TAILQ_INSERT_HEAD(&sp->idle, uc, idle_entry);
 	sp->nidle++;
 }
@@ -197,6 +183,6 @@ upstream_close(struct upconn *uc)
 	} else {
 		sp->active--;
 	}
-	bufferevent_free(uc->bev);
+	conn_close(&uc->conn);
 	free(uc);
 }

@@ -4,15 +4,15 @@
 
 #include <sys/queue.h>
 #include "config.h"
+#include "conn.h"
 
-struct bufferevent;
 struct event_base;
 struct worker_runtime;
 struct server_pool;
 
 /* One TCP connection to an upstream server; owned by a request, or idle in its pool. */
 struct upconn {
-	struct bufferevent *bev;
+	struct conn conn;
 	struct server_pool *sp;
 	TAILQ_ENTRY(upconn) idle_entry;
 	unsigned reused : 1;            /* it served a request before: may have gone stale */
@@ -45,8 +45,9 @@ void upstream_pools_free(struct worker_runtime *wr);
 struct server_pool *upstream_pick(struct upstream_pool *up);
 /* An idle pooled connection to sp, or NULL. */
 struct upconn *upstream_take_idle(struct server_pool *sp);
-/* Start a non-blocking connect to sp; the caller sets the bufferevent callbacks. NULL on error. */
-struct upconn *upstream_connect(struct server_pool *sp, struct event_base *base);
+/* Start a non-blocking connect to sp, reporting to cb. NULL with errno on error. */
+struct upconn *upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb,
+    void *arg);
 /* Return a connection whose exchange completed cleanly to the pool (or close it if full). */
 void upstream_release(struct upconn *uc);
 void upstream_close(struct upconn *uc);

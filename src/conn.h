@@ -1,0 +1,66 @@
+/* A non-blocking TCP socket with an input and an output evbuffer, driven by edge-triggered
+ * events registered once: no epoll_ctl per read or write, reads as large as the data waiting
+ * (libevent's bufferevents read 4 KB at a time), writes attempted at once. */
+#ifndef JG_CONN_H
+#define JG_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event;
+struct event_base;
+struct evbuffer;
+struct conn;
+
+/* What a callback is told; several may be set at once (data, then EOF). */
+enum conn_what {
+	CONN_READ = 1 << 0,             /* input grew */
+	CONN_EOF = 1 << 1,              /* the peer closed its side */
+	CONN_ERROR = 1 << 2,            /* socket error: conn->error holds errno */
+	CONN_TIMEOUT = 1 << 3,          /* read or write inactivity timeout */
+	CONN_DRAINED = 1 << 4,          /* output fell to write_low (when asked for) */
+	CONN_CONNECTED = 1 << 5         /* non-blocking connect completed */
+};
+
+typedef void (*conn_cb)(struct conn *c, int what, void *arg);
+
+struct conn {
+	int fd;
+	struct event *rev;
+	struct event *wev;
+	struct evbuffer *in;
+	struct evbuffer *out;
+	conn_cb cb;
+	void *arg;
+	size_t read_max;                /* stop reading while input holds this much */
+	size_t write_low;               /* CONN_DRAINED threshold */
+	uint64_t read_timeout_ms;       /* 0: none */
+	uint64_t write_timeout_ms;      /* 0: none */
+	int error;
+	unsigned readable : 1;          /* an edge was seen and not read to the end */
+	unsigned reading : 1;           /* the owner wants input */
+	unsigned writable : 1;
+	unsigned connecting : 1;
+	unsigned eof : 1;
+	unsigned want_drained : 1;
+};
+
+/* Take fd (non-blocking); 0, or -1 on allocation failure (fd is then not closed). */
+int conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg);
+/* Close the socket and free the buffers and events. */
+void conn_close(struct conn *c);
+void conn_set_cb(struct conn *c, conn_cb cb, void *arg);
+/* Start a non-blocking connect; 0 (in progress or done) or -1 with errno. */
+int conn_connect(struct conn *c, const struct sockaddr *sa, unsigned salen);
+
+/* Start or stop taking input.  Input already buffered is the owner's to look at; data that
+ * reached the socket while stopped is read and reported from the loop. */
+void conn_read_start(struct conn *c);
+void conn_read_stop(struct conn *c);
+/* Write as much of the output as the socket takes now; the rest goes when it is writable. */
+void conn_flush(struct conn *c);
+/* Ask (on) or stop asking for CONN_DRAINED once the output holds at most low bytes. */
+void conn_notify_drained(struct conn *c, int on, size_t low);
+void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms);
+
+#endif
