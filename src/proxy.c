@@ -29,6 +29,8 @@
 #define FLOW_LOW (64 * 1024)
 /* Largest response head accepted from an upstream. */
 #define UPSTREAM_MAX_HEAD (64 * 1024)
+/* Largest request body kept for sending again on a fresh connection. */
+#define REPLAY_MAX_BODY (64 * 1024)
 
 enum client_state {
 	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
@@ -56,7 +58,9 @@ struct client {
 	struct upstream_pool *upool;
 	struct server_pool *sp;
 	struct upconn *up;
-	size_t head_in_input;           /* request head left in the input for a retry, or 0 */
+	size_t replay_len;              /* request bytes kept at the front of the input until the
+	                                 * response starts, to send again after a stale connection */
+	size_t head_len;
 	int http_minor;
 	unsigned keepalive : 1;
 	unsigned idempotent : 1;
@@ -229,9 +233,9 @@ client_request_end(struct client *c)
 			upstream_release(c->up);
 		c->up = NULL;
 	}
-	if (c->head_in_input != 0) {
-		evbuffer_drain(c->conn.in, c->head_in_input);
-		c->head_in_input = 0;
+	if (c->replay_len != 0) {
+		evbuffer_drain(c->conn.in, c->replay_len);
+		c->replay_len = 0;
 	}
 	if (c->wr != NULL) {
 		worker_runtime_unref(c->wr);
@@ -290,6 +294,21 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	c->bytes_sent += respond_error(c->conn.out, err, message, id, conn);
 	c->resp_started = 1;
 	client_request_end(c);
+}
+
+static void
+client_body_framing(struct client *c, const struct http_request *req)
+{
+	if (req->framing.chunked) {
+		c->req_mode = BODY_CHUNKED;
+		http_chunked_init(&c->req_chunk);
+	} else if (req->framing.content_length > 0) {
+		c->req_mode = BODY_LENGTH;
+		c->req_left = (uint64_t)req->framing.content_length;
+	} else {
+		c->req_mode = BODY_NONE;
+	}
+	c->req_done = c->req_mode == BODY_NONE;
 }
 
 static void
@@ -447,16 +466,7 @@ client_read_head(struct client *c)
 	c->head_request = req->method_bit == METHOD_HEAD;
 	c->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
 	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0;
-	if (req->framing.chunked) {
-		c->req_mode = BODY_CHUNKED;
-		http_chunked_init(&c->req_chunk);
-	} else if (req->framing.content_length > 0) {
-		c->req_mode = BODY_LENGTH;
-		c->req_left = (uint64_t)req->framing.content_length;
-	} else {
-		c->req_mode = BODY_NONE;
-	}
-	c->req_done = c->req_mode == BODY_NONE;
+	client_body_framing(c, req);
 	client_new_request_id(c, req);
 	if (w->cur->rt->access.fd >= 0)
 		client_remember_for_log(c, req);
@@ -471,7 +481,7 @@ client_read_head(struct client *c)
 	c->wr = w->cur;
 	worker_runtime_ref(c->wr);
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
-	c->head_in_input = (size_t)r;
+	c->replay_len = c->head_len = (size_t)r;
 	proxy_connect(c);
 }
 
@@ -507,7 +517,7 @@ client_on_input(struct client *c)
 		client_process(c);
 		break;
 	case CLIENT_BUSY:
-		if (!c->req_done && c->up != NULL && c->head_in_input == 0)
+		if (!c->req_done && c->up != NULL && c->replay_len == 0)
 			proxy_forward_request_body(c);
 		else if (c->req_done)
 			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
@@ -598,14 +608,15 @@ proxy_retry_or_fail(struct client *c, enum gateway_error err, const char *msg)
 
 	/* A pooled connection may have been closed by the server while idle: the request never
 	 * reached it, so an idempotent request without a body can go again on a new connection. */
-	if (c->up->reused && !c->retried && c->idempotent && c->req_mode == BODY_NONE &&
-	    c->head_in_input != 0) {
+	if (c->up->reused && !c->retried && c->idempotent && c->replay_len != 0) {
 		upstream_close(c->up);
 		c->up = NULL;
 		c->retried = 1;
-		r = http_parse_request((const char *)evbuffer_pullup(in, (ev_ssize_t)c->head_in_input),
-		    c->head_in_input, &c->w->req);
-		if (r == (ssize_t)c->head_in_input) {
+		r = http_parse_request((const char *)evbuffer_pullup(in, (ev_ssize_t)c->replay_len),
+		    c->replay_len, &c->w->req);
+		if (r == (ssize_t)c->head_len) {
+			client_body_framing(c, &c->w->req);
+			c->replay_len = c->head_len;
 			proxy_connect(c);
 			return;
 		}
@@ -700,9 +711,9 @@ proxy_read_response_head(struct client *c)
 	}
 
 	/* The request head is no longer needed for a retry. */
-	if (c->head_in_input != 0) {
-		evbuffer_drain(c->conn.in, c->head_in_input);
-		c->head_in_input = 0;
+	if (c->replay_len != 0) {
+		evbuffer_drain(c->conn.in, c->replay_len);
+		c->replay_len = 0;
 	}
 	c->status = resp->status;
 	if (c->head_request || resp->status == 204 || resp->status == 304)
@@ -898,7 +909,7 @@ proxy_forward_request_body(struct client *c)
 			    &off, &dlen);
 			if (r == HTTP_CHUNKED_ERROR) {
 				c->up_close = 1;
-				client_error(c, GW_BAD_REQUEST, "invalid chunked request body", 1);
+				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
 			evbuffer_remove_buffer(in, out, consumed);
@@ -928,10 +939,22 @@ proxy_send_request(struct client *c)
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
 		return;
 	}
+	if (!c->req_done && c->up->reused && c->idempotent && c->req_mode == BODY_LENGTH &&
+	    c->req_left <= REPLAY_MAX_BODY &&
+	    evbuffer_get_length(c->conn.in) >= c->head_len + c->req_left) {
+		/* A small body that is all here: send a copy and keep it in case the pooled
+		 * connection turns out to be stale. */
+		size_t body = (size_t)c->req_left;
+		const unsigned char *p = evbuffer_pullup(c->conn.in, (ev_ssize_t)(c->head_len + body));
+		evbuffer_add(c->up->conn.out, p + c->head_len, body);
+		c->replay_len = c->head_len + body;
+		c->req_left = 0;
+		c->req_done = 1;
+	}
 	if (!c->req_done) {
 		/* The body follows the head in the input: the head can go now. */
-		evbuffer_drain(c->conn.in, c->head_in_input);
-		c->head_in_input = 0;
+		evbuffer_drain(c->conn.in, c->replay_len);
+		c->replay_len = 0;
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_forward_request_body(c);
