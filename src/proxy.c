@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "access_log.h"
+#include "body.h"
 #include "conn.h"
 #include "errors.h"
 #include "headers.h"
@@ -73,6 +74,12 @@ struct client {
 	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
 	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
 	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+	unsigned resp_head_seen : 1;    /* the upstream's final response head was parsed */
+	unsigned resp_buffering : 1;    /* collecting a JSON body for the route's envelope ops */
+	unsigned resp_rechunk : 1;      /* re-framing a de-chunked body as chunks */
+	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
+	struct evbuffer *body;          /* the collected body */
+	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
 	enum body_mode req_mode;
 	uint64_t req_left;
 	struct http_chunked req_chunk;
@@ -96,6 +103,9 @@ static void client_process(struct client *c);
 static void proxy_forward_request_body(struct client *c);
 static void proxy_forward_response_body(struct client *c);
 static void proxy_connect(struct client *c);
+static void proxy_invalid_response(struct client *c);
+static void proxy_collect_response_body(struct client *c);
+static void proxy_respond_rewritten(struct client *c);
 
 static const struct timeval *
 ms_tv(uint64_t ms, struct timeval *tv)
@@ -161,6 +171,12 @@ proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
 	while ((c = LIST_FIRST(&w->dead)) != NULL) {
 		LIST_REMOVE(c, entry);
 		event_free(c->timer);
+		if (c->resp_head != NULL)
+			evbuffer_free(c->resp_head);
+		if (c->body != NULL)
+			evbuffer_free(c->body);
+		if (c->req_copy != NULL)
+			evbuffer_free(c->req_copy);
 		free(c);
 	}
 }
@@ -401,6 +417,16 @@ parse_error_to_gateway(ssize_t r)
 	}
 }
 
+/* Response ops may read request headers ($header.NAME) after the head has left the input. */
+static int
+proxy_keep_request_head(struct client *c, size_t len)
+{
+	if (c->req_copy == NULL && (c->req_copy = evbuffer_new()) == NULL)
+		return -1;
+	evbuffer_drain(c->req_copy, evbuffer_get_length(c->req_copy));
+	return evbuffer_add(c->req_copy, evbuffer_pullup(c->conn.in, (ev_ssize_t)len), len);
+}
+
 /* Parse a request head at the front of the input and start proxying it. */
 static void
 client_read_head(struct client *c)
@@ -442,6 +468,9 @@ client_read_head(struct client *c)
 	c->status = 0;
 	c->bytes_sent = 0;
 	c->resp_started = 0;
+	c->resp_head_seen = 0;
+	c->resp_buffering = 0;
+	c->resp_rechunk = 0;
 	c->retried = 0;
 	c->up_close = 0;
 	c->req_done = 1;
@@ -482,6 +511,10 @@ client_read_head(struct client *c)
 	worker_runtime_ref(c->wr);
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
 	c->replay_len = c->head_len = (size_t)r;
+	if (c->route->response != NULL && proxy_keep_request_head(c, (size_t)r) < 0) {
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
 	proxy_connect(c);
 }
 
@@ -631,6 +664,19 @@ proxy_upstream_failed(struct client *c, short what)
 	char msg[256];
 	int err = c->up->conn.error;
 
+	if (c->resp_buffering && c->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
+		c->up_close = 1;
+		proxy_collect_response_body(c);
+		if (c->state == CLIENT_BUSY && c->resp_buffering)
+			proxy_respond_rewritten(c);
+		return;
+	}
+	if (c->resp_head_seen && !c->resp_started) {
+		log_warnx("upstream %s failed in the middle of a response (request %s)", addr,
+		    c->request_id);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, 0);
+		return;
+	}
 	if (c->resp_started) {
 		if (c->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 			proxy_forward_response_body(c);
@@ -674,6 +720,69 @@ proxy_invalid_response(struct client *c)
 	client_error(c, GW_UPSTREAM_INVALID, msg, 0);
 }
 
+enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
+
+/* Write our response head for resp: its headers, our framing and connection handling. */
+static void
+proxy_write_response_head(struct client *c, struct http_response *resp,
+    enum out_framing framing, uint64_t length)
+{
+	struct evbuffer *out = c->conn.out;
+	struct http_str id = { c->request_id, c->request_id_len };
+	char tail[96];
+	size_t before = evbuffer_get_length(out);
+	int n = 0;
+
+	if (headers_response_out(out, resp, id) < 0)
+		c->keepalive = 0;
+	if (framing == OUT_CHUNKED)
+		n = snprintf(tail, sizeof(tail), "Transfer-Encoding: chunked\r\n");
+	else if (framing == OUT_LENGTH)
+		n = snprintf(tail, sizeof(tail), "Content-Length: %llu\r\n",
+		    (unsigned long long)length);
+	if (!c->keepalive)
+		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "Connection: close\r\n");
+	else if (c->http_minor == 0)
+		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "Connection: keep-alive\r\n");
+	n += snprintf(tail + n, sizeof(tail) - (size_t)n, "\r\n");
+	evbuffer_add(out, tail, (size_t)n);
+	c->bytes_sent += evbuffer_get_length(out) - before;
+	c->status = resp->status;
+	c->resp_started = 1;
+}
+
+static struct http_str
+proxy_response_header(const struct http_response *resp, const char *lower_name)
+{
+	struct http_str none = { "", 0 };
+	size_t i;
+
+	for (i = 0; i < resp->nheaders; i++)
+		if (http_header_is(&resp->headers[i], lower_name))
+			return resp->headers[i].value;
+	return none;
+}
+
+/* 1: collect this response body for the route's ops; 0: stream it; -1: answered already. */
+static int
+proxy_wants_body(struct client *c, const struct http_response *resp)
+{
+	const struct config *cfg = client_cfg(c);
+
+	if (c->resp_mode == BODY_NONE ||
+	    !body_is_json(c->route, proxy_response_header(resp, "content-type")) ||
+	    body_coding(proxy_response_header(resp, "content-encoding")) == BODY_CODING_OTHER)
+		return 0;
+	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body) {
+		if (c->route->on_error == ON_ERROR_PASS)
+			return 0;
+		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
+		    0);
+		return -1;
+	}
+	return 1;
+}
+
 /* Parse the upstream's response head and send ours to the client. Returns 0 when started. */
 static int
 proxy_read_response_head(struct client *c)
@@ -681,11 +790,8 @@ proxy_read_response_head(struct client *c)
 	struct evbuffer *in = c->up->conn.in;
 	struct evbuffer *out = c->conn.out;
 	struct http_response *resp = &c->w->resp;
-	struct http_str id = { c->request_id, c->request_id_len };
-	char framing[96];
-	size_t len, want, before;
+	size_t len, want;
 	ssize_t r;
-	int n = 0;
 
 	for (;;) {
 		len = evbuffer_get_length(in);
@@ -733,27 +839,37 @@ proxy_read_response_head(struct client *c)
 	if (c->resp_mode == BODY_UNTIL_CLOSE || c->resp_dechunk || c->w->draining)
 		c->keepalive = 0;
 
-	before = evbuffer_get_length(out);
-	if (headers_response_out(out, resp, id) < 0) {
-		client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
-		return -1;
+	if (c->route->response != NULL) {
+		int collect = proxy_wants_body(c, resp);
+		if (collect < 0)
+			return -1;
+		if (collect) {
+			/* Envelope ops: keep the head, collect the body, answer when it is all here. */
+			if ((c->resp_head == NULL && (c->resp_head = evbuffer_new()) == NULL) ||
+			    (c->body == NULL && (c->body = evbuffer_new()) == NULL)) {
+				client_error(c, GW_UPSTREAM_INVALID, "out of memory", 0);
+				return -1;
+			}
+			evbuffer_drain(c->resp_head, evbuffer_get_length(c->resp_head));
+			evbuffer_drain(c->body, evbuffer_get_length(c->body));
+			evbuffer_remove_buffer(in, c->resp_head, (size_t)r);
+			c->resp_buffering = 1;
+			c->resp_dechunk = 1;
+			c->resp_head_seen = 1;
+			return 0;
+		}
 	}
 	if (resp->framing.chunked && !c->resp_dechunk && resp->status != 204 &&
 	    resp->status != 304)
-		n = snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n");
+		proxy_write_response_head(c, resp, OUT_CHUNKED, 0);
 	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
 	    resp->status != 204)
-		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n",
-		    (long long)resp->framing.content_length);
-	if (!c->keepalive)
-		n += snprintf(framing + n, sizeof(framing) - (size_t)n, "Connection: close\r\n");
-	else if (c->http_minor == 0)
-		n += snprintf(framing + n, sizeof(framing) - (size_t)n, "Connection: keep-alive\r\n");
-	n += snprintf(framing + n, sizeof(framing) - (size_t)n, "\r\n");
-	evbuffer_add(out, framing, (size_t)n);
-	c->bytes_sent += evbuffer_get_length(out) - before;
+		proxy_write_response_head(c, resp, OUT_LENGTH,
+		    (uint64_t)resp->framing.content_length);
+	else
+		proxy_write_response_head(c, resp, OUT_NONE, 0);
 	evbuffer_drain(in, (size_t)r);
-	c->resp_started = 1;
+	c->resp_head_seen = 1;
 	return 0;
 }
 
@@ -785,13 +901,20 @@ proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *ou
 			proxy_move(c, in, out, consumed);
 		} else if (r == HTTP_CHUNKED_DATA) {
 			evbuffer_drain(in, off);
+			if (c->resp_rechunk)
+				c->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", dlen);
 			proxy_move(c, in, out, dlen);
+			if (c->resp_rechunk)
+				c->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
 			evbuffer_drain(in, consumed - off - dlen);
 		} else {
 			evbuffer_drain(in, consumed);
 		}
-		if (r == HTTP_CHUNKED_DONE)
+		if (r == HTTP_CHUNKED_DONE) {
+			if (c->resp_rechunk)
+				c->bytes_sent += evbuffer_add(out, "0\r\n\r\n", 5) == 0 ? 5 : 0;
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -841,12 +964,163 @@ proxy_forward_response_body(struct client *c)
 	}
 }
 
+/* The collected body outgrew limits.max_body: fail, or stream it on untouched. */
+static void
+proxy_body_overflow(struct client *c)
+{
+	struct http_response *resp = &c->w->resp;
+	size_t hl = evbuffer_get_length(c->resp_head), n = evbuffer_get_length(c->body);
+
+	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->route->name,
+	    c->request_id);
+	if (c->route->on_error == ON_ERROR_FAIL) {
+		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
+		    0);
+		return;
+	}
+	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
+	c->resp_buffering = 0;
+	if (c->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
+		/* What was collected is de-chunked: send it as one chunk, then re-chunk the rest. */
+		c->resp_rechunk = 1;
+		proxy_write_response_head(c, resp, OUT_CHUNKED, 0);
+		c->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
+		proxy_move(c, c->body, c->conn.out, n);
+		evbuffer_add(c->conn.out, "\r\n", 2);
+		c->bytes_sent += 2;
+	} else {
+		c->keepalive = 0;
+		proxy_write_response_head(c, resp, OUT_NONE, 0);
+		proxy_move(c, c->body, c->conn.out, n);
+	}
+	proxy_forward_response_body(c);
+}
+
+/* The whole body is here: apply the route's ops and answer with the result (or per on_error). */
+static void
+proxy_respond_rewritten(struct client *c)
+{
+	struct worker *w = c->w;
+	struct http_response *resp = &w->resp;
+	struct http_request *req = &w->req;
+	const struct config *cfg = client_cfg(c);
+	struct rewrite_vars vars;
+	struct body_result res;
+	size_t hl = evbuffer_get_length(c->resp_head), ql, i;
+	char msg[256];
+
+	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
+	memset(&vars, 0, sizeof(vars));
+	vars.request_id.p = c->request_id;
+	vars.request_id.len = c->request_id_len;
+	vars.route.p = c->route->name;
+	vars.route.len = strlen(c->route->name);
+	vars.upstream.p = c->sp->srv->addr.text;
+	vars.upstream.len = strlen(c->sp->srv->addr.text);
+	vars.remote_addr.p = c->addr;
+	vars.remote_addr.len = strlen(c->addr);
+	vars.now = (long long)time(NULL);
+	ql = c->req_copy != NULL ? evbuffer_get_length(c->req_copy) : 0;
+	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->req_copy,
+	    (ev_ssize_t)ql), ql, req) > 0) {
+		vars.headers = req->headers;
+		vars.nheaders = req->nheaders;
+	}
+	c->resp_buffering = 0;
+	if (body_apply(w->bodies, cfg, c->route, c->route->response,
+	    body_coding(proxy_response_header(resp, "content-encoding")), c->body, &vars,
+	    w->rewritten, &res) < 0) {
+		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
+		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
+		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
+		if (c->route->on_error == ON_ERROR_FAIL) {
+			client_error(c, GW_UPSTREAM_INVALID, msg, 0);
+			return;
+		}
+		/* pass: the upstream's status and bytes, untouched */
+		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->body));
+		proxy_move(c, c->body, c->conn.out, evbuffer_get_length(c->body));
+	} else {
+		if (res.status != 0 && res.status != resp->status) {
+			resp->status = res.status;
+			resp->reason.len = 0;
+		}
+		if (res.inflated)
+			for (i = 0; i < resp->nheaders; i++)
+				if (http_header_is(&resp->headers[i], "content-encoding")) {
+					memmove(&resp->headers[i], &resp->headers[i + 1],
+					    (resp->nheaders - i - 1) * sizeof(resp->headers[0]));
+					resp->nheaders--;
+					i--;
+				}
+		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten));
+		proxy_move(c, w->rewritten, c->conn.out, evbuffer_get_length(w->rewritten));
+	}
+	if (c->up != NULL && evbuffer_get_length(c->up->conn.in) != 0)
+		c->up_close = 1;
+	client_request_end(c);
+}
+
+/* Collect the response body for envelope ops, de-chunked, up to limits.max_body. */
+static void
+proxy_collect_response_body(struct client *c)
+{
+	struct evbuffer *in = c->up->conn.in;
+	struct evbuffer_iovec vec;
+	size_t n, consumed, off, dlen;
+	int r, done = 0;
+
+	switch (c->resp_mode) {
+	case BODY_LENGTH:
+		n = evbuffer_get_length(in);
+		if (n > c->resp_left)
+			n = (size_t)c->resp_left;
+		evbuffer_remove_buffer(in, c->body, n);
+		c->resp_left -= n;
+		done = c->resp_left == 0;
+		break;
+	case BODY_CHUNKED:
+		while (!done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+			r = http_chunked_feed(&c->resp_chunk, vec.iov_base, vec.iov_len, &consumed,
+			    &off, &dlen);
+			if (r == HTTP_CHUNKED_ERROR) {
+				proxy_invalid_response(c);
+				return;
+			}
+			if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, off);
+				evbuffer_remove_buffer(in, c->body, dlen);
+				evbuffer_drain(in, consumed - off - dlen);
+			} else {
+				evbuffer_drain(in, consumed);
+			}
+			done = r == HTTP_CHUNKED_DONE;
+			if (!done && evbuffer_get_length(c->body) > client_cfg(c)->limits.max_body)
+				break;
+		}
+		break;
+	default:
+		evbuffer_remove_buffer(in, c->body, evbuffer_get_length(in));
+		break;
+	}
+	if (!done && evbuffer_get_length(c->body) > client_cfg(c)->limits.max_body) {
+		proxy_body_overflow(c);
+		return;
+	}
+	if (done)
+		proxy_respond_rewritten(c);
+}
+
 static void
 upstream_on_input(struct client *c)
 {
-	if (!c->resp_started && proxy_read_response_head(c) < 0)
+	if (!c->resp_head_seen && proxy_read_response_head(c) < 0)
 		return;
-	if (c->resp_started && c->state == CLIENT_BUSY && c->up != NULL)
+	if (c->state != CLIENT_BUSY || c->up == NULL)
+		return;
+	if (c->resp_buffering)
+		proxy_collect_response_body(c);
+	else if (c->resp_started)
 		proxy_forward_response_body(c);
 }
 

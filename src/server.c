@@ -9,8 +9,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "body.h"
 #include "listener.h"
 #include "log.h"
 #include "proxy.h"
@@ -274,6 +276,8 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 		return -1;
 	if ((w->reaper = event_new(w->base, -1, 0, proxy_reap_cb, w)) == NULL)
 		return -1;
+	if ((w->bodies = body_pool_new()) == NULL || (w->rewritten = evbuffer_new()) == NULL)
+		return -1;
 	atomic_fetch_add(&rt->refs, 1);
 	worker_use_runtime(w, rt);
 	return 0;
@@ -375,6 +379,8 @@ server_join(void)
 			runtime_release(w->pending);
 		event_free(w->notify_ev);
 		event_free(w->reaper);
+		body_pool_free(w->bodies);
+		evbuffer_free(w->rewritten);
 		close(w->notify_fd);
 		event_base_free(w->base);
 		pthread_mutex_destroy(&w->lock);

@@ -16,6 +16,8 @@ struct listen_sock;
 struct upstream_pool;
 struct worker_listener;
 struct client;
+struct body_pool;
+struct evbuffer;
 
 /* One loaded configuration and the listening sockets it owns; shared by every worker. */
 struct runtime {
@@ -60,6 +62,8 @@ struct worker {
 	struct http_response resp;
 	char *target_buf;               /* the rewritten request-target */
 	size_t target_cap;
+	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
+	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
 };
 
 struct runtime *runtime_new(struct config *cfg, struct runtime *previous, char **errors);

@@ -1,0 +1,40 @@
+/* Buffered JSON bodies for envelope ops: which bodies qualify, inflating them, applying a
+ * route's ops, and laying the result into an output buffer that references the input. */
+#ifndef JG_BODY_H
+#define JG_BODY_H
+
+#include <stddef.h>
+#include "config.h"
+#include "http.h"
+#include "rewrite.h"
+
+struct evbuffer;
+struct body_pool;
+
+enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, BODY_CODING_OTHER };
+
+/* 1 when content_type (a Content-Type value) is one of the route's JSON media types. */
+int body_is_json(const struct config_route *route, struct http_str content_type);
+enum body_coding body_coding(struct http_str content_encoding);
+
+/* Per-worker scratch: the rewrite context and a few reusable body blocks. */
+struct body_pool *body_pool_new(void);
+void body_pool_free(struct body_pool *pool);
+
+struct body_result {
+	int status;                     /* from status_from, 0 when none */
+	const char *error;              /* why the body could not be rewritten */
+	int inflated;                   /* the output is identity-coded: drop Content-Encoding */
+	size_t spliced;                 /* output bytes that are references into the input */
+	size_t copied;                  /* output bytes copied (generated JSON, short spans) */
+};
+
+/*
+ * Rewrite the body held in raw (left untouched) with prog, appending the output to out.
+ * Returns 0, or -1 with res->error set: the caller then follows on_error with raw.
+ */
+int body_apply(struct body_pool *pool, const struct config *cfg, const struct config_route *route,
+    const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
+    const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res);
+
+#endif
