@@ -80,6 +80,9 @@ struct client {
 	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
 	struct evbuffer *body;          /* the collected body */
 	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
+	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
+	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
+	struct evbuffer *req_out_body;  /* the rewritten request body to send, or NULL */
 	enum body_mode req_mode;
 	uint64_t req_left;
 	struct http_chunked req_chunk;
@@ -106,6 +109,7 @@ static void proxy_connect(struct client *c);
 static void proxy_invalid_response(struct client *c);
 static void proxy_collect_response_body(struct client *c);
 static void proxy_respond_rewritten(struct client *c);
+static void proxy_collect_request_body(struct client *c);
 
 static const struct timeval *
 ms_tv(uint64_t ms, struct timeval *tv)
@@ -397,7 +401,10 @@ proxy_write_request_head(struct client *c, const struct http_request *req)
 	fw.target.len = (size_t)n;
 	if (headers_request_out(out, req, &fw) < 0)
 		return -1;
-	if (req->framing.chunked)
+	if (c->req_out_len >= 0)
+		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n\r\n",
+		    (long long)c->req_out_len);
+	else if (req->framing.chunked)
 		n = snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n\r\n");
 	else if (req->framing.content_length >= 0)
 		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n\r\n",
@@ -415,6 +422,143 @@ parse_error_to_gateway(ssize_t r)
 	case HTTP_ERR_VERSION: return GW_VERSION_NOT_SUPPORTED;
 	default: return GW_BAD_REQUEST;
 	}
+}
+
+/* Remove every header named lower_name (the body it described was changed). */
+static void
+proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
+{
+	size_t i = 0;
+
+	while (i < *n) {
+		if (http_header_is(&h[i], lower_name)) {
+			memmove(&h[i], &h[i + 1], (*n - i - 1) * sizeof(*h));
+			(*n)--;
+		} else {
+			i++;
+		}
+	}
+}
+
+static struct http_str
+proxy_request_header(const struct http_request *req, const char *lower_name)
+{
+	struct http_str none = { "", 0 };
+	size_t i;
+
+	for (i = 0; i < req->nheaders; i++)
+		if (http_header_is(&req->headers[i], lower_name))
+			return req->headers[i].value;
+	return none;
+}
+
+/* Request ops: take the body in first (its head is kept in req_copy), then connect. */
+static void
+proxy_start_request_collect(struct client *c)
+{
+	const struct config *cfg = client_cfg(c);
+
+	if (c->body == NULL && (c->body = evbuffer_new()) == NULL) {
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
+	evbuffer_drain(c->body, evbuffer_get_length(c->body));
+	evbuffer_drain(c->conn.in, c->replay_len);
+	c->replay_len = 0;
+	c->req_buffering = 1;
+	/* Nothing upstream will ask for the body: invite it ourselves. */
+	if (c->expect_continue && c->http_minor == 1) {
+		c->expect_continue = 0;
+		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	}
+	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+	conn_read_start(&c->conn);
+	proxy_collect_request_body(c);
+}
+
+/* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
+static void
+proxy_collect_request_body(struct client *c)
+{
+	struct worker *w = c->w;
+	const struct config *cfg = client_cfg(c);
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer_iovec vec;
+	struct rewrite_vars vars;
+	struct body_result res;
+	struct http_request *req = &w->req;
+	size_t n, consumed, off, dlen, ql;
+	char msg[256];
+	int r;
+
+	if (c->req_mode == BODY_LENGTH) {
+		n = evbuffer_get_length(in);
+		if (n > c->req_left)
+			n = (size_t)c->req_left;
+		evbuffer_remove_buffer(in, c->body, n);
+		c->req_left -= n;
+		c->req_done = c->req_left == 0;
+	} else {
+		while (!c->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+			r = http_chunked_feed(&c->req_chunk, vec.iov_base, vec.iov_len, &consumed,
+			    &off, &dlen);
+			if (r == HTTP_CHUNKED_ERROR) {
+				client_error(c, GW_BAD_REQUEST, NULL, 1);
+				return;
+			}
+			if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, off);
+				evbuffer_remove_buffer(in, c->body, dlen);
+				evbuffer_drain(in, consumed - off - dlen);
+			} else {
+				evbuffer_drain(in, consumed);
+			}
+			c->req_done = r == HTTP_CHUNKED_DONE;
+		}
+	}
+	if (evbuffer_get_length(c->body) > cfg->limits.max_body) {
+		/* Only a chunked body gets here: its size was not known up front. */
+		client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+		return;
+	}
+	if (!c->req_done)
+		return;
+
+	c->req_buffering = 0;
+	conn_read_stop(&c->conn);
+	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+	ql = evbuffer_get_length(c->req_copy);
+	http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
+	memset(&vars, 0, sizeof(vars));
+	vars.request_id.p = c->request_id;
+	vars.request_id.len = c->request_id_len;
+	vars.route.p = c->route->name;
+	vars.route.len = strlen(c->route->name);
+	vars.upstream.p = c->upool->cfg->name;
+	vars.upstream.len = strlen(c->upool->cfg->name);
+	vars.remote_addr.p = c->addr;
+	vars.remote_addr.len = strlen(c->addr);
+	vars.now = (long long)time(NULL);
+	vars.headers = req->headers;
+	vars.nheaders = req->nheaders;
+	if (body_apply(w->bodies, cfg, c->route, c->route->request,
+	    body_coding(proxy_request_header(req, "content-encoding")), c->body, &vars,
+	    w->rewritten, &res) < 0) {
+		snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
+		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
+		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
+		if (c->route->on_error == ON_ERROR_FAIL) {
+			client_error(c, GW_INVALID_JSON, msg, 0);
+			return;
+		}
+		c->req_out_body = c->body;      /* pass: the client's bytes, untouched */
+	} else {
+		c->req_out_body = w->rewritten;
+		if (res.inflated)
+			proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
+	}
+	c->req_out_len = (int64_t)evbuffer_get_length(c->req_out_body);
+	proxy_connect(c);
 }
 
 /* Response ops may read request headers ($header.NAME) after the head has left the input. */
@@ -468,6 +612,9 @@ client_read_head(struct client *c)
 	c->status = 0;
 	c->bytes_sent = 0;
 	c->resp_started = 0;
+	c->req_buffering = 0;
+	c->req_out_len = -1;
+	c->req_out_body = NULL;
 	c->resp_head_seen = 0;
 	c->resp_buffering = 0;
 	c->resp_rechunk = 0;
@@ -511,9 +658,22 @@ client_read_head(struct client *c)
 	worker_runtime_ref(c->wr);
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
 	c->replay_len = c->head_len = (size_t)r;
-	if (c->route->response != NULL && proxy_keep_request_head(c, (size_t)r) < 0) {
+	if ((c->route->response != NULL || c->route->request != NULL) &&
+	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
+	}
+	if (c->route->request != NULL && c->req_mode != BODY_NONE &&
+	    body_is_json(c->route, proxy_request_header(req, "content-type"))) {
+		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body &&
+		    c->route->on_error == ON_ERROR_FAIL) {
+			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+			return;
+		}
+		if (c->req_mode == BODY_CHUNKED || c->req_left <= cfg->limits.max_body) {
+			proxy_start_request_collect(c);
+			return;
+		}
 	}
 	proxy_connect(c);
 }
@@ -550,7 +710,9 @@ client_on_input(struct client *c)
 		client_process(c);
 		break;
 	case CLIENT_BUSY:
-		if (!c->req_done && c->up != NULL && c->replay_len == 0)
+		if (c->req_buffering)
+			proxy_collect_request_body(c);
+		else if (!c->req_done && c->up != NULL && c->replay_len == 0)
 			proxy_forward_request_body(c);
 		else if (c->req_done)
 			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
@@ -1006,7 +1168,7 @@ proxy_respond_rewritten(struct client *c)
 	const struct config *cfg = client_cfg(c);
 	struct rewrite_vars vars;
 	struct body_result res;
-	size_t hl = evbuffer_get_length(c->resp_head), ql, i;
+	size_t hl = evbuffer_get_length(c->resp_head), ql;
 	char msg[256];
 
 	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
@@ -1046,13 +1208,7 @@ proxy_respond_rewritten(struct client *c)
 			resp->reason.len = 0;
 		}
 		if (res.inflated)
-			for (i = 0; i < resp->nheaders; i++)
-				if (http_header_is(&resp->headers[i], "content-encoding")) {
-					memmove(&resp->headers[i], &resp->headers[i + 1],
-					    (resp->nheaders - i - 1) * sizeof(resp->headers[0]));
-					resp->nheaders--;
-					i--;
-				}
+			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
 		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten));
 		proxy_move(c, w->rewritten, c->conn.out, evbuffer_get_length(w->rewritten));
 	}
@@ -1212,6 +1368,10 @@ proxy_send_request(struct client *c)
 	if (proxy_write_request_head(c, &c->w->req) < 0) {
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
 		return;
+	}
+	if (c->req_out_body != NULL) {
+		evbuffer_add_buffer(c->up->conn.out, c->req_out_body);
+		c->req_out_body = NULL;
 	}
 	if (!c->req_done && c->up->reused && c->idempotent && c->req_mode == BODY_LENGTH &&
 	    c->req_left <= REPLAY_MAX_BODY &&
