@@ -1,6 +1,7 @@
 #include "config.h"
 #include "access_log.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,28 @@ access_log_close(struct access_log *al)
 		close(al->fd);
 	al->fd = -1;
 	al->owned = 0;
+}
+
+int
+access_log_reopen(struct access_log *al, const char *path)
+{
+	int fd;
+
+	if (!al->owned || al->fd < 0)
+		return 0;
+	if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
+		return -1;
+	/* dup2 swaps the file under the same number: a concurrent write goes to one or the
+	 * other, never to a closed descriptor. */
+	if (dup2(fd, al->fd) < 0) {
+		int saved = errno;
+		close(fd);
+		errno = saved;
+		return -1;
+	}
+	close(fd);
+	fcntl(al->fd, F_SETFD, FD_CLOEXEC);
+	return 0;
 }
 
 /* Append s as JSON string content, dropping nothing: control bytes and quotes escaped. */

@@ -30,6 +30,9 @@ struct access_entry {
 /* Open per cfg->access_log; 0 or -1 with errno. */
 int access_log_open(struct access_log *al, const struct config *cfg);
 void access_log_close(struct access_log *al);
+/* Open path again (it was renamed away) and put it in place of the descriptor the workers
+ * write to, atomically: 0, or -1 with errno (the old file stays in use). */
+int access_log_reopen(struct access_log *al, const char *path);
 void access_log_write(const struct access_log *al, const struct access_entry *e);
 
 #endif

@@ -37,6 +37,7 @@ struct config_addr {
 struct config_server {
 	struct config_addr addr;
 	unsigned weight;                /* >= 1, default 1 */
+	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
 struct config_upstream {
@@ -73,6 +74,7 @@ struct config_route {
 	                                 * (without the space) */
 	struct rewrite_program *request;   /* NULL when no request ops */
 	struct rewrite_program *response;  /* NULL when no response ops */
+	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
 struct config {

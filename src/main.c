@@ -15,7 +15,10 @@
 #include <openssl/crypto.h>
 #include <yaml.h>
 
+#include "admin.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "server.h"
 
 #ifndef SYSCONFDIR
@@ -76,17 +79,25 @@ reload(void)
 	char *errors = NULL;
 
 	log_info("reloading %s", config_path);
+	notify_reloading();
 	if ((cfg = config_load(config_path, &errors)) == NULL) {
 		report_errors(errors, 1);
 		log_errorx("reload failed: keeping the running configuration");
 		free(errors);
+		metrics_reload(0);
+		notify_send("READY=1\nSTATUS=reload failed: keeping the running configuration");
 		return;
 	}
-	if ((rt = runtime_new(cfg, current, &errors)) == NULL) {
+	if ((rt = runtime_new(cfg, current, &errors)) == NULL || metrics_bind(cfg) < 0) {
 		report_errors(errors, 1);
 		log_errorx("reload failed: keeping the running configuration");
 		free(errors);
-		config_free(cfg);
+		if (rt != NULL)
+			runtime_release(rt);    /* frees cfg */
+		else
+			config_free(cfg);
+		metrics_reload(0);
+		notify_send("READY=1\nSTATUS=reload failed: keeping the running configuration");
 		return;
 	}
 	if (cfg->workers != server_nworkers())
@@ -96,7 +107,10 @@ reload(void)
 	server_swap(rt);
 	runtime_release(current);
 	current = rt;
+	admin_reconfigure(cfg);
+	metrics_reload(1);
 	log_info("configuration reloaded");
+	notify_send("READY=1\nSTATUS=serving");
 }
 
 static void
@@ -121,6 +135,8 @@ shutdown_begin(void)
 		return;
 	}
 	draining = 1;
+	notify_send("STOPPING=1");
+	admin_set_draining();
 	log_info("shutting down: finishing requests in flight");
 	server_drain();
 	tv.tv_sec = (time_t)(ms / 1000);
@@ -142,6 +158,14 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 	case SIGTERM:
 	case SIGINT:
 		shutdown_begin();
+		break;
+	case SIGUSR1:
+		if (current->access.owned) {
+			if (access_log_reopen(&current->access, current->cfg->access_log) < 0)
+				log_error("cannot reopen access log %s", current->cfg->access_log);
+			else
+				log_info("access log %s reopened", current->cfg->access_log);
+		}
 		break;
 	}
 }
@@ -216,6 +240,9 @@ main(int argc, char **argv)
 		config_free(cfg);
 		return 1;
 	}
+	if (notify_init() < 0 || admin_open(cfg) < 0 || metrics_init(cfg->workers) < 0 ||
+	    metrics_bind(cfg) < 0)
+		fatalx("cannot set up the admin endpoint, metrics or notification socket");
 	if (cfg->user != NULL)
 		drop_privileges(cfg->user);
 	if (!foreground && daemon(1, 1) < 0)
@@ -229,16 +256,20 @@ main(int argc, char **argv)
 	}
 	if (server_start(current, cfg->workers) < 0)
 		fatal("cannot start workers");
+	if (admin_start(main_base) < 0)
+		fatalx("cannot serve the admin endpoint");
 	exit_ev = event_new(main_base, server_exit_fd(), EV_READ | EV_PERSIST, worker_exit_cb, NULL);
 	event_add(exit_ev, NULL);
 	for (i = 0; i < (int)cfg->nlisteners; i++)
 		log_info("listening on %s", cfg->listeners[i].addr.text);
 	log_info("jsongate %s ready with %u worker%s", PACKAGE_VERSION, server_nworkers(),
 	    server_nworkers() == 1 ? "" : "s");
+	notify_send("READY=1\nSTATUS=serving");
 
 	event_base_dispatch(main_base);
 
 	server_join();
+	admin_close();
 	log_info("stopped");
 	for (i = 0; i < 4; i++)
 		event_free(sigev[i]);
@@ -246,6 +277,8 @@ main(int argc, char **argv)
 	if (grace_timer != NULL)
 		event_free(grace_timer);
 	runtime_release(current);
+	metrics_free();
+	notify_close();
 	event_base_free(main_base);
 	libevent_global_shutdown();
 	return 0;

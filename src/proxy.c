@@ -20,6 +20,7 @@
 #include "headers.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "respond.h"
 #include "route.h"
 #include "server.h"
@@ -92,6 +93,7 @@ struct client {
 
 	/* For the access log. */
 	int status;
+	int gw_error;                   /* gateway error answered, or -1 (for metrics) */
 	uint64_t bytes_sent;
 	struct timespec start;
 	char method[16];
@@ -157,6 +159,7 @@ client_free(struct client *c)
 	c->state = CLIENT_DEAD;
 	LIST_REMOVE(c, entry);
 	w->nclients--;
+	metrics_client(w, -1);
 	evtimer_del(c->timer);
 	conn_close(&c->conn);
 	LIST_INSERT_HEAD(&w->dead, c, entry);
@@ -216,9 +219,11 @@ client_log(struct client *c)
 	struct timespec now;
 	char upstream[64];
 
+	client_now(&now);
+	metrics_request(c->w, c->route, c->sp != NULL ? c->sp->srv : NULL, c->status, c->gw_error,
+	    &c->start, &now);
 	if (rt->access.fd < 0)
 		return;
-	client_now(&now);
 	if (c->sp != NULL)
 		snprintf(upstream, sizeof(upstream), "%s", c->sp->srv->addr.text);
 	else
@@ -289,6 +294,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	struct http_str id = { c->request_id, c->request_id_len };
 	enum respond_connection conn;
 
+	c->gw_error = (int)err;
 	if (c->resp_started) {
 		/* Too late for an error response: cut the connection so the truncation shows. */
 		c->keepalive = 0;
@@ -610,6 +616,7 @@ client_read_head(struct client *c)
 	client_timer_set(c, TIMER_OFF, 0);
 	client_now(&c->start);
 	c->status = 0;
+	c->gw_error = -1;
 	c->bytes_sent = 0;
 	c->resp_started = 0;
 	c->req_buffering = 0;
@@ -1458,6 +1465,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
 	else
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, c->addr, sizeof(c->addr));
 	LIST_INSERT_HEAD(&w->clients, c, entry);
+	metrics_client(w, 1);
 	if (++w->nclients >= w->max_clients)
 		worker_set_accepting(w, 0);
 	c->conn.read_max = FLOW_HIGH;

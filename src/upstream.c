@@ -12,6 +12,7 @@
 #include <event2/event.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 
 int
@@ -109,6 +110,7 @@ upstream_take_idle(struct server_pool *sp)
 	TAILQ_REMOVE(&sp->idle, uc, idle_entry);
 	sp->nidle--;
 	sp->active++;
+	metrics_upstream_conns(sp->up->wr->w, sp->srv, 1, -1);
 	uc->idle = 0;
 	conn_read_stop(&uc->conn);
 	conn_set_timeouts(&uc->conn, 0, 0);
@@ -145,6 +147,7 @@ upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb, vo
 	}
 	uc->sp = sp;
 	sp->active++;
+	metrics_upstream_conns(sp->up->wr->w, sp->srv, 1, 0);
 	return uc;
 }
 
@@ -162,6 +165,7 @@ upstream_release(struct upconn *uc)
 		return;
 	}
 	sp->active--;
+	metrics_upstream_conns(wr->w, sp->srv, -1, 1);
 	uc->idle = 1;
 	uc->reused = 1;
 	conn_set_cb(&uc->conn, upstream_idle_cb, uc);
@@ -183,6 +187,7 @@ upstream_close(struct upconn *uc)
 	} else {
 		sp->active--;
 	}
+	metrics_upstream_conns(sp->up->wr->w, sp->srv, uc->idle ? 0 : -1, uc->idle ? -1 : 0);
 	conn_close(&uc->conn);
 	free(uc);
 }
