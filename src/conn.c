@@ -181,6 +181,10 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	what = conn_fill(c);
 	if (what & (CONN_EOF | CONN_ERROR))
 		conn_update_timers(c);
+	/* Stopped by read_max with data still waiting: no new edge will come for it, so look
+	 * again from the loop once the owner has taken some input. */
+	else if ((what & CONN_READ) && c->readable)
+		event_active(c->rev, EV_READ, 0);
 	if (what != 0)
 		c->cb(c, what, c->arg);
 }
