@@ -1,5 +1,4 @@
 /* jsongate: options, signals, reload and shutdown around the worker threads. */
-#include "autoconf.h"
 #include "config.h"
 
 #include <errno.h>
