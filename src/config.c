@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "rewrite.h"
+#include "tls.h"
 
 #define CONFIG_MAX_WORKERS      1024
 #define CONFIG_MAX_WEIGHT       1000
@@ -627,15 +628,21 @@ static const char *const config_balances[] = { "round_robin", "least_conn", "has
 static const char *const config_on_errors[] = { "pass", "fail", NULL };
 static const char *const config_validates[] = { "envelope", "full", NULL };
 static const char *const config_compresses[] = { "off", "gzip", NULL };
+static const char *const config_verify_clients[] = { "off", "on", "optional", NULL };
+static const char *const config_booleans[] = { "false", "true", NULL };
 
 _Static_assert(sizeof(enum log_level) == sizeof(int) && sizeof(enum balance) == sizeof(int) &&
     sizeof(enum on_error) == sizeof(int) && sizeof(enum access_format) == sizeof(int) &&
-    sizeof(enum validate_mode) == sizeof(int) && sizeof(enum compress_mode) == sizeof(int),
+    sizeof(enum validate_mode) == sizeof(int) && sizeof(enum compress_mode) == sizeof(int) &&
+    sizeof(enum verify_client) == sizeof(int),
     "CONFIG_ENUM stores enums as int");
 
 static void config_parse_workers(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_access(struct config_parse *, const yaml_node_t *, void *);
-static void config_parse_tls(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_listener_tls(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_upstream_tls(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_certificates(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_protocols(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_listeners(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_upstreams(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_servers(struct config_parse *, const yaml_node_t *, void *);
@@ -670,6 +677,8 @@ static void config_parse_response_ops(struct config_parse *, const yaml_node_t *
 	{ k, CONFIG_SECTION, 0, NULL, 0, 0, NULL, &sec, NULL, 0, doc, NULL }
 #define F_CUSTOM(k, fn, t, d, fl, doc) \
 	{ k, CONFIG_CUSTOM, 0, d, 0, 0, NULL, NULL, fn, fl, doc, t }
+#define F_STRING_REQ(k, st, f, doc) \
+	{ k, CONFIG_STRING, offsetof(st, f), NULL, 0, 0, NULL, NULL, NULL, CONFIG_REQUIRED, doc, NULL }
 
 static const struct config_field config_log_fields[] = {
 	F_ENUM("level", struct config, log_level, "info", config_log_levels,
@@ -716,10 +725,34 @@ static const struct config_field config_timeouts_fields[] = {
 static const struct config_section config_timeouts_section =
     CONFIG_SECTION_OF(config_timeouts_fields);
 
+static const struct config_field config_tls_cert_fields[] = {
+	F_STRING_REQ("cert", struct config_tls_cert, cert,
+	    "PEM file: the certificate, then its chain"),
+	F_STRING_REQ("key", struct config_tls_cert, key, "PEM file: its private key"),
+};
+static const struct config_section config_tls_cert_section =
+    CONFIG_SECTION_OF(config_tls_cert_fields);
+
+static const struct config_field config_listener_tls_fields[] = {
+	F_CUSTOM("certificates", config_parse_certificates, "list", NULL, CONFIG_REQUIRED,
+	    "list of { cert: FILE, key: FILE }; chosen by SNI, the first is the default"),
+	F_CUSTOM("protocols", config_parse_protocols, "list", "[TLSv1.2, TLSv1.3]", 0,
+	    "TLS versions accepted: TLSv1.2, TLSv1.3"),
+	F_STRING("ciphers", struct config_listener_tls, ciphers, NULL,
+	    "TLS 1.2 cipher list in OpenSSL's syntax; default OpenSSL's"),
+	F_STRING("client_ca", struct config_listener_tls, client_ca, NULL,
+	    "PEM file of the CAs client certificates are verified against"),
+	F_ENUM("verify_client", struct config_listener_tls, verify_client, "off",
+	    config_verify_clients, "client certificates: off, on (required) or optional"),
+};
+static const struct config_section config_listener_tls_section =
+    CONFIG_SECTION_OF(config_listener_tls_fields);
+
 static const struct config_field config_listener_fields[] = {
 	F_ADDR("listen", struct config_listener, addr, CONFIG_REQUIRED,
 	    "address to accept clients on: IPv4:PORT, [IPv6]:PORT, *:PORT or localhost:PORT"),
-	F_CUSTOM("tls", config_parse_tls, "mapping", NULL, 0, "TLS settings (not supported yet)"),
+	F_CUSTOM("tls", config_parse_listener_tls, "mapping", NULL, 0,
+	    "TLS for clients; none: plain HTTP"),
 };
 static const struct config_section config_listener_section =
     CONFIG_SECTION_OF(config_listener_fields);
@@ -732,6 +765,20 @@ static const struct config_field config_server_fields[] = {
 };
 static const struct config_section config_server_section = CONFIG_SECTION_OF(config_server_fields);
 
+static const struct config_field config_upstream_tls_fields[] = {
+	F_ENUM("verify", struct config_upstream_tls, verify, "true", config_booleans,
+	    "verify the server's certificate and name"),
+	F_STRING("ca", struct config_upstream_tls, ca, NULL,
+	    "PEM file of the CAs servers are verified against; default the system store"),
+	F_STRING("server_name", struct config_upstream_tls, server_name, NULL,
+	    "name sent as SNI and verified; default the server's host"),
+	F_STRING("cert", struct config_upstream_tls, cert, NULL,
+	    "PEM client certificate (and chain) for mutual TLS"),
+	F_STRING("key", struct config_upstream_tls, key, NULL, "PEM private key of cert"),
+};
+static const struct config_section config_upstream_tls_section =
+    CONFIG_SECTION_OF(config_upstream_tls_fields);
+
 static const struct config_field config_upstream_fields[] = {
 	F_CUSTOM("servers", config_parse_servers, "list", NULL, CONFIG_REQUIRED,
 	    "list of ADDRESS or { address: ADDRESS, weight: N }"),
@@ -741,7 +788,8 @@ static const struct config_field config_upstream_fields[] = {
 	    "idle pooled connections kept per worker"),
 	F_STRING("host_header", struct config_upstream, host_header, NULL,
 	    "Host header sent upstream instead of the client's"),
-	F_CUSTOM("tls", config_parse_tls, "mapping", NULL, 0, "TLS to the servers (not supported yet)"),
+	F_CUSTOM("tls", config_parse_upstream_tls, "mapping", NULL, 0,
+	    "TLS to the servers; none: plain HTTP"),
 };
 static const struct config_section config_upstream_section =
     CONFIG_SECTION_OF(config_upstream_fields);
@@ -1139,13 +1187,6 @@ config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj
 	cfg->access_log = strcmp(text, "off") == 0 ? NULL : config_xstrdup(text);
 }
 
-static void
-config_parse_tls(struct config_parse *ctx, const yaml_node_t *node, void *obj)
-{
-	(void)obj;
-	if (node != NULL)
-		config_error(ctx, ctx->key, "tls is not supported yet");
-}
 
 /* A list node, or NULL after an error. */
 static const yaml_node_t *
@@ -1161,6 +1202,208 @@ config_list(struct config_parse *ctx, const yaml_node_t *node)
 #define config_list_len(n) \
 	((size_t)((n)->data.sequence.items.top - (n)->data.sequence.items.start))
 #define config_list_item(ctx, n, i) config_node((ctx), (n)->data.sequence.items.start[(i)])
+
+/* ------------------------------------------------------------------ TLS */
+
+/* Make a relative file name relative to the configuration file's directory. */
+static void
+config_tls_path(struct config_parse *ctx, char **path)
+{
+	const char *slash = strrchr(ctx->file, '/');
+	char *p;
+
+	if (*path == NULL || (*path)[0] == '/' || slash == NULL)
+		return;
+	p = config_xasprintf("%.*s/%s", (int)(slash - ctx->file), ctx->file, *path);
+	free(*path);
+	*path = p;
+}
+
+static void
+config_parse_certificates(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_listener_tls *tls = obj;
+	size_t i, n, saved;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	n = config_list_len(node);
+	if (n == 0) {
+		config_error(ctx, node, "at least one certificate is required");
+		return;
+	}
+	tls->certs = config_xcalloc(n, sizeof(*tls->certs));
+	tls->ncerts = n;
+	for (i = 0; i < n; i++) {
+		saved = config_where_push(ctx, "[%zu]", i);
+		config_parse_object(ctx, config_list_item(ctx, node, i), &config_tls_cert_section,
+		    &tls->certs[i]);
+		config_where_pop(ctx, saved);
+		config_tls_path(ctx, &tls->certs[i].cert);
+		config_tls_path(ctx, &tls->certs[i].key);
+	}
+}
+
+static void
+config_parse_protocols(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_listener_tls *tls = obj;
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, n;
+
+	tls->protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	if ((n = config_list_len(node)) == 0) {
+		config_error(ctx, node, "an empty list allows no protocol; omit it for the default");
+		return;
+	}
+	tls->protocols = 0;
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_string(ctx, item)) == NULL)
+			continue;
+		if (strcmp(text, "TLSv1.2") == 0)
+			tls->protocols |= CONFIG_TLS_V1_2;
+		else if (strcmp(text, "TLSv1.3") == 0)
+			tls->protocols |= CONFIG_TLS_V1_3;
+		else if (strcmp(text, "TLSv1") == 0 || strcmp(text, "TLSv1.1") == 0 ||
+		    strcmp(text, "SSLv3") == 0)
+			config_error(ctx, item, "%s is not supported: it is insecure", text);
+		else
+			config_error(ctx, item, "unknown protocol \"%s\"; expected TLSv1.2 or TLSv1.3",
+			    text);
+	}
+	if (tls->protocols == 0)
+		tls->protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
+}
+
+/* msg with file names as the configuration wrote them, without the directory prepended. */
+static const char *
+config_tls_unresolve(struct config_parse *ctx, const char *msg, char *buf, size_t cap)
+{
+	const char *slash = strrchr(ctx->file, '/'), *p;
+	size_t dirlen, len = 0, n;
+
+	if (slash == NULL)
+		return msg;
+	dirlen = (size_t)(slash - ctx->file) + 1;
+	for (;;) {
+		for (p = msg; *p != '\0' && strncmp(p, ctx->file, dirlen) != 0; p++)
+			;
+		n = (size_t)(p - msg);
+		if (len + n >= cap)
+			return msg;
+		memcpy(buf + len, msg, n);
+		len += n;
+		if (*p == '\0')
+			break;
+		msg = p + dirlen;
+	}
+	buf[len] = '\0';
+	return buf;
+}
+
+/* Where TLS load errors go: the node of the setting they are about. */
+struct config_tls_where {
+	struct config_parse *ctx;
+	const yaml_node_t *tls;         /* the tls mapping */
+	int listener;
+};
+
+static void
+config_tls_error(void *arg, enum tls_setting at, size_t index, const char *msg)
+{
+	struct config_tls_where *tw = arg;
+	struct config_parse *ctx = tw->ctx;
+	const yaml_node_t *node = tw->tls, *list;
+	const char *key = NULL;
+	size_t saved = ctx->wherelen;
+	char text[1024];
+
+	switch (at) {
+	case TLS_AT_CERT:
+	case TLS_AT_KEY:
+		key = at == TLS_AT_CERT ? "cert" : "key";
+		if (tw->listener) {
+			list = config_map_get(ctx, tw->tls, "certificates");
+			if (list != NULL && list->type == YAML_SEQUENCE_NODE &&
+			    index < config_list_len(list)) {
+				config_where_push(ctx, ".certificates[%zu]", index);
+				node = config_list_item(ctx, list, index);
+			}
+		}
+		break;
+	case TLS_AT_CLIENT_CA:
+		key = "client_ca";
+		break;
+	case TLS_AT_CA:
+		key = "ca";
+		break;
+	case TLS_AT_CIPHERS:
+		key = "ciphers";
+		break;
+	case TLS_AT_NONE:
+		break;
+	}
+	if (key != NULL && config_map_get(ctx, node, key) != NULL) {
+		node = config_map_get(ctx, node, key);
+		config_where_key(ctx, key);
+	}
+	config_error(ctx, node, "%s", config_tls_unresolve(ctx, msg, text, sizeof(text)));
+	config_where_pop(ctx, saved);
+}
+
+static void
+config_parse_listener_tls(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_listener *l = obj;
+	struct config_listener_tls *tls;
+	struct config_tls_where tw = { ctx, node, 1 };
+	size_t before = ctx->nerrs;
+
+	if (node == NULL)
+		return;
+	tls = l->tls = config_xcalloc(1, sizeof(*tls));
+	config_parse_object(ctx, node, &config_listener_tls_section, tls);
+	config_tls_path(ctx, &tls->client_ca);
+	if (tls->verify_client != VERIFY_CLIENT_OFF && tls->client_ca == NULL) {
+		config_error(ctx, config_map_get(ctx, node, "verify_client") ?
+		    config_map_get(ctx, node, "verify_client") : node,
+		    "verify_client needs client_ca");
+	}
+	/* Build the contexts now: bad certificate files are configuration errors. */
+	if (ctx->nerrs == before)
+		tls->ctx = tls_server_new(tls, config_tls_error, &tw);
+}
+
+static void
+config_parse_upstream_tls(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_upstream *up = obj;
+	struct config_upstream_tls *tls;
+	struct config_tls_where tw = { ctx, node, 0 };
+	size_t before = ctx->nerrs;
+
+	if (node == NULL)
+		return;
+	tls = up->tls = config_xcalloc(1, sizeof(*tls));
+	tls->verify = 1;
+	config_parse_object(ctx, node, &config_upstream_tls_section, tls);
+	config_tls_path(ctx, &tls->ca);
+	config_tls_path(ctx, &tls->cert);
+	config_tls_path(ctx, &tls->key);
+	if ((tls->cert == NULL) != (tls->key == NULL)) {
+		size_t saved = config_where_key(ctx, tls->cert ? "cert" : "key");
+
+		config_error(ctx, config_map_get(ctx, node, tls->cert ? "cert" : "key"),
+		    "cert and key go together");
+		config_where_pop(ctx, saved);
+	}
+	if (ctx->nerrs == before)
+		tls->ctx = tls_client_new(tls, config_tls_error, &tw);
+}
 
 static void
 config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *obj)
@@ -1570,6 +1813,33 @@ config_upstream_free(struct config_upstream *up)
 	free(up->servers);
 	free(up->name);
 	free(up->host_header);
+	if (up->tls != NULL) {
+		tls_client_free(up->tls->ctx);
+		free(up->tls->ca);
+		free(up->tls->server_name);
+		free(up->tls->cert);
+		free(up->tls->key);
+		free(up->tls);
+	}
+}
+
+static void
+config_listener_free(struct config_listener *l)
+{
+	size_t i;
+
+	config_addr_free(&l->addr);
+	if (l->tls == NULL)
+		return;
+	tls_server_free(l->tls->ctx);
+	for (i = 0; i < l->tls->ncerts; i++) {
+		free(l->tls->certs[i].cert);
+		free(l->tls->certs[i].key);
+	}
+	free(l->tls->certs);
+	free(l->tls->ciphers);
+	free(l->tls->client_ca);
+	free(l->tls);
 }
 
 static void
@@ -1598,7 +1868,7 @@ config_free(struct config *cfg)
 	config_addr_free(cfg->admin_listen);
 	free(cfg->admin_listen);
 	for (i = 0; i < cfg->nlisteners; i++)
-		config_addr_free(&cfg->listeners[i].addr);
+		config_listener_free(&cfg->listeners[i]);
 	free(cfg->listeners);
 	/* upstreams array may be partly filled after errors: free every slot allocated */
 	for (i = 0; i < cfg->nupstreams; i++)
@@ -1763,6 +2033,13 @@ config_schema_write_section(FILE *fp, const char *prefix, const struct config_se
 			config_schema_write_section(fp, path, f->section);
 		else if (strcmp(path, "listeners.") == 0)
 			config_schema_write_section(fp, "listeners[].", &config_listener_section);
+		else if (strcmp(path, "listeners[].tls.") == 0)
+			config_schema_write_section(fp, path, &config_listener_tls_section);
+		else if (strcmp(path, "listeners[].tls.certificates.") == 0)
+			config_schema_write_section(fp, "listeners[].tls.certificates[].",
+			    &config_tls_cert_section);
+		else if (strcmp(path, "upstreams.NAME.tls.") == 0)
+			config_schema_write_section(fp, path, &config_upstream_tls_section);
 		else if (strcmp(path, "upstreams.") == 0)
 			config_schema_write_section(fp, "upstreams.NAME.", &config_upstream_section);
 		else if (strcmp(path, "upstreams.NAME.servers.") == 0)

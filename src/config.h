@@ -9,6 +9,8 @@
 #include <yaml.h>
 
 struct rewrite_program;                 /* rewrite.h: a compiled list of envelope ops */
+struct tls_server;                      /* tls.h: a listener's TLS contexts */
+struct tls_client;                      /* tls.h: an upstream's TLS context */
 
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum access_format { ACCESS_JSON, ACCESS_COMBINED };
@@ -16,6 +18,11 @@ enum balance { BALANCE_ROUND_ROBIN, BALANCE_LEAST_CONN, BALANCE_HASH };
 enum on_error { ON_ERROR_PASS, ON_ERROR_FAIL };
 enum validate_mode { VALIDATE_ENVELOPE, VALIDATE_FULL };
 enum compress_mode { COMPRESS_OFF, COMPRESS_GZIP };
+enum verify_client { VERIFY_CLIENT_OFF, VERIFY_CLIENT_ON, VERIFY_CLIENT_OPTIONAL };
+
+/* TLS protocol versions, as bits. */
+#define CONFIG_TLS_V1_2 0x1
+#define CONFIG_TLS_V1_3 0x2
 
 /* Bit per method, for route matching without string compares. */
 enum http_method_bit {
@@ -40,6 +47,32 @@ struct config_server {
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
+/* File paths below are as resolved at load: relative ones against the configuration's
+ * directory. */
+struct config_tls_cert {
+	char *cert;                     /* PEM: the certificate, then its chain */
+	char *key;                      /* PEM private key */
+};
+
+struct config_listener_tls {
+	struct config_tls_cert *certs;  /* chosen by SNI; the first is the default */
+	size_t ncerts;
+	unsigned protocols;             /* CONFIG_TLS_* bits; default 1.2 and 1.3 */
+	char *ciphers;                  /* TLS 1.2 cipher list; NULL: OpenSSL's default */
+	char *client_ca;                /* PEM CAs client certificates are checked against */
+	enum verify_client verify_client;   /* default off */
+	struct tls_server *ctx;         /* built at load, so that certificate errors show */
+};
+
+struct config_upstream_tls {
+	int verify;                     /* 1 (default): check the certificate and the name */
+	char *ca;                       /* NULL: the system store */
+	char *server_name;              /* SNI and verified name; NULL: the server's host */
+	char *cert;                     /* client certificate and key for mutual TLS, or NULL */
+	char *key;
+	struct tls_client *ctx;         /* built at load */
+};
+
 struct config_upstream {
 	char *name;
 	struct config_server *servers;
@@ -47,10 +80,12 @@ struct config_upstream {
 	enum balance balance;           /* default round_robin */
 	unsigned keepalive;             /* idle pooled connections kept per worker, default 32 */
 	char *host_header;              /* NULL: pass the client's Host through */
+	struct config_upstream_tls *tls;    /* NULL: plain TCP */
 };
 
 struct config_listener {
 	struct config_addr addr;
+	struct config_listener_tls *tls;    /* NULL: plain TCP */
 };
 
 struct config_route {

@@ -2,6 +2,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -10,11 +11,17 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 /* Bytes asked for per read: large enough that a big body takes few system calls. */
 #define CONN_READ_CHUNK (64 * 1024)
+/* A full TLS record's payload: smaller output pieces are gathered into one record. */
+#define CONN_TLS_RECORD 16384
 
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
+static void conn_tls_flush(struct conn *c);
 
 static void
 conn_arm_timer(struct event *ev, uint64_t ms, int on)
@@ -50,6 +57,10 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->read_timeout_ms = c->write_timeout_ms = 0;
 	c->error = 0;
 	c->readable = c->reading = c->connecting = c->eof = c->want_drained = 0;
+	c->handshaking = c->tls_read_wants_write = c->tls_write_wants_read = 0;
+	c->tls_failed = c->tls_fatal = 0;
+	c->ssl = NULL;
+	c->tls_err = 0;
 	c->writable = 1;
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
@@ -76,6 +87,14 @@ conn_close(struct conn *c)
 {
 	if (c->fd < 0)
 		return;
+	if (c->ssl != NULL) {
+		/* Best effort close_notify; never after a fatal error (OpenSSL forbids it). */
+		if (!c->handshaking && !c->tls_fatal)
+			SSL_shutdown(c->ssl);
+		SSL_free(c->ssl);
+		c->ssl = NULL;
+		ERR_clear_error();
+	}
 	event_free(c->rev);
 	event_free(c->wev);
 	evbuffer_free(c->in);
@@ -237,6 +256,10 @@ conn_flush(struct conn *c)
 {
 	if (c->connecting || c->error)
 		return;
+	if (c->ssl != NULL) {
+		conn_tls_flush(c);
+		return;
+	}
 	if (conn_drain(c) != 0) {
 		/* Report from the loop: the caller is in the middle of something. */
 		event_active(c->wev, EV_WRITE, 0);
@@ -301,4 +324,279 @@ conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 	c->read_timeout_ms = read_ms;
 	c->write_timeout_ms = write_ms;
 	conn_update_timers(c);
+}
+
+/* --- TLS ------------------------------------------------------------------------------
+ * The same edge-triggered scheme: readable/writable say what the socket may take.  An SSL
+ * call that stops with WANT_READ or WANT_WRITE clears the flag of the direction it waits
+ * for; a read that must write first (or a write that must read first) is remembered and
+ * retried on the other direction's edge.  A TLS connection's events run the callbacks below
+ * instead of the plain ones, so the plain path carries no TLS test but conn_flush's. */
+
+static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
+static void conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg);
+
+/* A fatal error from an SSL call: errno for the socket's, EPROTO for TLS's. */
+static int
+conn_tls_fatal(struct conn *c, int sslerr)
+{
+	unsigned long e = ERR_peek_last_error();
+
+	if (sslerr == SSL_ERROR_SYSCALL && e == 0)
+		c->error = errno != 0 ? errno : ECONNRESET;
+	else
+		c->error = EPROTO;
+	c->tls_err = e;
+	c->tls_fatal = 1;
+	ERR_clear_error();
+	return CONN_ERROR;
+}
+
+int
+conn_start_tls(struct conn *c, struct ssl_st *ssl)
+{
+	struct event_base *base = event_get_base(c->rev);
+
+	if (SSL_set_fd(ssl, c->fd) != 1) {
+		ERR_clear_error();
+		return -1;
+	}
+	event_del(c->rev);
+	event_del(c->wev);
+	event_assign(c->rev, base, c->fd, EV_READ | EV_PERSIST | EV_ET, conn_tls_read_event_cb, c);
+	event_assign(c->wev, base, c->fd, EV_WRITE | EV_PERSIST | EV_ET, conn_tls_write_event_cb,
+	    c);
+	if (event_add(c->rev, NULL) < 0 || event_add(c->wev, NULL) < 0)
+		return -1;
+	c->ssl = ssl;
+	c->handshaking = 1;
+	conn_update_timers(c);
+	/* Start the handshake from the loop (the socket's first edges may be gone). */
+	if (SSL_is_server(ssl))
+		event_active(c->rev, EV_READ, 0);
+	else if (!c->connecting)
+		event_active(c->wev, EV_WRITE, 0);
+	return 0;
+}
+
+/* One step of the handshake: CONN_CONNECTED (client side) or 0 when done or waiting. */
+static int
+conn_tls_handshake(struct conn *c)
+{
+	int n, err;
+
+	ERR_clear_error();
+	n = SSL_do_handshake(c->ssl);
+	if (n == 1) {
+		c->handshaking = 0;
+		return SSL_is_server(c->ssl) ? 0 : CONN_CONNECTED;
+	}
+	switch ((err = SSL_get_error(c->ssl, n))) {
+	case SSL_ERROR_WANT_READ:
+		c->readable = 0;
+		return 0;
+	case SSL_ERROR_WANT_WRITE:
+		c->writable = 0;
+		return 0;
+	default:
+		c->tls_failed = 1;
+		return conn_tls_fatal(c, err);
+	}
+}
+
+/* Decrypt into the input until the socket is empty, the input full, or the peer closed. */
+static int
+conn_tls_fill(struct conn *c)
+{
+	struct evbuffer_iovec vec[2];
+	size_t have, want, got, room;
+	int nvec, i, n = 1, what = 0;
+
+	while (!c->eof && (c->tls_read_wants_write ? c->writable : c->readable)) {
+		have = evbuffer_get_length(c->in);
+		if (have >= c->read_max)
+			break;
+		want = c->read_max - have;
+		if (want > CONN_READ_CHUNK)
+			want = CONN_READ_CHUNK;
+		nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)want, vec, 2);
+		if (nvec <= 0) {
+			c->error = ENOMEM;
+			return what | CONN_ERROR;
+		}
+		/* SSL_read returns a record at a time: fill the reserved space with several. */
+		for (i = 0, got = 0; i < nvec; ) {
+			room = vec[i].iov_len - got;
+			n = SSL_read(c->ssl, (char *)vec[i].iov_base + got,
+			    room > INT_MAX ? INT_MAX : (int)room);
+			if (n <= 0)
+				break;
+			c->tls_read_wants_write = 0;
+			what |= CONN_READ;
+			got += (size_t)n;
+			if (got == vec[i].iov_len) {
+				i++;
+				got = 0;
+			}
+		}
+		if (i < nvec) {
+			vec[i].iov_len = got;
+			i += got != 0;
+		}
+		evbuffer_commit_space(c->in, vec, i);
+		if (n > 0)
+			continue;
+		switch ((n = SSL_get_error(c->ssl, n))) {
+		case SSL_ERROR_WANT_READ:
+			c->readable = 0;
+			return what;
+		case SSL_ERROR_WANT_WRITE:
+			c->writable = 0;
+			c->tls_read_wants_write = 1;
+			return what;
+		case SSL_ERROR_ZERO_RETURN:
+			c->eof = 1;
+			return what | CONN_EOF;
+		default:
+			return what | conn_tls_fatal(c, n);
+		}
+	}
+	return what;
+}
+
+/* Encrypt and send what the socket takes; CONN_ERROR on failure, else 0. */
+static int
+conn_tls_drain(struct conn *c)
+{
+	struct evbuffer_iovec vec;
+	const unsigned char *p;
+	size_t len;
+	int n;
+
+	while ((c->tls_write_wants_read ? c->readable : c->writable) &&
+	    (len = evbuffer_get_length(c->out)) != 0) {
+		if (evbuffer_peek(c->out, -1, NULL, &vec, 1) < 1)
+			break;
+		/* A response head and a short body go out as one record, not two.  After a
+		 * stalled write the bytes at the front are the same and no fewer, as OpenSSL
+		 * needs them (the buffer may move: SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER). */
+		if (vec.iov_len < CONN_TLS_RECORD && len > vec.iov_len) {
+			if (len > CONN_TLS_RECORD)
+				len = CONN_TLS_RECORD;
+			if ((p = evbuffer_pullup(c->out, (ev_ssize_t)len)) == NULL) {
+				c->error = ENOMEM;
+				return CONN_ERROR;
+			}
+		} else {
+			p = vec.iov_base;
+			len = vec.iov_len > INT_MAX ? INT_MAX : vec.iov_len;
+		}
+		n = SSL_write(c->ssl, p, (int)len);
+		if (n > 0) {
+			c->tls_write_wants_read = 0;
+			evbuffer_drain(c->out, (size_t)n);
+			continue;
+		}
+		switch ((n = SSL_get_error(c->ssl, n))) {
+		case SSL_ERROR_WANT_WRITE:
+			c->writable = 0;
+			return 0;
+		case SSL_ERROR_WANT_READ:
+			c->readable = 0;
+			c->tls_write_wants_read = 1;
+			return 0;
+		default:
+			return conn_tls_fatal(c, n);
+		}
+	}
+	return 0;
+}
+
+/* Whatever the socket's new state allows: the handshake, output, then input. */
+static void
+conn_tls_run(struct conn *c)
+{
+	int what = 0;
+
+	if (c->handshaking) {
+		what = conn_tls_handshake(c);
+		if (c->handshaking || (what & CONN_ERROR))
+			goto report;
+	}
+	if (evbuffer_get_length(c->out) != 0) {
+		what |= conn_tls_drain(c);
+		if (what & CONN_ERROR)
+			goto report;
+		conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	}
+	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low) {
+		c->want_drained = 0;
+		what |= CONN_DRAINED;
+	}
+	if (c->reading)
+		what |= conn_tls_fill(c);
+report:
+	if (what & (CONN_EOF | CONN_ERROR))
+		conn_update_timers(c);
+	if (what != 0)
+		c->cb(c, what, c->arg);
+}
+
+static void
+conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)fd;
+	if (events & EV_TIMEOUT) {
+		if (c->reading)
+			c->cb(c, CONN_TIMEOUT, c->arg);
+		return;
+	}
+	if (c->error)
+		return;
+	c->readable = 1;
+	conn_tls_run(c);
+}
+
+static void
+conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct conn *c = arg;
+	socklen_t len = sizeof(c->error);
+
+	(void)fd;
+	if (events & EV_TIMEOUT) {
+		c->cb(c, CONN_TIMEOUT, c->arg);
+		return;
+	}
+	if (c->error) {
+		c->cb(c, CONN_ERROR, c->arg);
+		return;
+	}
+	c->writable = 1;
+	if (c->connecting) {
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &c->error, &len) < 0)
+			c->error = errno;
+		if (c->error != 0) {
+			c->cb(c, CONN_ERROR, c->arg);
+			return;
+		}
+		c->connecting = 0;
+	}
+	conn_tls_run(c);
+}
+
+static void
+conn_tls_flush(struct conn *c)
+{
+	if (c->handshaking)
+		return;
+	if (conn_tls_drain(c) != 0) {
+		event_active(c->wev, EV_WRITE, 0);
+		return;
+	}
+	conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
+		event_active(c->wev, EV_WRITE, 0);
 }

@@ -11,6 +11,7 @@ struct event;
 struct event_base;
 struct evbuffer;
 struct conn;
+struct ssl_st;
 
 /* What a callback is told; several may be set at once (data, then EOF). */
 enum conn_what {
@@ -43,6 +44,14 @@ struct conn {
 	unsigned connecting : 1;
 	unsigned eof : 1;
 	unsigned want_drained : 1;
+	/* TLS (ssl non-NULL): the same flags, plus what a stalled SSL call waits for. */
+	unsigned handshaking : 1;
+	unsigned tls_read_wants_write : 1;  /* SSL_read must write first: retry when writable */
+	unsigned tls_write_wants_read : 1;  /* SSL_write must read first: retry when readable */
+	unsigned tls_failed : 1;        /* the handshake failed (tls_conn_error says why) */
+	unsigned tls_fatal : 1;         /* a fatal TLS or socket error: no close_notify */
+	struct ssl_st *ssl;             /* NULL: plain TCP */
+	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */
 };
 
 /* Take fd (non-blocking); 0, or -1 on allocation failure (fd is then not closed). */
@@ -52,6 +61,14 @@ void conn_close(struct conn *c);
 void conn_set_cb(struct conn *c, conn_cb cb, void *arg);
 /* Start a non-blocking connect; 0 (in progress or done) or -1 with errno. */
 int conn_connect(struct conn *c, const struct sockaddr *sa, unsigned salen);
+
+/*
+ * Run TLS over the connection from now on; ssl (owned by the connection from here, freed by
+ * conn_close) is set up for the server or the client side.  The handshake runs on the socket
+ * events; on the client side its end is reported as CONN_CONNECTED (after the TCP connect),
+ * a failure as CONN_ERROR with tls_failed set.  Output queued meanwhile waits for it.
+ */
+int conn_start_tls(struct conn *c, struct ssl_st *ssl);
 
 /* Start or stop taking input.  Input already buffered is the owner's to look at; data that
  * reached the socket while stopped is read and reported from the loop. */

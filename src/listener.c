@@ -20,6 +20,7 @@ struct worker_listener {
 	struct evconnlistener *evl;
 	struct listen_sock *ls;
 	struct worker *w;
+	struct tls_server *tls;         /* the runtime's configuration owns it */
 };
 
 struct listen_sock *
@@ -78,7 +79,7 @@ listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockad
 
 	(void)evl;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	proxy_accept(wl->w, fd, sa, salen);
+	proxy_accept(wl->w, fd, sa, salen, wl->tls);
 }
 
 static void
@@ -96,7 +97,7 @@ listener_error_cb(struct evconnlistener *evl, void *arg)
 }
 
 struct worker_listener *
-listener_attach(struct worker *w, struct listen_sock *ls)
+listener_attach(struct worker *w, struct listen_sock *ls, struct tls_server *tls)
 {
 	struct worker_listener *wl;
 
@@ -111,6 +112,7 @@ listener_attach(struct worker *w, struct listen_sock *ls)
 	evconnlistener_set_error_cb(wl->evl, listener_error_cb);
 	wl->ls = ls;
 	wl->w = w;
+	wl->tls = tls;
 	listener_ref(ls);
 	return wl;
 }

@@ -20,8 +20,11 @@ void listener_ref(struct listen_sock *ls);
 void listener_unref(struct listen_sock *ls);
 
 struct worker_listener;
-/* Start accepting on ls in worker w; accepted sockets go to proxy_accept. */
-struct worker_listener *listener_attach(struct worker *w, struct listen_sock *ls);
+struct tls_server;
+/* Start accepting on ls in worker w; accepted sockets go to proxy_accept, with TLS over them
+ * when tls is not NULL. */
+struct worker_listener *listener_attach(struct worker *w, struct listen_sock *ls,
+    struct tls_server *tls);
 void listener_detach(struct worker_listener *wl);
 void listener_enable(struct worker_listener *wl, int on);
 

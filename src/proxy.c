@@ -24,6 +24,7 @@
 #include "respond.h"
 #include "route.h"
 #include "server.h"
+#include "tls.h"
 #include "upstream.h"
 
 /* Bytes queued towards a slow peer before we stop reading from the other side. */
@@ -399,7 +400,7 @@ proxy_write_request_head(struct client *c, const struct http_request *req)
 	if (n < 0)
 		return -1;
 	fw.client_addr = c->addr;
-	fw.tls = 0;
+	fw.tls = c->conn.ssl != NULL;
 	fw.request_id.p = c->request_id;
 	fw.request_id.len = c->request_id_len;
 	fw.host_override = c->upool->cfg->host_header;
@@ -863,6 +864,12 @@ proxy_upstream_failed(struct client *c, short what)
 	if (what & CONN_TIMEOUT) {
 		snprintf(msg, sizeof(msg), "upstream %s did not answer in time", addr);
 		client_error(c, GW_UPSTREAM_TIMEOUT, msg, 0);
+	} else if (c->up->conn.tls_failed) {
+		client_timer_set(c, TIMER_OFF, 0);
+		tls_conn_error(&c->up->conn, msg, sizeof(msg));
+		log_warnx("TLS handshake with upstream %s failed: %s (request %s)", addr, msg,
+		    c->request_id);
+		client_error(c, GW_UPSTREAM_TLS, msg, 0);
 	} else if (c->timer_mode == TIMER_CONNECT) {
 		client_timer_set(c, TIMER_OFF, 0);
 		if (err == ECONNREFUSED)
@@ -1440,7 +1447,8 @@ proxy_connect(struct client *c)
 /* --- accept, drain ---------------------------------------------------------------------- */
 
 void
-proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
+proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
+    struct tls_server *tls)
 {
 	const struct config *cfg = w->cur->rt->cfg;
 	struct client *c;
@@ -1456,6 +1464,12 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen)
 		if (c->timer != NULL)
 			event_free(c->timer);
 		close(fd);
+		free(c);
+		return;
+	}
+	if (tls != NULL && tls_accept(&c->conn, tls) < 0) {
+		conn_close(&c->conn);
+		event_free(c->timer);
 		free(c);
 		return;
 	}

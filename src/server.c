@@ -181,7 +181,8 @@ worker_use_runtime(struct worker *w, struct runtime *rt)
 	wr->w = w;
 	wr->refs = 1;
 	for (i = 0; i < cfg->nlisteners; i++)
-		if ((wr->listeners[i] = listener_attach(w, rt->socks[i])) == NULL)
+		if ((wr->listeners[i] = listener_attach(w, rt->socks[i],
+		    cfg->listeners[i].tls != NULL ? cfg->listeners[i].tls->ctx : NULL)) == NULL)
 			log_errorx("worker %u: cannot accept on %s", w->id, rt->socks[i]->key);
 	if (upstream_pools_init(wr) < 0)
 		log_errorx("worker %u: out of memory for upstream pools", w->id);

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "server.h"
+#include "tls.h"
 
 int
 upstream_pools_init(struct worker_runtime *wr)
@@ -60,13 +61,16 @@ upstream_pools_close_idle(struct worker_runtime *wr)
 void
 upstream_pools_free(struct worker_runtime *wr)
 {
-	size_t i;
+	size_t i, j;
 
 	if (wr->pools == NULL)
 		return;
 	upstream_pools_close_idle(wr);
-	for (i = 0; i < wr->rt->cfg->nupstreams; i++)
+	for (i = 0; i < wr->rt->cfg->nupstreams; i++) {
+		for (j = 0; wr->pools[i].servers != NULL && j < wr->pools[i].nservers; j++)
+			tls_session_free(wr->pools[i].servers[j].tls_session);
 		free(wr->pools[i].servers);
+	}
 	free(wr->pools);
 	wr->pools = NULL;
 }
@@ -138,7 +142,9 @@ upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb, vo
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (conn_connect(&uc->conn, (const struct sockaddr *)&addr->ss, addr->sslen) < 0) {
+	if (conn_connect(&uc->conn, (const struct sockaddr *)&addr->ss, addr->sslen) < 0 ||
+	    (sp->up->cfg->tls != NULL &&
+	    tls_connect(&uc->conn, sp->up->cfg->tls->ctx, addr->host, &sp->tls_session) < 0)) {
 		int saved = errno;
 		conn_close(&uc->conn);
 		free(uc);

@@ -28,6 +28,7 @@ struct server_pool {
 	unsigned nidle;
 	unsigned active;
 	int current_weight;             /* smooth weighted round robin state */
+	void *tls_session;              /* the server's last TLS session, offered for resumption */
 };
 
 struct upstream_pool {
