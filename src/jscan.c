@@ -1,8 +1,11 @@
 /*
- * The skip scanner works on 64-byte blocks.  A variant only builds four bit masks per block
- * (quotes, backslashes, opening and closing brackets); the shared code then removes escaped
- * quotes, computes which bytes are inside strings with a prefix XOR, and walks the remaining
- * brackets to track depth.  Cost per byte is a few instructions whatever the content.
+ * The skip scanner works on 64-byte blocks.  A variant only builds five bit masks per block
+ * (quotes, backslashes, opening and closing brackets, curly brackets); the shared code then
+ * removes escaped quotes and computes which bytes are inside strings with a prefix XOR.  A
+ * block whose closing brackets cannot bring the depth to zero is settled with population
+ * counts; only the block where the value may end is walked bracket by bracket.  Balance is
+ * kept as the total depth plus the count of open objects, so a value whose brackets balance
+ * per kind is accepted even if pairs cross ("[{]}"); strict validation rejects those.
  */
 #include "jscan.h"
 
@@ -15,7 +18,7 @@
 #endif
 
 struct jscan_masks {
-	uint64_t quote, bslash, open, close;
+	uint64_t quote, bslash, open, close, curly;
 };
 
 /* Scan state carried from block to block. */
@@ -24,7 +27,7 @@ struct jscan_state {
 	uint64_t in_string;             /* all ones while inside a string */
 	unsigned depth;
 	unsigned max_depth;
-	uint64_t kinds[JSCAN_MAX_DEPTH / 64 + 1];  /* bit set: that level is an object */
+	int objects;                    /* '{' minus '}' so far */
 };
 
 /* Bytes escaped by a backslash: after an odd run of backslashes.  Rare, so a plain loop. */
@@ -66,8 +69,8 @@ jscan_prefix_xor(uint64_t x)
 static inline int
 jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end)
 {
-	uint64_t quote, inside, brackets;
-	unsigned bit, level, obj;
+	uint64_t quote, inside, brackets, open, close;
+	unsigned bit, obj, nopen, nclose;
 	unsigned char c;
 
 	quote = m->quote;
@@ -83,25 +86,32 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 		}
 		return 0;
 	}
-	brackets = (m->open | m->close) & ~inside;
+	open = m->open & ~inside;
+	close = m->close & ~inside;
+	nopen = (unsigned)__builtin_popcountll(open);
+	nclose = (unsigned)__builtin_popcountll(close);
+	if (st->depth > nclose && st->depth + nopen <= st->max_depth) {
+		/* The value cannot end or get too deep inside this block: counts suffice. */
+		st->depth += nopen - nclose;
+		st->objects += __builtin_popcountll(open & m->curly) -
+		    __builtin_popcountll(close & m->curly);
+		return 0;
+	}
+	brackets = open | close;
 	while (brackets != 0) {
 		bit = (unsigned)__builtin_ctzll(brackets);
 		brackets &= brackets - 1;
 		c = (unsigned char)p[bit];
 		obj = (c & 0x20) != 0;          /* '{' '}' vs '[' ']' */
 		if ((c & 0x04) == 0) {          /* '{' or '[' */
-			level = ++st->depth;
-			if (level > st->max_depth)
+			if (++st->depth > st->max_depth)
 				return JSCAN_ERR_DEPTH;
-			if (obj)
-				st->kinds[level >> 6] |= 1ULL << (level & 63);
-			else
-				st->kinds[level >> 6] &= ~(1ULL << (level & 63));
+			st->objects += (int)obj;
 		} else {
-			level = st->depth;
-			if (((st->kinds[level >> 6] >> (level & 63)) & 1) != obj)
-				return JSCAN_ERR_SYNTAX;
+			st->objects -= (int)obj;
 			if (--st->depth == 0) {
+				if (st->objects != 0)
+					return JSCAN_ERR_SYNTAX;
 				*end = (int)bit + 1;
 				return 1;
 			}
@@ -113,7 +123,7 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 static inline void
 jscan_masks_scalar(const char *p, struct jscan_masks *m)
 {
-	uint64_t q = 0, b = 0, o = 0, c = 0, bit;
+	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0, bit;
 	unsigned char x;
 	int i;
 
@@ -122,6 +132,7 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 		bit = 1ULL << i;
 		q |= x == '"' ? bit : 0;
 		b |= x == '\\' ? bit : 0;
+		k |= (x | 2) == '}' ? bit : 0;
 		x &= 0xdf;
 		o |= x == 0x5b ? bit : 0;
 		c |= x == 0x5d ? bit : 0;
@@ -130,6 +141,7 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 	m->bslash = b;
 	m->open = o;
 	m->close = c;
+	m->curly = k;
 }
 
 #ifdef JSCAN_X86
@@ -140,7 +152,8 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
 	const __m128i vdf = _mm_set1_epi8((char)0xdf);
 	const __m128i vo = _mm_set1_epi8(0x5b), vc = _mm_set1_epi8(0x5d);
-	uint64_t q = 0, b = 0, o = 0, c = 0;
+	const __m128i v2 = _mm_set1_epi8(2), vk = _mm_set1_epi8('}');
+	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0;
 	__m128i x, y;
 	int i;
 
@@ -151,11 +164,14 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 		b |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)) << (16 * i);
 		o |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vo)) << (16 * i);
 		c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vc)) << (16 * i);
+		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, v2),
+		    vk)) << (16 * i);
 	}
 	m->quote = q;
 	m->bslash = b;
 	m->open = o;
 	m->close = c;
+	m->curly = k;
 }
 
 __attribute__((target("avx2")))
@@ -165,6 +181,7 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
 	const __m256i vdf = _mm256_set1_epi8((char)0xdf);
 	const __m256i vo = _mm256_set1_epi8(0x5b), vc = _mm256_set1_epi8(0x5d);
+	const __m256i v2 = _mm256_set1_epi8(2), vk = _mm256_set1_epi8('}');
 	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
 	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
 	__m256i lo2 = _mm256_and_si256(lo, vdf), hi2 = _mm256_and_si256(hi, vdf);
@@ -175,6 +192,7 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	m->bslash = JSCAN_MM(lo, hi, vb);
 	m->open = JSCAN_MM(lo2, hi2, vo);
 	m->close = JSCAN_MM(lo2, hi2, vc);
+	m->curly = JSCAN_MM(_mm256_or_si256(lo, v2), _mm256_or_si256(hi, v2), vk);
 #undef JSCAN_MM
 }
 #endif
@@ -197,13 +215,14 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	st.max_depth = max_depth > JSCAN_MAX_DEPTH ? JSCAN_MAX_DEPTH : max_depth;	\
 	if (buf[pos] == '"') {								\
 		st.depth = 0;								\
+		st.objects = 0;								\
 		st.in_string = ~0ULL;							\
 	} else {									\
 		if (st.max_depth < 1)							\
 			return JSCAN_ERR_DEPTH;						\
 		st.depth = 1;								\
 		st.in_string = 0;							\
-		st.kinds[0] = buf[pos] == '{' ? 2 : 0;					\
+		st.objects = buf[pos] == '{';						\
 	}										\
 	for (i = pos + 1; i + 64 <= len; i += 64) {					\
 		masks_fn(buf + i, &m);							\

@@ -2,7 +2,6 @@
  * validate: full against JSONTestSuite (tests/data/JSONTestSuite, read through TESTS_SRCDIR),
  * the envelope mode on the same files, and the transform files through wrap then unwrap.
  */
-#define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
 #include <stdio.h>
