@@ -348,6 +348,8 @@ conn_tls_fatal(struct conn *c, int sslerr)
 		c->error = EPROTO;
 	c->tls_err = e;
 	c->tls_fatal = 1;
+	if (sslerr == SSL_ERROR_SSL)
+		c->tls_failed = 1;
 	ERR_clear_error();
 	return CONN_ERROR;
 }

@@ -48,7 +48,8 @@ struct conn {
 	unsigned handshaking : 1;
 	unsigned tls_read_wants_write : 1;  /* SSL_read must write first: retry when writable */
 	unsigned tls_write_wants_read : 1;  /* SSL_write must read first: retry when readable */
-	unsigned tls_failed : 1;        /* the handshake failed (tls_conn_error says why) */
+	unsigned tls_failed : 1;        /* the handshake failed, or a TLS alert or protocol
+	                                 * error ended the connection (tls_conn_error says why) */
 	unsigned tls_fatal : 1;         /* a fatal TLS or socket error: no close_notify */
 	struct ssl_st *ssl;             /* NULL: plain TCP */
 	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */

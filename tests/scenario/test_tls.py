@@ -1,0 +1,537 @@
+"""TLS on both sides: certificates by SNI, protocol versions, client certificates, upstream
+verification (name, expiry), session resumption both ways, large bodies and keep-alive over
+TLS, X-Forwarded-Proto, certificate errors at load, renewed certificates on SIGHUP.
+
+A CA and every certificate are made at test time with the openssl command."""
+
+import os
+import re
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import zlib
+
+from harness import *
+
+T = Suite(__file__)
+PKI = tempfile.mkdtemp(prefix='jsongate-tls-')
+
+CA_CNF = """[ ca ]
+default_ca = ca_default
+[ ca_default ]
+dir = %(dir)s
+database = %(dir)s/index.txt
+new_certs_dir = %(dir)s
+serial = %(dir)s/serial
+default_md = sha256
+policy = policy_any
+copy_extensions = copy
+unique_subject = no
+[ policy_any ]
+commonName = supplied
+"""
+
+
+def openssl(*args, stdin=None):
+    r = subprocess.run(('openssl',) + args, cwd=PKI, capture_output=True, input=stdin,
+                       timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError('openssl %s: %s' % (' '.join(args), r.stderr.decode()[-2000:]))
+    return r
+
+
+def pki_path(name):
+    return os.path.join(PKI, name)
+
+
+def make_ca(name):
+    openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+            '-keyout', name + '.key', '-out', name + '.crt', '-days', '30',
+            '-subj', '/CN=jsongate test %s' % name,
+            '-addext', 'basicConstraints=critical,CA:TRUE',
+            '-addext', 'keyUsage=critical,keyCertSign,cRLSign')
+
+
+def make_cert(name, cn, sans=None, ca='ca', client=False, dates=None):
+    """A P-256 key and a certificate signed by ca; dates=(start, end) signs with openssl ca."""
+    exts = []
+    if sans:
+        exts += ['-addext', 'subjectAltName=' + ','.join(sans)]
+    exts += ['-addext', 'extendedKeyUsage=' + ('clientAuth' if client else 'serverAuth')]
+    openssl('req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+            '-keyout', name + '.key', '-out', name + '.csr', '-subj', '/CN=' + cn, *exts)
+    if dates is None:
+        ext = pki_path(name + '.ext')
+        with open(ext, 'w') as f:
+            if sans:
+                f.write('subjectAltName=%s\n' % ','.join(sans))
+            f.write('extendedKeyUsage=%s\n' % ('clientAuth' if client else 'serverAuth'))
+        openssl('x509', '-req', '-in', name + '.csr', '-CA', ca + '.crt', '-CAkey', ca + '.key',
+                '-CAcreateserial', '-days', '30', '-sha256', '-extfile', ext,
+                '-out', name + '.crt')
+    else:
+        # OpenSSL 3.0's req/x509 take no start date: openssl ca does.
+        with open(pki_path('ca.cnf'), 'w') as f:
+            f.write(CA_CNF % {'dir': PKI})
+        open(pki_path('index.txt'), 'a').close()
+        if not os.path.exists(pki_path('serial')):
+            with open(pki_path('serial'), 'w') as f:
+                f.write('1000\n')
+        openssl('ca', '-batch', '-config', 'ca.cnf', '-cert', ca + '.crt', '-keyfile',
+                ca + '.key', '-in', name + '.csr', '-out', name + '.crt', '-notext',
+                '-startdate', dates[0], '-enddate', dates[1])
+
+
+make_ca('ca')
+make_ca('other-ca')
+make_cert('a', 'a.test', ['DNS:a.test', 'IP:127.0.0.1'])
+make_cert('b', 'b-wildcard', ['DNS:*.b.test'])
+make_cert('b-exact', 'x.b.test', ['DNS:x.b.test'])
+make_cert('up', 'up.test', ['DNS:up.test', 'IP:127.0.0.1'])
+make_cert('expired', 'up.test', ['DNS:up.test', 'IP:127.0.0.1'],
+          dates=('20200101000000Z', '20200201000000Z'))
+make_cert('client', 'client one', client=True)
+make_cert('stranger', 'stranger', ca='other-ca', client=True)
+CA = pki_path('ca.crt')
+
+
+def tls_listener(port, certs=('a',), **extra):
+    tls = {'certificates': [{'cert': pki_path(c + '.crt'), 'key': pki_path(c + '.key')}
+                            for c in certs]}
+    tls.update(extra)
+    return {'listen': '127.0.0.1:%d' % port, 'tls': tls}
+
+
+def tls_gateway(env, up_address, certs=('a',), upstream_tls=None, keepalive=8, workers=1,
+                **extra):
+    port = free_port()
+    conf = upstream_config(up_address, keepalive=keepalive, workers=workers,
+                           listeners=[tls_listener(port, certs, **extra)])
+    if upstream_tls is not None:
+        conf['upstreams']['app']['tls'] = upstream_tls
+    return env.daemon(conf, port=port)
+
+
+def s_client(env, port, *args, stdin=b''):
+    """openssl s_client's output (stdout and stderr) and exit status."""
+    r = subprocess.run(['openssl', 's_client', '-connect', '127.0.0.1:%d' % port,
+                        '-CAfile', CA] + list(args), input=stdin, capture_output=True,
+                       timeout=30 * SLOW)
+    return r.stdout.decode('utf-8', 'replace') + r.stderr.decode('utf-8', 'replace'), \
+        r.returncode
+
+
+def subject_cn(out):
+    m = re.search(r'^subject=.*CN ?= ?([^,\n]+)', out, re.M)
+    return m.group(1).strip() if m else None
+
+
+def curl(env, url, *args):
+    r = env.run(['curl', '-sS', '--cacert', CA, '--resolve', 'a.test:%s:127.0.0.1' %
+                 url.split(':')[2].split('/')[0]] + list(args) + [url], timeout=120)
+    return r
+
+
+def tls_client(env, port, name='a.test', cert=None):
+    """A harness Client over TLS (strict response parsing on a TLS socket)."""
+    ctx = ssl.create_default_context(cafile=CA)
+    if cert:
+        ctx.load_cert_chain(pki_path(cert + '.crt'), pki_path(cert + '.key'))
+    c = env.client(port, connect=False)
+    c.sock = ctx.wrap_socket(socket.create_connection(('127.0.0.1', port),
+                                                      timeout=IO_TIMEOUT),
+                             server_hostname=name)
+    return c
+
+
+class TLSUpstream:
+    """A TLS server answering every request with a small JSON body; records the SNI names
+    asked for, handshakes and resumed sessions."""
+
+    def __init__(self, cert):
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(pki_path(cert + '.crt'), pki_path(cert + '.key'))
+        self.names = []
+        self.handshakes = 0
+        self.resumed = 0
+        self.requests = []
+        self.ctx.sni_callback = lambda sock, name, ctx: self.names.append(name)
+        self.sock = socket.socket()
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.address = '127.0.0.1:%d' % self.port
+        self.stopping = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(IO_TIMEOUT)
+        try:
+            s = self.ctx.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            conn.close()
+            return
+        self.handshakes += 1
+        self.resumed += bool(s.session_reused)
+        buf = b''
+        try:
+            while True:
+                while b'\r\n\r\n' not in buf:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b'\r\n\r\n', 1)
+                self.requests.append(head)
+                body = b'{"ok":true}'
+                s.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
+                          b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
+        except (ssl.SSLError, OSError):
+            pass
+        finally:
+            s.close()
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+def tls_upstream(env, cert):
+    up = TLSUpstream(cert)
+    env.procs.append(up)
+    return up
+
+
+# ------------------------------------------------------------------ listeners
+
+@T.case
+def sni_selects_certificate(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address, certs=('a', 'b', 'b-exact'))
+    for name, want in (('a.test', 'a.test'), ('y.b.test', 'b-wildcard'),
+                       ('x.b.test', 'x.b.test'), ('unknown.test', 'a.test')):
+        out, rc = s_client(env, gw.port, '-servername', name)
+        env.eq('SNI %s: certificate' % name, subject_cn(out), want)
+    out, rc = s_client(env, gw.port, '-noservername')
+    env.eq('no SNI: the first certificate', subject_cn(out), 'a.test')
+    out, rc = s_client(env, gw.port, '-servername', 'y.b.test', '-verify_hostname', 'y.b.test',
+                       '-verify_return_error')
+    env.check('wildcard certificate verifies for y.b.test', 'Verify return code: 0 (ok)' in out,
+              out[-800:])
+    out, rc = s_client(env, gw.port, '-servername', 'a.test', '-alpn', 'h2,http/1.1')
+    env.check('ALPN selects http/1.1', 'ALPN protocol: http/1.1' in out, out[-800:])
+
+
+@T.case
+def protocol_versions(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address)
+    for flag in ('-tls1', '-tls1_1'):
+        out, rc = s_client(env, gw.port, flag, '-cipher', 'DEFAULT@SECLEVEL=0')
+        env.check('%s refused by the server' % flag,
+                  rc != 0 and 'Cipher is (NONE)' in out and 'alert protocol version' in out,
+                  out[-800:])
+    for flag, proto in (('-tls1_2', 'TLSv1.2'), ('-tls1_3', 'TLSv1.3')):
+        out, rc = s_client(env, gw.port, flag)
+        env.check('%s accepted' % flag, re.search(r'New, %s, Cipher is' % re.escape(proto), out),
+                  out[-800:])
+    gw13 = tls_gateway(env, up.address, protocols=['TLSv1.3'])
+    out, rc = s_client(env, gw13.port, '-tls1_2')
+    env.check('protocols: [TLSv1.3] refuses TLS 1.2', rc != 0, out[-800:])
+    out, rc = s_client(env, gw13.port, '-tls1_3')
+    env.check('protocols: [TLSv1.3] accepts TLS 1.3', 'New, TLSv1.3, Cipher is' in out,
+              out[-800:])
+
+
+@T.case
+def client_certificates(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address, client_ca=CA, verify_client='on')
+    c = tls_client(env, gw.port, cert='client')
+    r = c.request('GET', '/mtls', [('Host', 'a.test')])
+    env.eq('client certificate from the CA: accepted', r.status, 200)
+    for cert, what in ((None, 'no client certificate'),
+                       ('stranger', 'a certificate from another CA')):
+        try:
+            c = tls_client(env, gw.port, cert=cert)
+            r = c.request('GET', '/mtls', [('Host', 'a.test')])
+            ok = False
+        except (ssl.SSLError, OSError, ProtocolError):
+            ok = True
+        env.check('%s: refused' % what, ok)
+    gw2 = tls_gateway(env, up.address, client_ca=CA, verify_client='optional')
+    c = tls_client(env, gw2.port)
+    r = c.request('GET', '/optional', [('Host', 'a.test')])
+    env.eq('verify_client optional: no certificate accepted', r.status, 200)
+    c = tls_client(env, gw2.port, cert='client')
+    r = c.request('GET', '/optional', [('Host', 'a.test')])
+    env.eq('verify_client optional: a good certificate accepted', r.status, 200)
+
+
+@T.case
+def forwarded_proto_and_keepalive(env):
+    up = env.scripted(default=answer(http_response(200, b'{"n":1}')))
+    gw = tls_gateway(env, up.address)
+    c = tls_client(env, gw.port)
+    for i in range(5):
+        r = c.request('GET', '/ka/%d' % i, [('Host', 'a.test')])
+        env.eq('keep-alive request %d over one TLS connection' % i, (r.status, r.body),
+               (200, b'{"n":1}'))
+    # pipelined: three requests in one write, answered in order
+    c.send(b''.join(build_request('GET', '/pipe/%d' % i, [('Host', 'a.test')])
+                    for i in range(3)))
+    for i in range(3):
+        r = c.read_response()
+        env.eq('pipelined response %d' % i, r.status, 200)
+    env.eq('upstream saw X-Forwarded-Proto https',
+           {q.header('X-Forwarded-Proto') for q in up.requests}, {'https'})
+    plain = env.daemon(upstream_config(up.address))
+    env.client(plain.port).request('GET', '/plain', [('Host', 'a')])
+    env.eq('plain listener still says http', up.requests[-1].header('X-Forwarded-Proto'), 'http')
+
+
+@T.case
+def large_bodies(env):
+    demo = env.demo()
+    gw = tls_gateway(env, demo.address)
+    n = 64 << 20
+    r = curl(env, 'https://a.test:%d/bytes/%d' % (gw.port, n), '-o', '-')
+    env.eq('64 MB download over TLS: size', len(r.stdout), n)
+    env.eq('64 MB download over TLS: bytes', zlib.crc32(r.stdout), pattern_crc(n))
+    src = os.path.join(env.tmp, 'upload')
+    with open(src, 'wb') as f:
+        block = pattern_block()
+        for _ in range(n // len(block)):
+            f.write(block)
+        f.write(block[:n % len(block)])
+    r = curl(env, 'https://a.test:%d/sink' % gw.port, '--data-binary', '@' + src,
+             '-H', 'Content-Type: application/octet-stream', '-o', '-')
+    env.eq('64 MB upload over TLS reached the upstream intact', r.stdout,
+           b'{"bytes":%d,"crc32":%d}' % (n, pattern_crc(n)))
+    # curl with several URLs reuses its connection
+    urls = ['https://a.test:%d/bytes/%d' % (gw.port, 100000 + i) for i in range(3)]
+    r = env.run(['curl', '-sS', '-v', '--cacert', CA, '--resolve',
+                 'a.test:%d:127.0.0.1' % gw.port] + urls, timeout=60)
+    env.eq('keep-alive with curl: bodies', len(r.stdout), 300003)
+    env.check('keep-alive with curl: connection reused',
+              b'Re-using existing connection' in r.stderr or b'Reusing existing' in r.stderr,
+              r.stderr[-600:])
+
+
+@T.case
+def resumption(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address, workers=2)
+    for flag in ('-tls1_3', '-tls1_2'):
+        sess = os.path.join(env.tmp, 'sess' + flag)
+        req = b'GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n'
+        out, rc = s_client(env, gw.port, flag, '-servername', 'a.test', '-sess_out', sess,
+                           '-ign_eof', stdin=req)
+        env.check('%s: first connection is new' % flag, re.search(r'^New, ', out, re.M),
+                  out[-600:])
+        reused = 0
+        for i in range(3):
+            out, rc = s_client(env, gw.port, flag, '-servername', 'a.test', '-sess_in', sess,
+                               '-ign_eof', stdin=req)
+            reused += bool(re.search(r'^Reused, ', out, re.M))
+        env.eq('%s: later connections (either worker) are reused' % flag, reused, 3)
+
+
+# ------------------------------------------------------------------ upstreams
+
+@T.case
+def upstream_verification(env):
+    up = tls_upstream(env, 'up')
+    gw = env.daemon(upstream_config(up.address))
+    conf = upstream_config(up.address)
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/by-ip', [('Host', 'a')])
+    env.eq('verified by the server address (IP SAN)', (r.status, r.body), (200, b'{"ok":true}'))
+    env.eq('no SNI for an address', up.names, [None])
+
+    conf['upstreams']['app']['tls'] = {'ca': CA, 'server_name': 'up.test'}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/by-name', [('Host', 'a')])
+    env.eq('server_name: verified', r.status, 200)
+    env.eq('server_name sent as SNI', up.names[-1], 'up.test')
+
+    conf['upstreams']['app']['tls'] = {'ca': CA, 'server_name': 'wrong.test'}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/mismatch', [('Host', 'a')])
+    env.gateway_error('hostname mismatch', r, 502, 'upstream_tls',
+                      'certificate verify failed: hostname mismatch', close=False)
+    env.check('mismatch logged with the reason',
+              gw.wait_log(r'TLS handshake with upstream .* failed: certificate verify failed: '
+                          r'hostname mismatch'))
+
+    conf['upstreams']['app']['tls'] = {}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/untrusted', [('Host', 'a')])
+    env.gateway_error('CA not in the system store', r, 502, 'upstream_tls',
+                      'certificate verify failed: unable to get local issuer certificate',
+                      close=False)
+
+    conf['upstreams']['app']['tls'] = {'verify': False}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/unverified', [('Host', 'a')])
+    env.eq('verify: false accepts it', r.status, 200)
+
+
+@T.case
+def upstream_expired(env):
+    up = tls_upstream(env, 'expired')
+    conf = upstream_config(up.address)
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/expired', [('Host', 'a')])
+    env.gateway_error('expired upstream certificate', r, 502, 'upstream_tls',
+                      'certificate verify failed: certificate has expired', close=False)
+
+
+@T.case
+def upstream_sessions_and_mtls(env):
+    # the upstream is jsongate itself, requiring a client certificate, before the demo
+    demo = env.demo()
+    inner_port = free_port()
+    inner = env.daemon(upstream_config(demo.address, listeners=[
+        tls_listener(inner_port, ('up',), client_ca=CA, verify_client='on')]), port=inner_port)
+    conf = upstream_config('127.0.0.1:%d' % inner_port, keepalive=0)
+    conf['upstreams']['app']['tls'] = {'ca': CA, 'server_name': 'up.test',
+                                       'cert': pki_path('client.crt'),
+                                       'key': pki_path('client.key')}
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    for i in range(4):
+        r = c.request('GET', '/bytes/%d' % (1000 + i), [('Host', 'a')])
+        env.eq('mutual TLS upstream, new connection %d' % i, (r.status, len(r.body)),
+               (200, 1000 + i))
+    out, rc = s_client(env, inner_port, '-servername', 'up.test')
+    env.check('the inner gateway refuses clients without a certificate',
+              rc != 0 or 'alert' in out, out[-400:])
+
+    conf['upstreams']['app']['tls'] = {'ca': CA, 'server_name': 'up.test'}
+    gw2 = env.daemon(conf)
+    r = env.client(gw2.port).request('GET', '/bytes/10', [('Host', 'a')])
+    env.gateway_error('no client certificate for a server requiring one', r, 502,
+                      'upstream_tls', None, close=False)
+
+    # pooled sessions: every connection after the first resumes
+    up = tls_upstream(env, 'up')
+    conf = upstream_config(up.address, keepalive=0)
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    gw3 = env.daemon(conf)
+    c = env.client(gw3.port)
+    for i in range(4):
+        c.request('GET', '/s/%d' % i, [('Host', 'a')])
+    env.eq('four upstream handshakes', up.handshakes, 4)
+    env.check('later upstream connections resume the session', up.resumed >= 2,
+              'resumed %d of %d' % (up.resumed, up.handshakes))
+
+
+@T.case
+def large_bodies_to_tls_upstream(env):
+    demo = env.demo()
+    inner_port = free_port()
+    env.daemon(upstream_config(demo.address, listeners=[tls_listener(inner_port, ('up',))]),
+               port=inner_port)
+    conf = upstream_config('127.0.0.1:%d' % inner_port)
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    gw = tls_gateway(env, '127.0.0.1:%d' % inner_port, upstream_tls={'ca': CA})
+    n = 64 << 20
+    r = curl(env, 'https://a.test:%d/bytes/%d' % (gw.port, n), '-o', '-')
+    env.eq('64 MB through TLS on both hops: bytes', (len(r.stdout), zlib.crc32(r.stdout)),
+           (n, pattern_crc(n)))
+    r = curl(env, 'https://a.test:%d/chunked/%d' % (gw.port, n), '-o', '-')
+    env.eq('64 MB chunked through TLS on both hops', (len(r.stdout), zlib.crc32(r.stdout)),
+           (n, pattern_crc(n)))
+    src = os.path.join(env.tmp, 'upload')
+    with open(src, 'wb') as f:
+        block = pattern_block()
+        for _ in range(n // len(block)):
+            f.write(block)
+        f.write(block[:n % len(block)])
+    r = curl(env, 'https://a.test:%d/sink' % gw.port, '--data-binary', '@' + src, '-o', '-')
+    env.eq('64 MB upload through TLS on both hops', r.stdout,
+           b'{"bytes":%d,"crc32":%d}' % (n, pattern_crc(n)))
+
+
+# ------------------------------------------------------------------ files and reload
+
+@T.case
+def certificate_errors_at_load(env):
+    path = os.path.join(env.tmp, 'bad.yaml')
+    conf = upstream_config('127.0.0.1:9', listeners=[
+        tls_listener(free_port(), ('expired',)),
+        {'listen': '127.0.0.1:%d' % free_port(),
+         'tls': {'certificates': [{'cert': pki_path('a.crt'), 'key': pki_path('b.key')}]}},
+        {'listen': '127.0.0.1:%d' % free_port(),
+         'tls': {'certificates': [{'cert': pki_path('none.crt'), 'key': pki_path('a.key')}]}},
+    ])
+    os.chmod(pki_path('client.key'), 0)
+    conf['upstreams']['app']['tls'] = {'cert': pki_path('client.crt'),
+                                       'key': pki_path('client.key')}
+    with open(path, 'w') as f:
+        f.write(to_yaml(conf) + '\n')
+    r = env.run([JSONGATE, '-t', '-c', path])
+    os.chmod(pki_path('client.key'), 0o600)
+    err = r.stderr.decode() + r.stdout.decode()
+    env.eq('-t fails', r.returncode != 0, True)
+    env.check('expired certificate named',
+              re.search(r'certificates\[0\]\.cert: certificate %s expired on ' %
+                        re.escape(pki_path('expired.crt')), err), err)
+    env.check('key not matching named',
+              'key %s does not match certificate %s' % (pki_path('b.key'), pki_path('a.crt'))
+              in err, err)
+    env.check('missing certificate named', 'cannot read certificate %s: No such file' %
+              pki_path('none.crt') in err, err)
+    if os.geteuid() != 0:
+        env.check('unreadable key named', 'cannot read key %s: Permission denied' %
+                  pki_path('client.key') in err, err)
+    env.check('every error has a position', all(re.match(r'.*:\d+:\d+: ', l)
+                                                for l in err.strip().splitlines()), err)
+
+
+@T.case
+def reload_renewed_certificate(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    import shutil
+    shutil.copy(pki_path('a.crt'), os.path.join(env.tmp, 'live.crt'))
+    shutil.copy(pki_path('a.key'), os.path.join(env.tmp, 'live.key'))
+    port = free_port()
+    conf = upstream_config(up.address, listeners=[{'listen': '127.0.0.1:%d' % port, 'tls': {
+        'certificates': [{'cert': 'live.crt', 'key': 'live.key'}]}}])
+    gw = env.daemon(conf, port=port)
+    old = tls_client(env, port)
+    env.eq('before reload', old.request('GET', '/1', [('Host', 'a.test')]).status, 200)
+    make_cert('renewed', 'a.test', ['DNS:a.test', 'IP:127.0.0.1'])
+    shutil.copy(pki_path('renewed.crt'), os.path.join(env.tmp, 'live.crt'))
+    shutil.copy(pki_path('renewed.key'), os.path.join(env.tmp, 'live.key'))
+    before = len(gw.log())
+    gw.signal(signal.SIGHUP)
+    env.check('reloaded', gw.wait_log(r'reload', start=before))
+
+    def serial_now():
+        out, rc = s_client(env, port, '-servername', 'a.test', '-showcerts')
+        m = re.search(r'-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----', out)
+        return m.group(0) if m else None
+    with open(pki_path('renewed.crt')) as f:
+        renewed = re.search(r'-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----',
+                            f.read()).group(0)
+    env.check('new connections get the renewed certificate',
+              wait_until(lambda: serial_now() == renewed, 5 * SLOW))
+    env.eq('the established connection keeps working',
+           old.request('GET', '/2', [('Host', 'a.test')]).status, 200)
+
+
+T.run()
