@@ -1,0 +1,110 @@
+"""The man pages agree with the configuration loader: every key it accepts
+(schema-dump, from config_schema_write) has an entry in the KEYS section of
+jsongate.yaml.5 with the same type, its default (or "Required") and an
+example, and every entry there is a key the loader accepts.  Both pages are
+also checked with mandoc -Tlint at warning level.
+
+Prints one line per check and "N passed, M failed"; exit 0 only when nothing
+failed."""
+
+import os
+import re
+import subprocess
+import sys
+
+SRCDIR = os.environ.get('TESTS_SRCDIR',
+                        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOP = os.path.dirname(SRCDIR)
+DUMP = os.environ.get('SCHEMA_DUMP', os.path.join(os.path.dirname(os.path.dirname(
+    os.environ.get('JSONGATE', 'src/jsongate'))), 'tests', 'man', 'schema-dump'))
+MAN5 = os.path.join(TOP, 'man', 'jsongate.yaml.5')
+MAN8 = os.path.join(TOP, 'man', 'jsongate.8')
+
+passed = failed = 0
+
+
+def check(what, ok, detail=''):
+    global passed, failed
+    if ok:
+        passed += 1
+        print('ok %d - %s' % (passed + failed, what))
+    else:
+        failed += 1
+        print('FAIL %d - %s: %s' % (passed + failed, what, detail))
+
+
+def schema():
+    out = subprocess.run([DUMP], capture_output=True, check=True).stdout.decode()
+    keys = {}
+    for line in out.splitlines():
+        key, typ, default, _doc = line.split('\t', 3)
+        keys[key] = (typ, default)
+    return keys
+
+
+def text_of(lines):
+    """The words of mdoc lines, macros and escapes removed."""
+    words = []
+    for line in lines:
+        if line.startswith('.'):
+            parts = line.split()[1:]
+            words.extend(p for p in parts if p not in ('Li', 'Ns', 'Ar', 'Cm', 'Ic', 'Ql',
+                                                       'Dv', 'Pa', 'Dl'))
+        else:
+            words.extend(line.split())
+    return re.sub(r'\s*\\&\s*', '', ' '.join(words))
+
+
+def man_keys():
+    with open(MAN5) as f:
+        lines = f.read().splitlines()
+    start = lines.index('.Sh KEYS')
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith('.Sh '))
+    entries = {}
+    current = None
+    for line in lines[start + 1:end]:
+        m = re.match(r'\.It Ic (\S+) Ar (\S+)$', line)
+        if m:
+            current = m.group(1)
+            check('%s has one entry' % current, current not in entries)
+            entries[current] = (m.group(2), [])
+        elif line.startswith('.It '):
+            check('KEYS entry written as ".It Ic KEY Ar TYPE"', False, line)
+            current = None
+        elif current is not None and line != '.El':
+            entries[current][1].append(line)
+    return entries
+
+
+def main():
+    keys = schema()
+    entries = man_keys()
+    check('the loader lists keys', len(keys) > 20, len(keys))
+    for key in keys:
+        check('%s is documented in jsongate.yaml.5' % key, key in entries)
+    for key in entries:
+        check('%s in jsongate.yaml.5 is a key the loader accepts' % key, key in keys)
+    for key, (typ, default) in keys.items():
+        if key not in entries:
+            continue
+        mtype, body = entries[key]
+        text = text_of(body)
+        check('%s: type %s' % (key, typ), mtype == typ, 'page says %s' % mtype)
+        if default == '(required)':
+            check('%s: says it is required' % key, 'Required' in text, text)
+        elif default == '-':
+            check('%s: says what happens without it' % key, 'Default: ' in text, text)
+        else:
+            check('%s: default %s' % (key, default), 'Default: %s' % default in text, text)
+        check('%s: has an example' % key, 'Example:' in text and any(
+            l.startswith('.Dl ') for l in body), text)
+    for page in (MAN8, MAN5):
+        p = subprocess.run(['mandoc', '-Tlint', '-W', 'warning', page], capture_output=True)
+        check('mandoc -Tlint -W warning %s' % os.path.basename(page),
+              p.returncode == 0 and not p.stdout and not p.stderr,
+              (p.stdout + p.stderr).decode())
+    print('%d passed, %d failed' % (passed, failed))
+    sys.exit(0 if failed == 0 and passed > 0 else 1)
+
+
+main()
