@@ -132,7 +132,7 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 		bit = 1ULL << i;
 		q |= x == '"' ? bit : 0;
 		b |= x == '\\' ? bit : 0;
-		k |= (x | 2) == '}' ? bit : 0;
+		k |= (x | 6) == 0x7f ? bit : 0;     /* '{' and '}' (others are masked out later) */
 		x &= 0xdf;
 		o |= x == 0x5b ? bit : 0;
 		c |= x == 0x5d ? bit : 0;
@@ -152,7 +152,7 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
 	const __m128i vdf = _mm_set1_epi8((char)0xdf);
 	const __m128i vo = _mm_set1_epi8(0x5b), vc = _mm_set1_epi8(0x5d);
-	const __m128i v2 = _mm_set1_epi8(2), vk = _mm_set1_epi8('}');
+	const __m128i v6 = _mm_set1_epi8(6), vk = _mm_set1_epi8(0x7f);
 	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0;
 	__m128i x, y;
 	int i;
@@ -164,7 +164,7 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 		b |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)) << (16 * i);
 		o |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vo)) << (16 * i);
 		c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vc)) << (16 * i);
-		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, v2),
+		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, v6),
 		    vk)) << (16 * i);
 	}
 	m->quote = q;
@@ -181,7 +181,7 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
 	const __m256i vdf = _mm256_set1_epi8((char)0xdf);
 	const __m256i vo = _mm256_set1_epi8(0x5b), vc = _mm256_set1_epi8(0x5d);
-	const __m256i v2 = _mm256_set1_epi8(2), vk = _mm256_set1_epi8('}');
+	const __m256i v6 = _mm256_set1_epi8(6), vk = _mm256_set1_epi8(0x7f);
 	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
 	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
 	__m256i lo2 = _mm256_and_si256(lo, vdf), hi2 = _mm256_and_si256(hi, vdf);
@@ -192,7 +192,7 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	m->bslash = JSCAN_MM(lo, hi, vb);
 	m->open = JSCAN_MM(lo2, hi2, vo);
 	m->close = JSCAN_MM(lo2, hi2, vc);
-	m->curly = JSCAN_MM(_mm256_or_si256(lo, v2), _mm256_or_si256(hi, v2), vk);
+	m->curly = JSCAN_MM(_mm256_or_si256(lo, v6), _mm256_or_si256(hi, v6), vk);
 #undef JSCAN_MM
 }
 #endif

@@ -94,6 +94,40 @@ START_TEST(test_skip_long)
 }
 END_TEST
 
+/* Many objects in blocks where the value cannot end: settled by counts, which must still
+ * tell objects from arrays. */
+START_TEST(test_skip_counted_blocks)
+{
+	size_t n = 0, i;
+	char *buf = malloc(64 * 1024);
+	int impl;
+
+	buf[n++] = '[';
+	for (i = 0; i < 2000; i++) {
+		memcpy(buf + n, "{\"a\":[1,{\"b\":[]}]},", 19);
+		n += 19;
+	}
+	buf[n - 1] = ']';
+	for (impl = 0; impl < JSCAN_NIMPL; impl++)
+		if (jscan_impl_available((enum jscan_impl)impl))
+			ck_assert_int_eq(jscan_skip_impl((enum jscan_impl)impl, buf, n, 0, 10),
+			    (ssize_t)n);
+	/* An object closed by a bracket deep inside, and the array closed by a brace. */
+	buf[1 + 10 * 19 + 15] = ']';
+	for (impl = 0; impl < JSCAN_NIMPL; impl++)
+		if (jscan_impl_available((enum jscan_impl)impl))
+			ck_assert_int_eq(jscan_skip_impl((enum jscan_impl)impl, buf, n, 0, 10),
+			    JSCAN_ERR_SYNTAX);
+	buf[1 + 10 * 19 + 15] = '}';
+	buf[n - 1] = '}';
+	for (impl = 0; impl < JSCAN_NIMPL; impl++)
+		if (jscan_impl_available((enum jscan_impl)impl))
+			ck_assert_int_eq(jscan_skip_impl((enum jscan_impl)impl, buf, n, 0, 10),
+			    JSCAN_ERR_SYNTAX);
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_skip_depth_clamp)
 {
 	size_t n = 2 * (JSCAN_MAX_DEPTH + 1), i;
@@ -241,6 +275,7 @@ envelope_suite(void)
 	tcase_add_loop_test(tc, test_skip_table, 0, (int)(sizeof(skip_cases) / sizeof(skip_cases[0])));
 	tcase_add_test(tc, test_skip_variants_agree);
 	tcase_add_test(tc, test_skip_long);
+	tcase_add_test(tc, test_skip_counted_blocks);
 	tcase_add_test(tc, test_skip_depth_clamp);
 	tcase_add_loop_test(tc, test_envelope_members, 0, (int)(sizeof(env_cases) / sizeof(env_cases[0])));
 	tcase_add_test(tc, test_envelope_grow);
