@@ -31,7 +31,7 @@ struct jscan_state {
 };
 
 /* Bytes escaped by a backslash: after an odd run of backslashes.  Rare, so a plain loop. */
-static inline uint64_t
+static inline __attribute__((always_inline)) uint64_t
 jscan_escaped(uint64_t bs, uint64_t *carry)
 {
 	uint64_t esc = *carry, bit;
@@ -50,7 +50,7 @@ jscan_escaped(uint64_t bs, uint64_t *carry)
 	return esc;
 }
 
-static inline uint64_t
+static inline __attribute__((always_inline)) uint64_t
 jscan_prefix_xor(uint64_t x)
 {
 	x ^= x << 1;
@@ -66,7 +66,8 @@ jscan_prefix_xor(uint64_t x)
  * Process one block whose masks are m and bytes are p[0..64).  Returns the index one past the
  * end of the value inside the block, 64 + 1 + ... never: -1 to continue, or a JSCAN_ERR_*.
  */
-static inline int
+/* Always inlined, so each variant compiles it for its own target (popcnt with AVX2). */
+static inline __attribute__((always_inline)) int
 jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end)
 {
 	uint64_t quote, inside, brackets, open, close;
@@ -174,7 +175,7 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 	m->curly = k;
 }
 
-__attribute__((target("avx2")))
+__attribute__((target("avx2,popcnt,bmi")))
 static inline void
 jscan_masks_avx2(const char *p, struct jscan_masks *m)
 {
@@ -246,7 +247,7 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, )
 #ifdef JSCAN_X86
 JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, __attribute__((target("avx2"))))
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, __attribute__((target("avx2,popcnt,bmi"))))
 #endif
 
 typedef ssize_t (*jscan_fn)(const char *, size_t, size_t, unsigned);
@@ -261,7 +262,8 @@ jscan_impl_available(enum jscan_impl impl)
 	case JSCAN_SSE2:
 		return __builtin_cpu_supports("sse2");
 	case JSCAN_AVX2:
-		return __builtin_cpu_supports("avx2");
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+		    __builtin_cpu_supports("bmi");
 #endif
 	default:
 		return 0;
