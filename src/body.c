@@ -29,6 +29,19 @@ struct body_pool {
 	unsigned nfree;
 };
 
+int
+body_needs_headers(const struct rewrite_program *prog)
+{
+	size_t i, j, k;
+
+	for (i = 0; prog != NULL && i < prog->nops; i++)
+		for (j = 0; j < prog->ops[i].nitems; j++)
+			for (k = 0; k < prog->ops[i].items[j].nval; k++)
+				if (prog->ops[i].items[j].val[k].var == REWRITE_VAR_HEADER)
+					return 1;
+	return 0;
+}
+
 struct body_pool *
 body_pool_new(void)
 {

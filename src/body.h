@@ -17,6 +17,9 @@ enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, 
 int body_is_json(const struct config_route *route, struct http_str content_type);
 enum body_coding body_coding(struct http_str content_encoding);
 
+/* 1 when prog reads request headers ($header.NAME), which must then be kept for it. */
+int body_needs_headers(const struct rewrite_program *prog);
+
 /* Per-worker scratch: the rewrite context and a few reusable body blocks. */
 struct body_pool *body_pool_new(void);
 void body_pool_free(struct body_pool *pool);

@@ -666,7 +666,7 @@ client_read_head(struct client *c)
 	worker_runtime_ref(c->wr);
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
 	c->replay_len = c->head_len = (size_t)r;
-	if ((c->route->response != NULL || c->route->request != NULL) &&
+	if ((c->route->request != NULL || body_needs_headers(c->route->response)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
@@ -1196,7 +1196,8 @@ proxy_respond_rewritten(struct client *c)
 	vars.remote_addr.p = c->addr;
 	vars.remote_addr.len = strlen(c->addr);
 	vars.now = (long long)time(NULL);
-	ql = c->req_copy != NULL ? evbuffer_get_length(c->req_copy) : 0;
+	ql = c->req_copy != NULL && body_needs_headers(c->route->response) ?
+	    evbuffer_get_length(c->req_copy) : 0;
 	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->req_copy,
 	    (ev_ssize_t)ql), ql, req) > 0) {
 		vars.headers = req->headers;
