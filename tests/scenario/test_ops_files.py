@@ -60,6 +60,16 @@ def sigusr1_with_stderr_log_is_harmless(env):
     env.check('still running', gw.alive())
 
 
+def run_failing(env, conf):
+    """Runs jsongate on conf expecting it to exit at start; returns (status, stderr)."""
+    conf = dict(conf, listeners=[{'listen': '127.0.0.1:%d' % free_port()}])
+    path = os.path.join(env.tmp, 'failing.yaml')
+    with open(path, 'w') as f:
+        f.write(to_yaml(conf) + '\n')
+    p = env.run([JSONGATE, '-f', '-c', path], timeout=10)
+    return p.returncode, p.stderr.decode()
+
+
 def proc_status(pid):
     out = {}
     with open('/proc/%d/status' % pid) as f:
@@ -75,12 +85,10 @@ def drops_privileges(env):
     conf = upstream_config(up.address, user='nobody')
     if os.geteuid() != 0:
         # Not root: setgroups must fail, and jsongate must say so and exit, not run as is.
-        gw = env.daemon(conf, wait=False)
-        gw.signalled = True
-        status = gw.proc.wait(10 * SLOW)
+        status, log = run_failing(env, conf)
         env.eq('exit status 1 when privileges cannot be dropped', status, 1)
-        env.check('the error names the user', 'cannot drop privileges to nobody' in gw.log(),
-                  gw.log()[-500:])
+        env.check('the error names the user', 'cannot drop privileges to nobody' in log,
+                  log[-500:])
         return
     nobody = pwd.getpwnam('nobody')
     os.chmod(env.tmp, 0o755)
@@ -98,11 +106,9 @@ def drops_privileges(env):
 @T.case
 def unknown_user_fails(env):
     up = env.scripted(default=answer(http_response(200, b'{}')))
-    gw = env.daemon(upstream_config(up.address, user='no-such-user-jsongate'), wait=False)
-    gw.signalled = True
-    env.eq('exit status 1', gw.proc.wait(10 * SLOW), 1)
-    env.check('the error names the user', 'no-such-user-jsongate not found' in gw.log(),
-              gw.log()[-500:])
+    status, log = run_failing(env, upstream_config(up.address, user='no-such-user-jsongate'))
+    env.eq('exit status 1', status, 1)
+    env.check('the error names the user', 'no-such-user-jsongate not found' in log, log[-500:])
 
 
 @T.case
