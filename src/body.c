@@ -24,6 +24,9 @@ struct body_block {
 
 struct body_pool {
 	struct rewrite_ctx *rw;
+	z_stream gz;                    /* deflate state, reset per body: no allocation per use */
+	int gz_ready;
+	struct evbuffer *gz_out;
 	unsigned rw_depth;
 	struct body_block *free;
 	unsigned nfree;
@@ -55,6 +58,10 @@ body_pool_free(struct body_pool *pool)
 
 	if (pool == NULL)
 		return;
+	if (pool->gz_ready)
+		deflateEnd(&pool->gz);
+	if (pool->gz_out != NULL)
+		evbuffer_free(pool->gz_out);
 	while ((b = pool->free) != NULL) {
 		pool->free = b->next;
 		free(b);
@@ -221,6 +228,45 @@ fail:
 	inflateEnd(&zs);
 	body_block_unref(b);
 	return NULL;
+}
+
+int
+body_gzip(struct body_pool *pool, struct evbuffer *data)
+{
+	struct evbuffer_iovec in, out[1];
+	int r, flush;
+
+	if (!pool->gz_ready) {
+		memset(&pool->gz, 0, sizeof(pool->gz));
+		if (deflateInit2(&pool->gz, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+			return -1;
+		pool->gz_ready = 1;
+	} else if (deflateReset(&pool->gz) != Z_OK) {
+		return -1;
+	}
+	if (pool->gz_out == NULL && (pool->gz_out = evbuffer_new()) == NULL)
+		return -1;
+	/* Level 1: the point is fewer bytes on the wire for little CPU, as nginx's default. */
+	do {
+		if (evbuffer_peek(data, -1, NULL, &in, 1) < 1)
+			in.iov_len = 0;
+		pool->gz.next_in = in.iov_base;
+		pool->gz.avail_in = (uInt)in.iov_len;
+		flush = evbuffer_get_length(data) == in.iov_len ? Z_FINISH : Z_NO_FLUSH;
+		do {
+			if (evbuffer_reserve_space(pool->gz_out, 16384, out, 1) < 1)
+				return -1;
+			pool->gz.next_out = out[0].iov_base;
+			pool->gz.avail_out = (uInt)out[0].iov_len;
+			r = deflate(&pool->gz, flush);
+			out[0].iov_len -= pool->gz.avail_out;
+			evbuffer_commit_space(pool->gz_out, out, 1);
+			if (r == Z_STREAM_ERROR)
+				return -1;
+		} while (pool->gz.avail_out == 0);
+		evbuffer_drain(data, in.iov_len);
+	} while (flush != Z_FINISH);
+	return evbuffer_add_buffer(data, pool->gz_out);
 }
 
 int

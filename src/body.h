@@ -40,4 +40,7 @@ int body_apply(struct body_pool *pool, const struct config *cfg, const struct co
     const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res);
 
+/* Replace the contents of data with their gzip encoding; 0 or -1. */
+int body_gzip(struct body_pool *pool, struct evbuffer *data);
+
 #endif

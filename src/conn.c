@@ -64,7 +64,9 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->writable = 1;
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
-	c->rev = event_new(base, fd, EV_READ | EV_PERSIST | EV_ET, conn_read_event_cb, c);
+	c->peer_closed = 0;
+	c->rev = event_new(base, fd, EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, conn_read_event_cb,
+	    c);
 	c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST | EV_ET, conn_write_event_cb, c);
 	if (c->in == NULL || c->out == NULL || c->rev == NULL || c->wev == NULL ||
 	    event_add(c->rev, NULL) < 0 || event_add(c->wev, NULL) < 0) {
@@ -173,8 +175,9 @@ conn_fill(struct conn *c)
 		}
 		evbuffer_commit_space(c->in, vec, nvec);
 		what |= CONN_READ;
-		/* A short read means the socket is empty for now: the next edge says when not. */
-		if ((size_t)n < want) {
+		/* A short read means the socket is empty for now and the next edge says when not,
+		 * unless the peer's FIN came with this edge: then read on to the end of stream. */
+		if ((size_t)n < want && !c->peer_closed) {
 			c->readable = 0;
 			break;
 		}
@@ -195,6 +198,8 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 		return;
 	}
 	c->readable = 1;
+	if (events & EV_CLOSED)
+		c->peer_closed = 1;
 	if (!c->reading)
 		return;
 	what = conn_fill(c);

@@ -44,6 +44,7 @@ struct conn {
 	unsigned connecting : 1;
 	unsigned eof : 1;
 	unsigned want_drained : 1;
+	unsigned peer_closed : 1;       /* the peer's FIN was signalled: read until end of stream */
 	/* TLS (ssl non-NULL): the same flags, plus what a stalled SSL call waits for. */
 	unsigned handshaking : 1;
 	unsigned tls_read_wants_write : 1;  /* SSL_read must write first: retry when writable */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +84,8 @@ struct client {
 	struct evbuffer *body;          /* the collected body */
 	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
 	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
+	unsigned req_rechunk : 1;       /* re-framing a de-chunked request body as chunks */
+	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
 	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
 	struct evbuffer *req_out_body;  /* the rewritten request body to send, or NULL */
 	enum body_mode req_mode;
@@ -459,6 +462,32 @@ proxy_request_header(const struct http_request *req, const char *lower_name)
 	return none;
 }
 
+/* A client accepts gzip when Accept-Encoding lists gzip (or *) with a non-zero q. */
+static int
+proxy_accepts_gzip(struct http_str ae)
+{
+	char list[512], *save = NULL, *tok, *q;
+	size_t n = ae.len < sizeof(list) - 1 ? ae.len : sizeof(list) - 1;
+
+	memcpy(list, ae.p, n);
+	list[n] = '\0';
+	for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+		tok += strspn(tok, " \t");
+		if (strncasecmp(tok, "gzip", 4) == 0)
+			tok += 4;
+		else if (tok[0] == '*')
+			tok += 1;
+		else
+			continue;
+		if (*tok != '\0' && *tok != ';' && *tok != ' ' && *tok != '\t')
+			continue;
+		q = strstr(tok, "q=");
+		if (q == NULL || strtod(q + 2, NULL) > 0)
+			return 1;
+	}
+	return 0;
+}
+
 /* Request ops: take the body in first (its head is kept in req_copy), then connect. */
 static void
 proxy_start_request_collect(struct client *c)
@@ -473,6 +502,11 @@ proxy_start_request_collect(struct client *c)
 	evbuffer_drain(c->conn.in, c->replay_len);
 	c->replay_len = 0;
 	c->req_buffering = 1;
+	/* The server is chosen now so that $upstream names it in request ops too. */
+	if ((c->sp = upstream_pick(c->upool)) == NULL) {
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, "upstream has no servers", 0);
+		return;
+	}
 	/* Nothing upstream will ask for the body: invite it ourselves. */
 	if (c->expect_continue && c->http_minor == 1) {
 		c->expect_continue = 0;
@@ -523,9 +557,26 @@ proxy_collect_request_body(struct client *c)
 			c->req_done = r == HTTP_CHUNKED_DONE;
 		}
 	}
+	ql = evbuffer_get_length(c->req_copy);
 	if (evbuffer_get_length(c->body) > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
-		client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+		if (c->route->on_error == ON_ERROR_FAIL) {
+			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+			return;
+		}
+		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
+		c->req_buffering = 0;
+		c->req_rechunk = 1;
+		http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
+		char size_line[24];
+		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n",
+		    evbuffer_get_length(c->body));
+		evbuffer_prepend(c->body, size_line, (size_t)sl);
+		evbuffer_add(c->body, "\r\n", 2);
+		if (c->req_done)
+			evbuffer_add(c->body, "0\r\n\r\n", 5);
+		c->req_out_body = c->body;
+		proxy_connect(c);
 		return;
 	}
 	if (!c->req_done)
@@ -534,15 +585,21 @@ proxy_collect_request_body(struct client *c)
 	c->req_buffering = 0;
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
-	ql = evbuffer_get_length(c->req_copy);
 	http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
+	if (evbuffer_get_length(c->body) == 0) {
+		/* An empty body is no JSON document: like Content-Length: 0, nothing to rewrite. */
+		c->req_out_body = c->body;
+		c->req_out_len = 0;
+		proxy_connect(c);
+		return;
+	}
 	memset(&vars, 0, sizeof(vars));
 	vars.request_id.p = c->request_id;
 	vars.request_id.len = c->request_id_len;
 	vars.route.p = c->route->name;
 	vars.route.len = strlen(c->route->name);
-	vars.upstream.p = c->upool->cfg->name;
-	vars.upstream.len = strlen(c->upool->cfg->name);
+	vars.upstream.p = c->sp->srv->addr.text;
+	vars.upstream.len = strlen(c->sp->srv->addr.text);
 	vars.remote_addr.p = c->addr;
 	vars.remote_addr.len = strlen(c->addr);
 	vars.now = (long long)time(NULL);
@@ -621,6 +678,7 @@ client_read_head(struct client *c)
 	c->bytes_sent = 0;
 	c->resp_started = 0;
 	c->req_buffering = 0;
+	c->req_rechunk = 0;
 	c->req_out_len = -1;
 	c->req_out_body = NULL;
 	c->resp_head_seen = 0;
@@ -652,6 +710,7 @@ client_read_head(struct client *c)
 	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0;
 	client_body_framing(c, req);
 	client_new_request_id(c, req);
+	c->accept_gzip = 0;
 	if (w->cur->rt->access.fd >= 0)
 		client_remember_for_log(c, req);
 
@@ -666,6 +725,8 @@ client_read_head(struct client *c)
 	worker_runtime_ref(c->wr);
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
 	c->replay_len = c->head_len = (size_t)r;
+	c->accept_gzip = c->route->compress == COMPRESS_GZIP && c->route->response != NULL &&
+	    proxy_accepts_gzip(proxy_request_header(req, "accept-encoding"));
 	if ((c->route->request != NULL || body_needs_headers(c->route->response)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
@@ -901,7 +962,7 @@ enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
 /* Write our response head for resp: its headers, our framing and connection handling. */
 static void
 proxy_write_response_head(struct client *c, struct http_response *resp,
-    enum out_framing framing, uint64_t length)
+    enum out_framing framing, uint64_t length, const char *extra)
 {
 	struct evbuffer *out = c->conn.out;
 	struct http_str id = { c->request_id, c->request_id_len };
@@ -911,6 +972,8 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 
 	if (headers_response_out(out, resp, id) < 0)
 		c->keepalive = 0;
+	if (extra != NULL)
+		evbuffer_add(out, extra, strlen(extra));
 	if (framing == OUT_CHUNKED)
 		n = snprintf(tail, sizeof(tail), "Transfer-Encoding: chunked\r\n");
 	else if (framing == OUT_LENGTH)
@@ -1037,13 +1100,13 @@ proxy_read_response_head(struct client *c)
 	}
 	if (resp->framing.chunked && !c->resp_dechunk && resp->status != 204 &&
 	    resp->status != 304)
-		proxy_write_response_head(c, resp, OUT_CHUNKED, 0);
+		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
 	    resp->status != 204)
 		proxy_write_response_head(c, resp, OUT_LENGTH,
-		    (uint64_t)resp->framing.content_length);
+		    (uint64_t)resp->framing.content_length, NULL);
 	else
-		proxy_write_response_head(c, resp, OUT_NONE, 0);
+		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
 	evbuffer_drain(in, (size_t)r);
 	c->resp_head_seen = 1;
 	return 0;
@@ -1159,14 +1222,14 @@ proxy_body_overflow(struct client *c)
 	if (c->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
 		/* What was collected is de-chunked: send it as one chunk, then re-chunk the rest. */
 		c->resp_rechunk = 1;
-		proxy_write_response_head(c, resp, OUT_CHUNKED, 0);
+		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 		c->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
 		proxy_move(c, c->body, c->conn.out, n);
 		evbuffer_add(c->conn.out, "\r\n", 2);
 		c->bytes_sent += 2;
 	} else {
 		c->keepalive = 0;
-		proxy_write_response_head(c, resp, OUT_NONE, 0);
+		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
 		proxy_move(c, c->body, c->conn.out, n);
 	}
 	proxy_forward_response_body(c);
@@ -1204,7 +1267,10 @@ proxy_respond_rewritten(struct client *c)
 		vars.nheaders = req->nheaders;
 	}
 	c->resp_buffering = 0;
-	if (body_apply(w->bodies, cfg, c->route, c->route->response,
+	if (evbuffer_get_length(c->body) == 0) {
+		/* An empty body is no JSON document: like Content-Length: 0, nothing to rewrite. */
+		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
+	} else if (body_apply(w->bodies, cfg, c->route, c->route->response,
 	    body_coding(proxy_response_header(resp, "content-encoding")), c->body, &vars,
 	    w->rewritten, &res) < 0) {
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
@@ -1215,16 +1281,24 @@ proxy_respond_rewritten(struct client *c)
 			return;
 		}
 		/* pass: the upstream's status and bytes, untouched */
-		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->body));
+		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->body), NULL);
 		proxy_move(c, c->body, c->conn.out, evbuffer_get_length(c->body));
 	} else {
 		if (res.status != 0 && res.status != resp->status) {
 			resp->status = res.status;
 			resp->reason.len = 0;
 		}
+		const char *extra = NULL;
 		if (res.inflated)
 			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
-		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten));
+		if (c->accept_gzip && !res.inflated &&
+		    body_coding(proxy_response_header(resp, "content-encoding")) !=
+		    BODY_CODING_IDENTITY)
+			c->accept_gzip = 0;     /* already encoded: leave it */
+		if (c->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)
+			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
+		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten),
+		    extra);
 		proxy_move(c, w->rewritten, c->conn.out, evbuffer_get_length(w->rewritten));
 	}
 	if (c->up != NULL && evbuffer_get_length(c->up->conn.in) != 0)
@@ -1357,7 +1431,19 @@ proxy_forward_request_body(struct client *c)
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
-			evbuffer_remove_buffer(in, out, consumed);
+			if (!c->req_rechunk) {
+				evbuffer_remove_buffer(in, out, consumed);
+			} else if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, off);
+				evbuffer_add_printf(out, "%zx\r\n", dlen);
+				evbuffer_remove_buffer(in, out, dlen);
+				evbuffer_add(out, "\r\n", 2);
+				evbuffer_drain(in, consumed - off - dlen);
+			} else {
+				evbuffer_drain(in, consumed);
+				if (r == HTTP_CHUNKED_DONE)
+					evbuffer_add(out, "0\r\n\r\n", 5);
+			}
 			c->req_done = r == HTTP_CHUNKED_DONE;
 		}
 	}
@@ -1422,7 +1508,8 @@ proxy_connect(struct client *c)
 	const struct config *cfg = client_cfg(c);
 	char msg[160];
 
-	c->sp = upstream_pick(c->upool);
+	if (c->sp == NULL || c->retried)
+		c->sp = upstream_pick(c->upool);
 	if (c->sp == NULL) {
 		client_error(c, GW_UPSTREAM_UNAVAILABLE, "upstream has no servers", 0);
 		return;
