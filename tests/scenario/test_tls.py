@@ -104,11 +104,17 @@ def tls_listener(port, certs=('a',), **extra):
     return {'listen': '127.0.0.1:%d' % port, 'tls': tls}
 
 
+# Large bodies under valgrind take long: the upstream answers only after a whole upload.
+SLOW_TIMEOUTS = {'upstream_connect': '2s', 'upstream_response': '60s', 'shutdown_grace': '5s'}
+
+
 def tls_gateway(env, up_address, certs=('a',), upstream_tls=None, keepalive=8, workers=1,
-                **extra):
+                timeouts=None, **extra):
     port = free_port()
     conf = upstream_config(up_address, keepalive=keepalive, workers=workers,
                            listeners=[tls_listener(port, certs, **extra)])
+    if timeouts:
+        conf['timeouts'] = timeouts
     if upstream_tls is not None:
         conf['upstreams']['app']['tls'] = upstream_tls
     return env.daemon(conf, port=port)
@@ -303,7 +309,7 @@ def forwarded_proto_and_keepalive(env):
 @T.case
 def large_bodies(env):
     demo = env.demo()
-    gw = tls_gateway(env, demo.address)
+    gw = tls_gateway(env, demo.address, timeouts=SLOW_TIMEOUTS)
     n = 64 << 20
     r = curl(env, 'https://a.test:%d/bytes/%d' % (gw.port, n), '-o', '-')
     env.eq('64 MB download over TLS: size', len(r.stdout), n)
@@ -443,11 +449,10 @@ def upstream_sessions_and_mtls(env):
 def large_bodies_to_tls_upstream(env):
     demo = env.demo()
     inner_port = free_port()
-    env.daemon(upstream_config(demo.address, listeners=[tls_listener(inner_port, ('up',))]),
-               port=inner_port)
-    conf = upstream_config('127.0.0.1:%d' % inner_port)
-    conf['upstreams']['app']['tls'] = {'ca': CA}
-    gw = tls_gateway(env, '127.0.0.1:%d' % inner_port, upstream_tls={'ca': CA})
+    env.daemon(upstream_config(demo.address, listeners=[tls_listener(inner_port, ('up',))],
+                               timeouts=SLOW_TIMEOUTS), port=inner_port)
+    gw = tls_gateway(env, '127.0.0.1:%d' % inner_port, upstream_tls={'ca': CA},
+                     timeouts=SLOW_TIMEOUTS)
     n = 64 << 20
     r = curl(env, 'https://a.test:%d/bytes/%d' % (gw.port, n), '-o', '-')
     env.eq('64 MB through TLS on both hops: bytes', (len(r.stdout), zlib.crc32(r.stdout)),
