@@ -16,6 +16,9 @@ Environment:
   WARMUP=3             seconds of wrk warm-up before each measured run (0: none)
   SIZES="1k 16k 256k 1m"  body sizes (bytes, k or m suffix)
   CONNECTIONS=16       wrk connections (one wrk thread)
+                       (the *-tls variants speak TLS 1.3 with an ECDSA P-256 certificate made
+                       for the run; the *-tls-close ones send Connection: close, so every
+                       request pays a full handshake)
   IDLE_CLIENTS=10000   idle keep-alive connections for the idle-RSS test (0: skip it)
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
@@ -55,16 +58,24 @@ KEEP=${KEEP:-0}
 LOAD_MAX_CONNECTIONS=1024
 IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 
-# Proxy variants, one per line: name, kind, config template (in bench/conf/). A kind K is a
-# set of functions K_require, K_version and K_start (see below). Adding a proxy to the table is
-# one line here plus its template; a new kind is three functions.
+# Proxy variants, one per line: name, kind, config template (in bench/conf/), and how wrk
+# talks to it: http (the default), tls (https, keep-alive) or tls-close (https, a new
+# connection and handshake per request). A kind K is a set of functions K_require, K_version
+# and K_start (see below). Adding a proxy to the table is one line here plus its template; a
+# new kind is three functions.
 VARIANTS=(
-	"nginx     nginx     nginx-proxy.conf.in"
-	"jsongate  jsongate  jsongate-pass.yaml.in"
+	"nginx               nginx     nginx-proxy.conf.in      http"
+	"jsongate            jsongate  jsongate-pass.yaml.in    http"
+	"nginx-tls           nginx     nginx-proxy-tls.conf.in  tls"
+	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
+	"nginx-tls-close     nginx     nginx-proxy-tls.conf.in  tls-close"
+	"jsongate-tls-close  jsongate  jsongate-tls.yaml.in     tls-close"
 )
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B.
 RATIOS=(
 	"jsongate/nginx"
+	"jsongate-tls/nginx-tls"
+	"jsongate-tls-close/nginx-tls-close"
 )
 PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
 
@@ -207,6 +218,7 @@ render() {
 		-e "s|@NAME@|$name|g" -e "s|@PORT@|$port|g" \
 		-e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" \
 		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
+		-e "s|@CERT@|$RUNDIR/tls.crt|g" -e "s|@KEY@|$RUNDIR/tls.key|g" \
 		"$BENCH_DIR/conf/$template" >"$out"
 }
 
@@ -265,7 +277,7 @@ variant_field() { # variant_field NAME INDEX
 	for v in "${VARIANTS[@]}"; do
 		read -ra f <<<"$v"
 		if [ "${f[0]}" = "$1" ]; then
-			printf '%s\n' "${f[$2]}"
+			printf '%s\n' "${f[$2]:-http}"
 			return 0
 		fi
 	done
@@ -300,6 +312,15 @@ command -v wrk >/dev/null || missing+=("wrk (Debian: wrk)")
 command -v taskset >/dev/null || missing+=("taskset (Debian: util-linux)")
 command -v python3 >/dev/null || missing+=("python3 (Debian: python3)")
 command -v timeout >/dev/null || missing+=("timeout (Debian: coreutils)")
+for name in $PROXIES; do
+	case $(variant_field "$name" 3) in
+	tls*)
+		command -v openssl >/dev/null || missing+=("openssl (Debian: openssl)")
+		command -v curl >/dev/null || missing+=("curl (Debian: curl)")
+		break
+		;;
+	esac
+done
 kinds=" nginx "
 for name in $PROXIES; do
 	kind=$(variant_field "$name" 1)
@@ -336,6 +357,14 @@ chmod 755 "$RUNDIR" "$DATADIR"
 # shellcheck disable=SC2086 # SIZES is a word list
 python3 "$BENCH_DIR/envelopes.py" "$DATADIR" $SIZES
 chmod 644 "$DATADIR"/*.json
+# The certificate of the TLS variants: ECDSA P-256, self-signed, for this run only.
+if command -v openssl >/dev/null; then
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+		-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+		-keyout "$RUNDIR/tls.key" -out "$RUNDIR/tls.crt" >"$RUNDIR/openssl.log" 2>&1 ||
+		die "openssl cannot make a certificate: $(cat "$RUNDIR/openssl.log")"
+	chmod 644 "$RUNDIR/tls.key" "$RUNDIR/tls.crt"
+fi
 
 UPSTREAM_PORT=$(pick_port)
 render nginx-upstream.conf.in "$RUNDIR/upstream.conf" upstream "$UPSTREAM_PORT" 4096
@@ -363,20 +392,35 @@ to_us() {
 	}'
 }
 
+CLIENT_MODE=http
 run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
-	local secs=$1 port=$2 size=$3 out=$4
+	local secs=$1 port=$2 size=$3 out=$4 scheme=http
 	shift 4
+	case $CLIENT_MODE in
+	tls) scheme=https ;;
+	tls-close) scheme=https && set -- "$@" -H "Connection: close" ;;
+	esac
 	timeout $((secs + 60)) taskset -c "$LOAD_CPU" \
 		wrk -t1 -c"$CONNECTIONS" -d"${secs}s" --timeout 10s "$@" \
-		"http://127.0.0.1:$port/$size.json" >"$out" 2>&1 ||
+		"$scheme://127.0.0.1:$port/$size.json" >"$out" 2>&1 ||
 		die "wrk failed against port $port: $(cat "$out")"
+}
+
+# The proxy passes the file through unchanged (over TLS: checked with curl).
+verify_proxy() { # verify_proxy NAME SIZE
+	if [ "$CLIENT_MODE" = http ]; then
+		python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$2.json" "$DATADIR/$2.json"
+	else
+		curl -sS --cacert "$RUNDIR/tls.crt" "https://127.0.0.1:$PROXY_PORT/$2.json" |
+			cmp -s - "$DATADIR/$2.json"
+	fi || die "$1 does not pass $2.json through unchanged"
 }
 
 measure() { # measure NAME SIZE
 	local name=$1 size=$2 key="$2|$1" out t0 t1 requests errors
+	CLIENT_MODE=$(variant_field "$name" 3)
 	proxy_start "$name" "$LOAD_MAX_CONNECTIONS"
-	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" ||
-		die "$name does not pass $size.json through unchanged"
+	verify_proxy "$name" "$size"
 	if [ "$WARMUP" -gt 0 ]; then
 		run_wrk "$WARMUP" "$PROXY_PORT" "$size" "$RUNDIR/wrk-$name-$size-warmup.txt"
 	fi
@@ -448,6 +492,7 @@ done
 if [ "$IDLE_CLIENTS" -gt 0 ]; then
 	log "idle clients: $IDLE_CLIENTS"
 	for name in $PROXIES; do
+		[ "$(variant_field "$name" 3)" = http ] || continue
 		idle_test "$name"
 	done
 fi
@@ -512,6 +557,7 @@ report() {
 	if [ "$IDLE_CLIENTS" -gt 0 ]; then
 		printf '\nRSS with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
 		for name in $PROXIES; do
+			[ -n "${IDLE_RSS[$name]:-}" ] || continue
 			printf -- '- %s: %s (%s before the clients; %s open fds)\n' "$name" "$(fmt_mb "${IDLE_RSS[$name]}")" \
 				"$(fmt_mb "${IDLE_BASE[$name]}")" "${IDLE_FDS[$name]}"
 		done
