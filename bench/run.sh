@@ -483,6 +483,7 @@ idle_test() { # idle_test NAME
 # Run: per size, every proxy in turn, so the rows compared were measured close together.
 
 STARTED=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for size in $SIZES; do
 	log "size $size"
 	for name in $PROXIES; do
@@ -500,6 +501,8 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Report
 
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
 fmt_us() { # microseconds -> "312 µs" / "1.23 ms"
 	awk -v v="$1" 'BEGIN {
 		if (v == "?" || v == "") print "?"
@@ -516,7 +519,8 @@ versions=""
 for kind in $kinds; do
 	versions="$versions${versions:+; }$kind $("${kind}_version" 2>/dev/null || echo unknown)"
 done
-if command -v git >/dev/null && git -C "$ROOT_DIR" rev-parse --git-dir >/dev/null 2>&1; then
+if command -v git >/dev/null &&
+	[ "$(git -C "$ROOT_DIR" rev-parse --show-toplevel 2>/dev/null)" = "$ROOT_DIR" ]; then
 	commit=$(git -C "$ROOT_DIR" rev-parse --short HEAD 2>/dev/null || true)
 	git -C "$ROOT_DIR" diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src modified)"
 	versions="$versions; working tree $commit"
@@ -528,6 +532,7 @@ report() {
 	printf -- '- date: %s\n' "$STARTED"
 	printf -- '- machine: %s; CPU: %s (%s CPUs)\n' "$(uname -srm)" "${cpu_model:-unknown}" "$(nproc --all 2>/dev/null || echo '?')"
 	printf -- '- versions: %s\n' "$versions"
+	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
 	printf -- '- settings: DURATION=%s WARMUP=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n\n' \
 		"$DURATION" "$WARMUP" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
 	printf '| size | proxy | CPU µs/req | req/s | p50 | p99 | peak RSS |\n'
