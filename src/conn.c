@@ -23,26 +23,61 @@ static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_flush(struct conn *c);
 
-static void
-conn_arm_timer(struct event *ev, uint64_t ms, int on)
+/* libevent's common timeouts: O(1) queues for durations that repeat, as ours do.  One
+ * small cache per thread, since each thread runs its own event base. */
+const struct timeval *
+conn_timeout_tv(struct event *ev, uint64_t ms, struct timeval *tv)
 {
+	static __thread struct {
+		struct event_base *base;
+		uint64_t ms;
+		const struct timeval *tv;
+	} cache[16];
+	struct event_base *base = event_get_base(ev);
+	const struct timeval *common;
+	unsigned i;
+
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	for (i = 0; i < 16 && cache[i].base != NULL; i++)
+		if (cache[i].base == base && cache[i].ms == ms)
+			return cache[i].tv;
+	if (i == 16 || (common = event_base_init_common_timeout(base, tv)) == NULL)
+		return tv;
+	cache[i].base = base;
+	cache[i].ms = ms;
+	cache[i].tv = common;
+	return common;
+}
+
+/* Arm (or disarm) the read or write inactivity timer.  A running one is left alone: the
+ * persistent event restarts it on every activity, which is what inactivity means. */
+static void
+conn_arm_timer(struct conn *c, int write, uint64_t ms, int on)
+{
+	struct event *ev = write ? c->wev : c->rev;
+	uint64_t *armed = write ? &c->wtimer_ms : &c->rtimer_ms;
 	struct timeval tv;
 
-	if (on && ms != 0) {
-		tv.tv_sec = (time_t)(ms / 1000);
-		tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-		event_add(ev, &tv);
-	} else {
-		event_remove_timer(ev);
+	if (!on || ms == 0) {
+		if (*armed != 0) {
+			event_remove_timer(ev);
+			*armed = 0;
+		}
+		return;
 	}
+	if (*armed == ms)
+		return;
+	event_add(ev, conn_timeout_tv(ev, ms, &tv));
+	*armed = ms;
 }
 
 /* Read timeouts run only while input is wanted; write timeouts while output waits. */
 static void
 conn_update_timers(struct conn *c)
 {
-	conn_arm_timer(c->rev, c->read_timeout_ms, c->reading && !c->eof);
-	conn_arm_timer(c->wev, c->write_timeout_ms,
+	conn_arm_timer(c, 0, c->read_timeout_ms, c->reading && !c->eof);
+	conn_arm_timer(c, 1, c->write_timeout_ms,
 	    c->connecting || evbuffer_get_length(c->out) != 0);
 }
 
@@ -65,6 +100,7 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
 	c->peer_closed = 0;
+	c->rtimer_ms = c->wtimer_ms = 0;
 	c->rev = event_new(base, fd, EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, conn_read_event_cb,
 	    c);
 	c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST | EV_ET, conn_write_event_cb, c);
@@ -231,7 +267,7 @@ conn_read_stop(struct conn *c)
 	if (!c->reading)
 		return;
 	c->reading = 0;
-	conn_arm_timer(c->rev, 0, 0);
+	conn_arm_timer(c, 0, 0, 0);
 }
 
 /* Write what the socket takes; returns CONN_ERROR on failure, else 0. */
@@ -270,7 +306,7 @@ conn_flush(struct conn *c)
 		event_active(c->wev, EV_WRITE, 0);
 		return;
 	}
-	conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	/* Drained here rather than by a socket edge: still report it, from the loop. */
 	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
 		event_active(c->wev, EV_WRITE, 0);
@@ -307,7 +343,7 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 		c->cb(c, what | CONN_ERROR, c->arg);
 		return;
 	}
-	conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low) {
 		c->want_drained = 0;
 		what |= CONN_DRAINED;
@@ -375,6 +411,7 @@ conn_start_tls(struct conn *c, struct ssl_st *ssl)
 	    c);
 	if (event_add(c->rev, NULL) < 0 || event_add(c->wev, NULL) < 0)
 		return -1;
+	c->rtimer_ms = c->wtimer_ms = 0;        /* event_del dropped the timers */
 	c->ssl = ssl;
 	c->handshaking = 1;
 	conn_update_timers(c);
@@ -534,7 +571,7 @@ conn_tls_run(struct conn *c)
 		what |= conn_tls_drain(c);
 		if (what & CONN_ERROR)
 			goto report;
-		conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+		conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	}
 	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low) {
 		c->want_drained = 0;
@@ -603,7 +640,7 @@ conn_tls_flush(struct conn *c)
 		event_active(c->wev, EV_WRITE, 0);
 		return;
 	}
-	conn_arm_timer(c->wev, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
 		event_active(c->wev, EV_WRITE, 0);
 }

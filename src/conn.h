@@ -11,6 +11,7 @@ struct event;
 struct event_base;
 struct evbuffer;
 struct conn;
+struct timeval;
 struct ssl_st;
 
 /* What a callback is told; several may be set at once (data, then EOF). */
@@ -37,6 +38,7 @@ struct conn {
 	size_t write_low;               /* CONN_DRAINED threshold */
 	uint64_t read_timeout_ms;       /* 0: none */
 	uint64_t write_timeout_ms;      /* 0: none */
+	uint64_t rtimer_ms, wtimer_ms;  /* the timers running now, 0: none */
 	int error;
 	unsigned readable : 1;          /* an edge was seen and not read to the end */
 	unsigned reading : 1;           /* the owner wants input */
@@ -81,5 +83,8 @@ void conn_flush(struct conn *c);
 /* Ask (on) or stop asking for CONN_DRAINED once the output holds at most low bytes. */
 void conn_notify_drained(struct conn *c, int on, size_t low);
 void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms);
+/* A timeval for ms to pass to event_add on ev: a common-timeout one where libevent allows
+ * (constant-time queues), else tv filled in. */
+const struct timeval *conn_timeout_tv(struct event *ev, uint64_t ms, struct timeval *tv);
 
 #endif

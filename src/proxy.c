@@ -116,19 +116,36 @@ static void proxy_invalid_response(struct client *c);
 static void proxy_collect_response_body(struct client *c);
 static void proxy_respond_rewritten(struct client *c);
 static void proxy_collect_request_body(struct client *c);
-
-static const struct timeval *
-ms_tv(uint64_t ms, struct timeval *tv)
-{
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
-	return tv;
-}
+static void proxy_upstream_timeouts(struct client *c);
 
 static const struct config *
 client_cfg(const struct client *c)
 {
 	return (c->wr != NULL ? c->wr : c->w->cur)->rt->cfg;
+}
+
+/* Framing lines are written on every message: no printf on that path. */
+static inline char *
+put_bytes(char *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+#define put_lit(p, lit) put_bytes((p), (lit), sizeof(lit) - 1)
+
+static char *
+put_content_length(char *p, uint64_t v)
+{
+	char digits[20];
+	int n = 0;
+
+	p = put_lit(p, "Content-Length: ");
+	do
+		digits[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	while (n > 0)
+		*p++ = digits[--n];
+	return put_lit(p, "\r\n");
 }
 
 static void
@@ -140,7 +157,7 @@ client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 	if (mode == TIMER_OFF)
 		evtimer_del(c->timer);
 	else
-		evtimer_add(c->timer, ms_tv(ms, &tv));
+		evtimer_add(c->timer, conn_timeout_tv(c->timer, ms, &tv));
 }
 
 /* Close at once.  The memory goes back from the loop, so callers up the stack may still look
@@ -388,14 +405,14 @@ proxy_write_request_head(struct client *c, const struct http_request *req)
 	struct worker *w = c->w;
 	struct evbuffer *out = c->up->conn.out;
 	struct headers_forward fw;
-	char framing[64];
+	char framing[64], *p;
 	int n;
 
 	if (w->target_cap < req->target.len + 2) {
-		char *p = realloc(w->target_buf, req->target.len + 2);
-		if (p == NULL)
+		char *grown = realloc(w->target_buf, req->target.len + 2);
+		if (grown == NULL)
 			return -1;
-		w->target_buf = p;
+		w->target_buf = grown;
 		w->target_cap = req->target.len + 2;
 	}
 	n = route_rewrite_target(c->route, req->path.p, req->path.len, req->query.p,
@@ -411,16 +428,15 @@ proxy_write_request_head(struct client *c, const struct http_request *req)
 	fw.target.len = (size_t)n;
 	if (headers_request_out(out, req, &fw) < 0)
 		return -1;
+	p = framing;
 	if (c->req_out_len >= 0)
-		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n\r\n",
-		    (long long)c->req_out_len);
+		p = put_content_length(p, (uint64_t)c->req_out_len);
 	else if (req->framing.chunked)
-		n = snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n\r\n");
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	else if (req->framing.content_length >= 0)
-		n = snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n\r\n",
-		    (long long)req->framing.content_length);
-	else
-		n = snprintf(framing, sizeof(framing), "\r\n");
+		p = put_content_length(p, (uint64_t)req->framing.content_length);
+	p = put_lit(p, "\r\n");
+	n = (int)(p - framing);
 	return evbuffer_add(out, framing, (size_t)n);
 }
 
@@ -526,6 +542,7 @@ proxy_collect_request_body(struct client *c)
 	struct evbuffer *in = c->conn.in;
 	struct evbuffer_iovec vec;
 	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
 	struct body_result res;
 	struct http_request *req = &w->req;
 	size_t n, consumed, off, dlen, ql;
@@ -560,6 +577,8 @@ proxy_collect_request_body(struct client *c)
 	ql = evbuffer_get_length(c->req_copy);
 	if (evbuffer_get_length(c->body) > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
+		metrics_envelope(w, c->route, METRICS_REQUEST,
+		    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
 		if (c->route->on_error == ON_ERROR_FAIL) {
 			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
 			return;
@@ -588,6 +607,7 @@ proxy_collect_request_body(struct client *c)
 	http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
 	if (evbuffer_get_length(c->body) == 0) {
 		/* An empty body is no JSON document: like Content-Length: 0, nothing to rewrite. */
+		metrics_envelope(w, c->route, METRICS_REQUEST, METRICS_PASSED);
 		c->req_out_body = c->body;
 		c->req_out_len = 0;
 		proxy_connect(c);
@@ -605,18 +625,23 @@ proxy_collect_request_body(struct client *c)
 	vars.now = (long long)time(NULL);
 	vars.headers = req->headers;
 	vars.nheaders = req->nheaders;
+	body_tls_vars(c->route->request, &c->conn, &vars, &tls_text);
 	if (body_apply(w->bodies, cfg, c->route, c->route->request,
 	    body_coding(proxy_request_header(req, "content-encoding")), c->body, &vars,
 	    w->rewritten, &res) < 0) {
 		snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
 		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
+		metrics_envelope(w, c->route, METRICS_REQUEST,
+		    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
 		if (c->route->on_error == ON_ERROR_FAIL) {
 			client_error(c, GW_INVALID_JSON, msg, 0);
 			return;
 		}
 		c->req_out_body = c->body;      /* pass: the client's bytes, untouched */
 	} else {
+		metrics_envelope(w, c->route, METRICS_REQUEST, METRICS_APPLIED);
+		metrics_bytes(w, res.spliced, res.copied);
 		c->req_out_body = w->rewritten;
 		if (res.inflated)
 			proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
@@ -734,10 +759,13 @@ client_read_head(struct client *c)
 	}
 	if (c->route->request != NULL && c->req_mode != BODY_NONE &&
 	    body_is_json(c->route, proxy_request_header(req, "content-type"))) {
-		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body &&
-		    c->route->on_error == ON_ERROR_FAIL) {
-			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
-			return;
+		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body) {
+			metrics_envelope(w, c->route, METRICS_REQUEST,
+			    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
+			if (c->route->on_error == ON_ERROR_FAIL) {
+				client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+				return;
+			}
 		}
 		if (c->req_mode == BODY_CHUNKED || c->req_left <= cfg->limits.max_body) {
 			proxy_start_request_collect(c);
@@ -818,8 +846,10 @@ client_on_close(struct client *c, int what)
 		return;
 	if (what == CONN_EOF && c->state == CLIENT_CLOSING)
 		return;         /* still flushing our last response */
-	if (c->state == CLIENT_BUSY && !c->resp_started) {
-		c->status = 499;        /* nginx's code for a client that went away */
+	if (c->state == CLIENT_BUSY) {
+		/* Logged like nginx: 499 before the response started, else its status, cut short. */
+		if (!c->resp_started)
+			c->status = 499;
 		client_log(c);
 	}
 	client_free(c);
@@ -966,24 +996,24 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 {
 	struct evbuffer *out = c->conn.out;
 	struct http_str id = { c->request_id, c->request_id_len };
-	char tail[96];
+	char tail[96], *p = tail;
 	size_t before = evbuffer_get_length(out);
-	int n = 0;
+	int n;
 
 	if (headers_response_out(out, resp, id) < 0)
 		c->keepalive = 0;
 	if (extra != NULL)
 		evbuffer_add(out, extra, strlen(extra));
 	if (framing == OUT_CHUNKED)
-		n = snprintf(tail, sizeof(tail), "Transfer-Encoding: chunked\r\n");
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	else if (framing == OUT_LENGTH)
-		n = snprintf(tail, sizeof(tail), "Content-Length: %llu\r\n",
-		    (unsigned long long)length);
+		p = put_content_length(p, length);
 	if (!c->keepalive)
-		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "Connection: close\r\n");
+		p = put_lit(p, "Connection: close\r\n");
 	else if (c->http_minor == 0)
-		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "Connection: keep-alive\r\n");
-	n += snprintf(tail + n, sizeof(tail) - (size_t)n, "\r\n");
+		p = put_lit(p, "Connection: keep-alive\r\n");
+	p = put_lit(p, "\r\n");
+	n = (int)(p - tail);
 	evbuffer_add(out, tail, (size_t)n);
 	c->bytes_sent += evbuffer_get_length(out) - before;
 	c->status = resp->status;
@@ -1013,6 +1043,8 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	    body_coding(proxy_response_header(resp, "content-encoding")) == BODY_CODING_OTHER)
 		return 0;
 	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body) {
+		metrics_envelope(c->w, c->route, METRICS_RESPONSE,
+		    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
 		if (c->route->on_error == ON_ERROR_PASS)
 			return 0;
 		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
@@ -1212,6 +1244,8 @@ proxy_body_overflow(struct client *c)
 
 	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->route->name,
 	    c->request_id);
+	metrics_envelope(c->w, c->route, METRICS_RESPONSE,
+	    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
 	if (c->route->on_error == ON_ERROR_FAIL) {
 		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
 		    0);
@@ -1244,6 +1278,7 @@ proxy_respond_rewritten(struct client *c)
 	struct http_request *req = &w->req;
 	const struct config *cfg = client_cfg(c);
 	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
 	struct body_result res;
 	size_t hl = evbuffer_get_length(c->resp_head), ql;
 	char msg[256];
@@ -1259,6 +1294,7 @@ proxy_respond_rewritten(struct client *c)
 	vars.remote_addr.p = c->addr;
 	vars.remote_addr.len = strlen(c->addr);
 	vars.now = (long long)time(NULL);
+	body_tls_vars(c->route->response, &c->conn, &vars, &tls_text);
 	ql = c->req_copy != NULL && body_needs_headers(c->route->response) ?
 	    evbuffer_get_length(c->req_copy) : 0;
 	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->req_copy,
@@ -1269,6 +1305,7 @@ proxy_respond_rewritten(struct client *c)
 	c->resp_buffering = 0;
 	if (evbuffer_get_length(c->body) == 0) {
 		/* An empty body is no JSON document: like Content-Length: 0, nothing to rewrite. */
+		metrics_envelope(w, c->route, METRICS_RESPONSE, METRICS_PASSED);
 		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
 	} else if (body_apply(w->bodies, cfg, c->route, c->route->response,
 	    body_coding(proxy_response_header(resp, "content-encoding")), c->body, &vars,
@@ -1276,6 +1313,8 @@ proxy_respond_rewritten(struct client *c)
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
 		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
+		metrics_envelope(w, c->route, METRICS_RESPONSE,
+		    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
 		if (c->route->on_error == ON_ERROR_FAIL) {
 			client_error(c, GW_UPSTREAM_INVALID, msg, 0);
 			return;
@@ -1388,10 +1427,8 @@ upstream_conn_cb(struct conn *conn, int what, void *arg)
 
 	(void)conn;
 	if (what & CONN_CONNECTED) {
-		const struct config *cfg = client_cfg(c);
 		client_timer_set(c, TIMER_OFF, 0);
-		conn_set_timeouts(&uc->conn, cfg->timeouts.upstream_response,
-		    cfg->timeouts.upstream_response);
+		proxy_upstream_timeouts(c);
 	}
 	if (what & CONN_READ)
 		upstream_on_input(c);
@@ -1402,6 +1439,16 @@ upstream_conn_cb(struct conn *conn, int what, void *arg)
 	    c->up == uc)
 		proxy_upstream_failed(c, what);
 	proxy_flush(c);
+}
+
+/* upstream_response bounds the wait for the answer once the request is sent (as nginx's
+ * proxy_read_timeout), and each stalled write of the request meanwhile. */
+static void
+proxy_upstream_timeouts(struct client *c)
+{
+	uint64_t ms = client_cfg(c)->timeouts.upstream_response;
+
+	conn_set_timeouts(&c->up->conn, c->req_done ? ms : 0, ms);
 }
 
 /* Pass request body bytes from the client to the upstream as they arrive. */
@@ -1450,6 +1497,7 @@ proxy_forward_request_body(struct client *c)
 	if (c->req_done) {
 		conn_read_stop(&c->conn);
 		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+		proxy_upstream_timeouts(c);
 		return;
 	}
 	if (evbuffer_get_length(out) > FLOW_HIGH && !c->client_paused) {
@@ -1498,6 +1546,7 @@ proxy_send_request(struct client *c)
 	} else {
 		conn_read_stop(&c->conn);
 		conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+		proxy_upstream_timeouts(c);
 	}
 	conn_read_start(&c->up->conn);
 }
@@ -1515,8 +1564,7 @@ proxy_connect(struct client *c)
 		return;
 	}
 	if (!c->retried && (c->up = upstream_take_idle(c->sp)) != NULL) {
-		conn_set_timeouts(&c->up->conn, cfg->timeouts.upstream_response,
-		    cfg->timeouts.upstream_response);
+		proxy_upstream_timeouts(c);
 		proxy_send_request(c);
 		return;
 	}
