@@ -8,6 +8,8 @@
 #include <event2/buffer.h>
 #include <zlib.h>
 
+#include "tls.h"
+
 /* Spans at least this long go out as references to the input block; shorter ones are copied
  * (a reference costs a chain of its own). */
 #define BODY_REFERENCE_MIN 2048
@@ -35,14 +37,21 @@ struct body_pool {
 int
 body_needs_headers(const struct rewrite_program *prog)
 {
-	size_t i, j, k;
+	return rewrite_program_uses(prog, REWRITE_VAR_HEADER);
+}
 
-	for (i = 0; prog != NULL && i < prog->nops; i++)
-		for (j = 0; j < prog->ops[i].nitems; j++)
-			for (k = 0; k < prog->ops[i].items[j].nval; k++)
-				if (prog->ops[i].items[j].val[k].var == REWRITE_VAR_HEADER)
-					return 1;
-	return 0;
+void
+body_tls_vars(const struct rewrite_program *prog, const struct conn *client,
+    struct rewrite_vars *vars, struct body_tls_text *text)
+{
+	if (prog == NULL || (prog->vars & (1u << REWRITE_VAR_SSL_CLIENT_S_DN |
+	    1u << REWRITE_VAR_SSL_CLIENT_VERIFY)) == 0)
+		return;
+	vars->ssl_client_s_dn.p = text->s_dn;
+	vars->ssl_client_s_dn.len = tls_client_s_dn(client, text->s_dn, sizeof(text->s_dn));
+	vars->ssl_client_verify.p = text->verify;
+	vars->ssl_client_verify.len = tls_client_verify(client, text->verify,
+	    sizeof(text->verify));
 }
 
 struct body_pool *

@@ -10,6 +10,7 @@
 
 struct evbuffer;
 struct body_pool;
+struct conn;
 
 enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, BODY_CODING_OTHER };
 
@@ -19,6 +20,17 @@ enum body_coding body_coding(struct http_str content_encoding);
 
 /* 1 when prog reads request headers ($header.NAME), which must then be kept for it. */
 int body_needs_headers(const struct rewrite_program *prog);
+
+/* Room for the TLS variables of one request. */
+struct body_tls_text {
+	char s_dn[1024];
+	char verify[160];
+};
+
+/* Set vars' $ssl_client_s_dn and $ssl_client_verify from the client connection when prog
+ * uses them (text holds their bytes); a program without them costs one test. */
+void body_tls_vars(const struct rewrite_program *prog, const struct conn *client,
+    struct rewrite_vars *vars, struct body_tls_text *text);
 
 /* Per-worker scratch: the rewrite context and a few reusable body blocks. */
 struct body_pool *body_pool_new(void);

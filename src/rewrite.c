@@ -635,6 +635,12 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 		case REWRITE_VAR_ROUTE: need += 6 * (vars ? vars->route.len : 0) + 2; break;
 		case REWRITE_VAR_UPSTREAM: need += 6 * (vars ? vars->upstream.len : 0) + 2; break;
 		case REWRITE_VAR_REMOTE_ADDR: need += 6 * (vars ? vars->remote_addr.len : 0) + 2; break;
+		case REWRITE_VAR_SSL_CLIENT_S_DN:
+			need += 6 * (vars ? vars->ssl_client_s_dn.len : 0) + 2;
+			break;
+		case REWRITE_VAR_SSL_CLIENT_VERIFY:
+			need += 6 * (vars ? vars->ssl_client_verify.len : 0) + 2;
+			break;
 		case REWRITE_VAR_TIME_ISO8601: need += sizeof(tbuf) + 2; break;
 		case REWRITE_VAR_HEADER:
 			s = rewrite_header(vars, pc->s, pc->len);
@@ -656,6 +662,8 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 		case REWRITE_VAR_ROUTE: if (vars) s = &vars->route; break;
 		case REWRITE_VAR_UPSTREAM: if (vars) s = &vars->upstream; break;
 		case REWRITE_VAR_REMOTE_ADDR: if (vars) s = &vars->remote_addr; break;
+		case REWRITE_VAR_SSL_CLIENT_S_DN: if (vars) s = &vars->ssl_client_s_dn; break;
+		case REWRITE_VAR_SSL_CLIENT_VERIFY: if (vars) s = &vars->ssl_client_verify; break;
 		case REWRITE_VAR_TIME_ISO8601:
 			t = vars ? (time_t)vars->now : 0;
 			gmtime_r(&t, &tm);

@@ -18,6 +18,8 @@ struct rewrite_vars {
 	struct http_str route;
 	struct http_str upstream;
 	struct http_str remote_addr;
+	struct http_str ssl_client_s_dn;    /* "" when the client sent no certificate */
+	struct http_str ssl_client_verify;  /* SUCCESS, NONE or FAILED:reason */
 	long long now;                  /* unix time, for $time_iso8601 */
 	const struct http_header *headers;  /* for $header.NAME (request headers) */
 	size_t nheaders;
@@ -84,8 +86,12 @@ enum rewrite_op_kind {
 enum rewrite_var {
 	REWRITE_VAR_NONE,               /* a JSON literal */
 	REWRITE_VAR_REQUEST_ID, REWRITE_VAR_ROUTE, REWRITE_VAR_UPSTREAM, REWRITE_VAR_REMOTE_ADDR,
-	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER
+	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER, REWRITE_VAR_SSL_CLIENT_S_DN,
+	REWRITE_VAR_SSL_CLIENT_VERIFY
 };
+
+/* 1 when the program's set values use the variable var. */
+int rewrite_program_uses(const struct rewrite_program *prog, enum rewrite_var var);
 
 struct rewrite_key {
 	char *name;                     /* the key as text (what input keys are compared to) */
@@ -135,6 +141,7 @@ struct rewrite_program {
 	struct rewrite_op *ops;
 	size_t nops;
 	int sets_status;
+	unsigned vars;                  /* bit 1 << var for each variable a set value uses */
 };
 
 #endif

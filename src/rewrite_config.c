@@ -43,6 +43,8 @@ static const struct {
 	{ "request_id", REWRITE_VAR_REQUEST_ID }, { "route", REWRITE_VAR_ROUTE },
 	{ "upstream", REWRITE_VAR_UPSTREAM }, { "remote_addr", REWRITE_VAR_REMOTE_ADDR },
 	{ "time_iso8601", REWRITE_VAR_TIME_ISO8601 },
+	{ "ssl_client_s_dn", REWRITE_VAR_SSL_CLIENT_S_DN },
+	{ "ssl_client_verify", REWRITE_VAR_SSL_CLIENT_VERIFY },
 };
 
 static void rc_error(struct rc *rc, const yaml_node_t *node, const char *fmt, ...)
@@ -312,8 +314,8 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			return 0;
 		}
 		rc_error(rc, node, "unknown variable '%.*s' (expected $request_id, $route, "
-		    "$upstream, $remote_addr, $time_iso8601, $header.NAME; $$ for a literal $)",
-		    (int)len, s);
+		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, "
+		    "$ssl_client_verify; $$ for a literal $)", (int)len, s);
 		return -1;
 	case YAML_SEQUENCE_NODE:
 		rc_buf_add(lit, "[", 1);
@@ -773,8 +775,9 @@ static struct rewrite_program *
 rc_program(struct rc *rc, yaml_node_t *node)
 {
 	struct rewrite_program *prog;
+	const struct rewrite_op *op;
 	yaml_node_item_t *it;
-	size_t n;
+	size_t n, i, j;
 
 	if (node->type != YAML_SEQUENCE_NODE) {
 		rc_error(rc, node, "expected a list of ops, e.g. [ { unwrap: data } ]");
@@ -788,9 +791,13 @@ rc_program(struct rc *rc, yaml_node_t *node)
 		return NULL;
 	}
 	for (it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
+		op = &prog->ops[prog->nops];
 		rc_op(rc, yaml_document_get_node(rc->doc, *it), &prog->ops[prog->nops]);
-		if (prog->ops[prog->nops].kind == REWRITE_STATUS_FROM)
+		if (op->kind == REWRITE_STATUS_FROM)
 			prog->sets_status = 1;
+		for (i = 0; i < op->nitems; i++)
+			for (j = 0; j < op->items[i].nval; j++)
+				prog->vars |= 1u << op->items[i].val[j].var;
 		prog->nops++;
 	}
 	if (rc->nerr > 0) {
@@ -863,4 +870,10 @@ int
 rewrite_program_sets_status(const struct rewrite_program *prog)
 {
 	return prog != NULL && prog->sets_status;
+}
+
+int
+rewrite_program_uses(const struct rewrite_program *prog, enum rewrite_var var)
+{
+	return prog != NULL && (prog->vars & (1u << var)) != 0;
 }

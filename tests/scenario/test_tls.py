@@ -285,6 +285,34 @@ def client_certificates(env):
 
 
 @T.case
+def client_certificate_variables(env):
+    """$ssl_client_s_dn and $ssl_client_verify in set, on request and response bodies."""
+    ops = [{'set': {'dn': '$ssl_client_s_dn', 'verify': '$ssl_client_verify'}}]
+    up = env.scripted(default=answer(http_response(200, b'{"a":1}')))
+    port, plain_port = free_port(), free_port()
+    conf = upstream_config(up.address, listeners=[
+        tls_listener(port, client_ca=CA, verify_client='optional'),
+        {'listen': '127.0.0.1:%d' % plain_port}], routes=[
+        {'name': 'vars', 'match': {'path_prefix': '/'}, 'upstream': 'app',
+         'request': ops, 'response': ops}])
+    env.daemon(conf, port=port)
+    json_body = [('Host', 'a.test'), ('Content-Type', 'application/json')]
+    cases = (('a client certificate', lambda: tls_client(env, port, cert='client'),
+              b'"dn":"CN=client one","verify":"SUCCESS"'),
+             ('TLS without a certificate', lambda: tls_client(env, port),
+              b'"dn":"","verify":"NONE"'),
+             ('plain TCP', lambda: env.client(plain_port), b'"dn":"","verify":"NONE"'))
+    for what, connect, fields in cases:
+        c = connect()
+        r = c.request('POST', '/v', json_body, body=b'{"q":1}')
+        env.eq('%s: response body' % what, (r.status, r.body), (200, b'{"a":1,' + fields + b'}'))
+        env.eq('%s: request body upstream' % what, up.requests[-1].body,
+               b'{"q":1,' + fields + b'}')
+        r = c.request('GET', '/v', [('Host', 'a.test')])
+        env.eq('%s: again on the same connection' % what, r.body, b'{"a":1,' + fields + b'}')
+
+
+@T.case
 def forwarded_proto_and_keepalive(env):
     up = env.scripted(default=answer(http_response(200, b'{"n":1}')))
     gw = tls_gateway(env, up.address)

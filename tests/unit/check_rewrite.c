@@ -189,6 +189,10 @@ static const struct rw_case cases[] = {
 	{ "[set: {h: $header.x-foo}]", "{}", "{\"h\":\"b\\\"ar\\n\"}", 0, E },
 	{ "[set: {h: $header.X-Missing}]", "{}", "{\"h\":null}", 0, E },
 	{ "[set: {t: $time_iso8601}]", "{}", "{\"t\":\"2001-09-09T01:46:40+00:00\"}", 0, E },
+	{ "[set: {dn: $ssl_client_s_dn, v: $ssl_client_verify}]", "{}",
+	  "{\"dn\":\"CN=client \\\"one\\\",O=Acme\\\\, Inc.\",\"v\":\"SUCCESS\"}", 0, E },
+	{ "[set: {c: {dn: $ssl_client_s_dn}}]", "{\"a\":1}",
+	  "{\"a\":1,\"c\":{\"dn\":\"CN=client \\\"one\\\",O=Acme\\\\, Inc.\"}}", 0, E },
 	{ "[set: {meta.gw: x}]", "{}", "{\"meta\":{\"gw\":\"x\"}}", 0, E },
 	{ "[set: {meta.gw: x}]", "{\"meta\":{\"a\":1}}", "{\"meta\":{\"a\":1,\"gw\":\"x\"}}", 0, E },
 	{ "[set: {meta.gw: x}]", "{\"meta\":1}", FAIL, 0, E },
@@ -261,6 +265,8 @@ vars_init(struct rewrite_vars *v, struct http_header *h)
 	v->route = (struct http_str){ "r\"o\\u\x01te", 8 };
 	v->upstream = (struct http_str){ "up\xff\xc3x", 5 };
 	v->remote_addr = (struct http_str){ "127.0.0.1", 9 };
+	v->ssl_client_s_dn = (struct http_str){ "CN=client \"one\",O=Acme\\, Inc.", 29 };
+	v->ssl_client_verify = (struct http_str){ "SUCCESS", 7 };
 	v->now = 1000000000;
 	h[0].name = (struct http_str){ "Accept", 6 };
 	h[0].value = (struct http_str){ "*/*", 3 };
@@ -341,8 +347,8 @@ static const struct {
 	{ "[rename: [a]]", "1:10: rename expects a non-empty mapping, e.g. { msg: message }" },
 	{ "[rename: {a: [b]}]", "1:14: rename: the new name of 'a' must be a non-empty string" },
 	{ "[set: []]", "1:7: set expects a non-empty mapping, e.g. { gateway: jsongate }" },
-	{ "[set: {a: $nope}]", "1:11: unknown variable '$nope' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME; $$ for a literal $)" },
-	{ "[set: {a: \"$header.\"}]", "1:11: unknown variable '$header.' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME; $$ for a literal $)" },
+	{ "[set: {a: $nope}]", "1:11: unknown variable '$nope' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
+	{ "[set: {a: \"$header.\"}]", "1:11: unknown variable '$header.' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
 	{ "[set: {a: $header.a:b}]", "1:11: bad header name in variable '$header.a:b'" },
 	{ "[set: {a: {[1]: 2}}]", "1:12: object keys in a set value must be scalars" },
 	{ "[status_from: {map: {0: 200}}]", "1:15: status_from needs a field, e.g. { field: code }" },
@@ -489,7 +495,24 @@ START_TEST(test_null_program)
 	ck_assert_uint_eq(res.total_len, 5);
 	ck_assert_int_eq(rewrite_apply(ctx, NULL, E, "[1", 2, NULL, &res), -1);
 	ck_assert_int_eq(rewrite_program_sets_status(NULL), 0);
+	ck_assert_int_eq(rewrite_program_uses(NULL, REWRITE_VAR_SSL_CLIENT_S_DN), 0);
 	rewrite_ctx_free(ctx);
+}
+END_TEST
+
+/* Which variables a program uses: the caller computes only those per request. */
+START_TEST(test_uses_vars)
+{
+	static const char ops[] = "[drop: [x], set: {a: 1, m: {v: $ssl_client_verify}}]";
+	struct rewrite_program *prog;
+	char err[256];
+
+	prog = rewrite_program_from_yaml(ops, sizeof(ops) - 1, err, sizeof(err));
+	ck_assert_ptr_nonnull(prog);
+	ck_assert_int_eq(rewrite_program_uses(prog, REWRITE_VAR_SSL_CLIENT_VERIFY), 1);
+	ck_assert_int_eq(rewrite_program_uses(prog, REWRITE_VAR_SSL_CLIENT_S_DN), 0);
+	ck_assert_int_eq(rewrite_program_uses(prog, REWRITE_VAR_REQUEST_ID), 0);
+	rewrite_program_free(prog);
 }
 END_TEST
 
@@ -524,6 +547,7 @@ rewrite_suite(void)
 	tcase_add_test(tc, test_linear_time);
 	tcase_add_test(tc, test_embedded_nul);
 	tcase_add_test(tc, test_null_program);
+	tcase_add_test(tc, test_uses_vars);
 	tcase_add_test(tc, test_escape);
 	suite_add_tcase(s, tc);
 	return s;
