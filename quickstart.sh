@@ -47,7 +47,9 @@ cat <<MSG
 jsongate runs in the foreground on $top/conf/jsongate.yaml (Ctrl-C stops it).
 The demo upstream listens on 127.0.0.1:9000. Try, in another terminal:
 
-    curl -i http://127.0.0.1:8080/api/orders/1
+    curl -i http://127.0.0.1:8080/api/orders/1        # passed through untouched
+    curl -i http://127.0.0.1:8080/v2/api/orders/1     # envelope unwrapped to its data
+    curl -i http://127.0.0.1:8080/v2/api/orders/404   # envelope code 404 -> HTTP 404
 
 MSG
 ./src/jsongate -f -c "$top/conf/jsongate.yaml"
