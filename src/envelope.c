@@ -47,18 +47,10 @@ envelope_skip_ws(const char *buf, size_t len, size_t pos)
 }
 
 int
-envelope_is_primitive(const char *s, size_t len)
+envelope_is_number(const char *s, size_t len)
 {
 	size_t i = 0;
 
-	switch (s[0]) {
-	case 't':
-		return len == 4 && memcmp(s, "true", 4) == 0;
-	case 'f':
-		return len == 5 && memcmp(s, "false", 5) == 0;
-	case 'n':
-		return len == 4 && memcmp(s, "null", 4) == 0;
-	}
 	if (i < len && s[i] == '-')
 		i++;
 	if (i >= len)
@@ -86,6 +78,20 @@ envelope_is_primitive(const char *s, size_t len)
 			i++;
 	}
 	return i == len;
+}
+
+int
+envelope_is_primitive(const char *s, size_t len)
+{
+	switch (s[0]) {
+	case 't':
+		return len == 4 && memcmp(s, "true", 4) == 0;
+	case 'f':
+		return len == 5 && memcmp(s, "false", 5) == 0;
+	case 'n':
+		return len == 4 && memcmp(s, "null", 4) == 0;
+	}
+	return envelope_is_number(s, len);
 }
 
 /* End of the string at buf[pos]: short strings inline, long ones with the SIMD scanner. */

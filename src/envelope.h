@@ -61,5 +61,7 @@ int envelope_string_eq(const char *s, size_t len, const char *name, size_t nlen)
 
 /* 1 when s[0..len) is a JSON number, true, false or null. */
 int envelope_is_primitive(const char *s, size_t len);
+/* RFC 8259 number grammar over the whole of s[0..len). */
+int envelope_is_number(const char *s, size_t len);
 
 #endif

@@ -112,6 +112,18 @@ http_str_ieq(const char *s, size_t len, const char *lower, size_t llen)
 
 #define HTTP_IEQ(s, len, lit) http_str_ieq((s), (len), (lit), sizeof(lit) - 1)
 
+struct http_str
+http_find_header(const struct http_header *h, size_t n, const char *lower_name)
+{
+	struct http_str none = { "", 0 };
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (http_header_is(&h[i], lower_name))
+			return h[i].value;
+	return none;
+}
+
 int
 http_header_is(const struct http_header *h, const char *lower_name)
 {

@@ -73,6 +73,8 @@ ssize_t http_parse_response(const char *buf, size_t len, struct http_response *r
 
 /* Case-insensitive header name compare against a NUL-terminated lowercase name. */
 int http_header_is(const struct http_header *h, const char *lower_name);
+/* The value of the first header named lower_name, or an empty string. */
+struct http_str http_find_header(const struct http_header *h, size_t n, const char *lower_name);
 
 /*
  * Incremental chunked-body decoder.  Works on arbitrary fragments (bytes may arrive one at a

@@ -466,18 +466,6 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 	}
 }
 
-static struct http_str
-proxy_request_header(const struct http_request *req, const char *lower_name)
-{
-	struct http_str none = { "", 0 };
-	size_t i;
-
-	for (i = 0; i < req->nheaders; i++)
-		if (http_header_is(&req->headers[i], lower_name))
-			return req->headers[i].value;
-	return none;
-}
-
 /* A client accepts gzip when Accept-Encoding lists gzip (or *) with a non-zero q. */
 static int
 proxy_accepts_gzip(struct http_str ae)
@@ -627,7 +615,7 @@ proxy_collect_request_body(struct client *c)
 	vars.nheaders = req->nheaders;
 	body_tls_vars(c->route->request, &c->conn, &vars, &tls_text);
 	if (body_apply(w->bodies, cfg, c->route, c->route->request,
-	    body_coding(proxy_request_header(req, "content-encoding")), c->body, &vars,
+	    body_coding(http_find_header(req->headers, req->nheaders, "content-encoding")), c->body, &vars,
 	    w->rewritten, &res) < 0) {
 		snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
@@ -751,14 +739,14 @@ client_read_head(struct client *c)
 	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
 	c->replay_len = c->head_len = (size_t)r;
 	c->accept_gzip = c->route->compress == COMPRESS_GZIP && c->route->response != NULL &&
-	    proxy_accepts_gzip(proxy_request_header(req, "accept-encoding"));
+	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
 	if ((c->route->request != NULL || body_needs_headers(c->route->response)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
 	if (c->route->request != NULL && c->req_mode != BODY_NONE &&
-	    body_is_json(c->route, proxy_request_header(req, "content-type"))) {
+	    body_is_json(c->route, http_find_header(req->headers, req->nheaders, "content-type"))) {
 		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body) {
 			metrics_envelope(w, c->route, METRICS_REQUEST,
 			    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED);
@@ -1020,18 +1008,6 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 	c->resp_started = 1;
 }
 
-static struct http_str
-proxy_response_header(const struct http_response *resp, const char *lower_name)
-{
-	struct http_str none = { "", 0 };
-	size_t i;
-
-	for (i = 0; i < resp->nheaders; i++)
-		if (http_header_is(&resp->headers[i], lower_name))
-			return resp->headers[i].value;
-	return none;
-}
-
 /* 1: collect this response body for the route's ops; 0: stream it; -1: answered already. */
 static int
 proxy_wants_body(struct client *c, const struct http_response *resp)
@@ -1039,8 +1015,8 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	const struct config *cfg = client_cfg(c);
 
 	if (c->resp_mode == BODY_NONE ||
-	    !body_is_json(c->route, proxy_response_header(resp, "content-type")) ||
-	    body_coding(proxy_response_header(resp, "content-encoding")) == BODY_CODING_OTHER)
+	    !body_is_json(c->route, http_find_header(resp->headers, resp->nheaders, "content-type")) ||
+	    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) == BODY_CODING_OTHER)
 		return 0;
 	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body) {
 		metrics_envelope(c->w, c->route, METRICS_RESPONSE,
@@ -1308,7 +1284,7 @@ proxy_respond_rewritten(struct client *c)
 		metrics_envelope(w, c->route, METRICS_RESPONSE, METRICS_PASSED);
 		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
 	} else if (body_apply(w->bodies, cfg, c->route, c->route->response,
-	    body_coding(proxy_response_header(resp, "content-encoding")), c->body, &vars,
+	    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")), c->body, &vars,
 	    w->rewritten, &res) < 0) {
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
@@ -1331,7 +1307,7 @@ proxy_respond_rewritten(struct client *c)
 		if (res.inflated)
 			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
 		if (c->accept_gzip && !res.inflated &&
-		    body_coding(proxy_response_header(resp, "content-encoding")) !=
+		    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) !=
 		    BODY_CODING_IDENTITY)
 			c->accept_gzip = 0;     /* already encoded: leave it */
 		if (c->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)

@@ -3,6 +3,7 @@
  * Everything a request needs is decided here, at load time: paths are split, keys are
  * escaped once, `set` values become JSON text with $variables marked for per-request splicing.
  */
+#include "envelope.h"
 #include "rewrite.h"
 
 #include <errno.h>
@@ -133,41 +134,6 @@ rc_buf_add_string(struct rc_buf *b, const char *s, size_t len)
 	free(tmp);
 }
 
-/* RFC 8259 number grammar, so plain YAML scalars such as 2 or -1.5e3 stay numbers. */
-static int
-rc_is_json_number(const char *s, size_t len)
-{
-	size_t i = 0;
-
-	if (i < len && s[i] == '-')
-		i++;
-	if (i >= len)
-		return 0;
-	if (s[i] == '0')
-		i++;
-	else if (s[i] >= '1' && s[i] <= '9')
-		while (i < len && s[i] >= '0' && s[i] <= '9')
-			i++;
-	else
-		return 0;
-	if (i < len && s[i] == '.') {
-		if (++i >= len || s[i] < '0' || s[i] > '9')
-			return 0;
-		while (i < len && s[i] >= '0' && s[i] <= '9')
-			i++;
-	}
-	if (i < len && (s[i] == 'e' || s[i] == 'E')) {
-		i++;
-		if (i < len && (s[i] == '+' || s[i] == '-'))
-			i++;
-		if (i >= len || s[i] < '0' || s[i] > '9')
-			return 0;
-		while (i < len && s[i] >= '0' && s[i] <= '9')
-			i++;
-	}
-	return i == len;
-}
-
 static int
 rc_is_one_of(const char *s, size_t len, const char *const *words)
 {
@@ -203,7 +169,8 @@ rc_scalar_json(const yaml_node_t *node, struct rc_buf *b)
 			rc_buf_add(b, "false", 5);
 			return 0;
 		}
-		if (rc_is_json_number(s, len)) {
+		/* RFC 8259 numbers, so plain YAML scalars such as 2 or -1.5e3 stay numbers. */
+		if (envelope_is_number(s, len)) {
 			rc_buf_add(b, s, len);
 			return 0;
 		}
