@@ -23,6 +23,8 @@ Environment:
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
   NGINX=nginx          nginx binary
+  NGINX_MODULES=...    directory of the nginx Lua module (nginx-lua-* variants; default: the
+                       first of /usr/lib/nginx/modules, /usr/share/nginx/modules that has it)
   PROXY_CPU=0 LOAD_CPU=1        CPU of the proxy; CPU shared by wrk and the upstream
   RESULTS=bench/results/latest.md   where the report is written
   KEEP=1               keep the temporary directory (configs, logs, wrk output)
@@ -48,6 +50,12 @@ CONNECTIONS=${CONNECTIONS:-16}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
 JSONGATE=${JSONGATE:-$ROOT_DIR/build/src/jsongate}
 NGINX=${NGINX:-nginx}
+NGINX_MODULES=${NGINX_MODULES:-}
+if [ -z "$NGINX_MODULES" ]; then
+	for NGINX_MODULES in /usr/lib/nginx/modules /usr/share/nginx/modules; do
+		[ -e "$NGINX_MODULES/ngx_http_lua_module.so" ] && break
+	done
+fi
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 RESULTS=${RESULTS:-$BENCH_DIR/results/latest.md}
@@ -60,9 +68,12 @@ IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 
 # Proxy variants, one per line: name, kind, config template (in bench/conf/), and how wrk
 # talks to it: http (the default), tls (https, keep-alive) or tls-close (https, a new
-# connection and handshake per request). A kind K is a set of functions K_require, K_version
-# and K_start (see below). Adding a proxy to the table is one line here plus its template; a
-# new kind is three functions.
+# connection and handshake per request). Two optional fields say what the correctness check
+# before each run expects: what the proxy does to the body (pass, the default: nothing;
+# unwrap; reshape; see client.py) and how it is compared (bytes, the default: exactly; json:
+# the same JSON value, for proxies that decode and re-encode). A kind K is a set of functions
+# K_require, K_version and K_start (see below). Adding a proxy to the table is one line here
+# plus its template; a new kind is three functions.
 VARIANTS=(
 	"nginx               nginx     nginx-proxy.conf.in      http"
 	"jsongate            jsongate  jsongate-pass.yaml.in    http"
@@ -70,12 +81,20 @@ VARIANTS=(
 	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
 	"nginx-tls-close     nginx     nginx-proxy-tls.conf.in  tls-close"
 	"jsongate-tls-close  jsongate  jsongate-tls.yaml.in     tls-close"
+	"jsongate-unwrap     jsongate  jsongate-unwrap.yaml.in  http  unwrap   bytes"
+	"jsongate-reshape    jsongate  jsongate-reshape.yaml.in http  reshape  bytes"
+	"nginx-lua-unwrap    nginx_lua nginx-lua-unwrap.conf.in http  unwrap   json"
+	"nginx-lua-reshape   nginx_lua nginx-lua-reshape.conf.in http reshape  json"
 )
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B.
 RATIOS=(
 	"jsongate/nginx"
 	"jsongate-tls/nginx-tls"
 	"jsongate-tls-close/nginx-tls-close"
+	"jsongate-unwrap/jsongate"
+	"jsongate-reshape/jsongate"
+	"nginx-lua-unwrap/jsongate-unwrap"
+	"nginx-lua-reshape/jsongate-reshape"
 )
 PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
 
@@ -219,6 +238,7 @@ render() {
 		-e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" \
 		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
 		-e "s|@CERT@|$RUNDIR/tls.crt|g" -e "s|@KEY@|$RUNDIR/tls.key|g" \
+		-e "s|@NGINX_MODULES@|$NGINX_MODULES|g" \
 		"$BENCH_DIR/conf/$template" >"$out"
 }
 
@@ -272,12 +292,35 @@ jsongate_start() {
 	PROXY_MEM_PID=$BG_PID
 }
 
-variant_field() { # variant_field NAME INDEX
+# nginx with the Lua module (OpenResty's lua-nginx-module) and lua-cjson: body filters that
+# decode, edit and re-encode JSON, as Kong's response-transformer does.
+nginx_lua_require() {
+	local so cjson=
+	nginx_require
+	for so in ndk_http_module ngx_http_lua_module; do
+		[ -e "$NGINX_MODULES/$so.so" ] ||
+			printf '%s\n' "$NGINX_MODULES/$so.so (Debian: libnginx-mod-http-lua; or set NGINX_MODULES)"
+	done
+	for so in /usr/lib/*/lua/5.1/cjson.so /usr/lib/lua/5.1/cjson.so /usr/local/lib/lua/5.1/cjson.so; do
+		[ -e "$so" ] && cjson=$so
+	done
+	[ -n "$cjson" ] || printf '%s\n' "lua-cjson for Lua 5.1 / LuaJIT (Debian: lua-cjson)"
+}
+nginx_lua_version() {
+	local pkg versions=""
+	for pkg in libnginx-mod-http-lua lua-cjson; do
+		versions="$versions, $pkg $(dpkg-query -W -f '${Version}' "$pkg" 2>/dev/null || echo unknown)"
+	done
+	printf '%s%s\n' "$(nginx_version)" "$versions"
+}
+nginx_lua_start() { nginx_start "$@"; }
+
+variant_field() { # variant_field NAME INDEX [DEFAULT]
 	local v f
 	for v in "${VARIANTS[@]}"; do
 		read -ra f <<<"$v"
 		if [ "${f[0]}" = "$1" ]; then
-			printf '%s\n' "${f[$2]:-http}"
+			printf '%s\n' "${f[$2]:-${3:-http}}"
 			return 0
 		fi
 	done
@@ -406,14 +449,16 @@ run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
 		die "wrk failed against port $port: $(cat "$out")"
 }
 
-# The proxy passes the file through unchanged (over TLS: checked with curl).
+# The proxy passes the file through unchanged (over TLS: checked with curl), or answers what
+# its body ops must make of it.
 verify_proxy() { # verify_proxy NAME SIZE
 	if [ "$CLIENT_MODE" = http ]; then
-		python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$2.json" "$DATADIR/$2.json"
+		python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$2.json" "$DATADIR/$2.json" \
+			"$(variant_field "$1" 4 pass)" "$(variant_field "$1" 5 bytes)"
 	else
 		curl -sS --cacert "$RUNDIR/tls.crt" "https://127.0.0.1:$PROXY_PORT/$2.json" |
 			cmp -s - "$DATADIR/$2.json"
-	fi || die "$1 does not pass $2.json through unchanged"
+	fi || die "$1 does not answer $2.json as expected ($(variant_field "$1" 4 pass))"
 }
 
 measure() { # measure NAME SIZE
@@ -453,8 +498,9 @@ idle_test() { # idle_test NAME
 	local name=$1 out size pid ready=
 	size=${SIZES%% *}
 	proxy_start "$name" "$IDLE_MAX_CONNECTIONS"
-	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" ||
-		die "$name does not pass $size.json through unchanged"
+	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" \
+		"$(variant_field "$name" 4 pass)" "$(variant_field "$name" 5 bytes)" ||
+		die "$name does not answer $size.json as expected"
 	IDLE_BASE[$name]=$(status_kb "$PROXY_MEM_PID" VmRSS)
 	out=$RUNDIR/idle-$name.txt
 	start_bg "$out" taskset -c "$LOAD_CPU" python3 "$BENCH_DIR/client.py" idle \
