@@ -265,6 +265,13 @@ client_log(struct client *c)
 	access_log_write(&rt->access, &e);
 }
 
+static void
+proxy_drop(struct evbuffer *b)
+{
+	if (b != NULL)
+		evbuffer_drain(b, evbuffer_get_length(b));
+}
+
 /* The response is complete (or the request ended in an error): log, reset, go on. */
 static void
 client_request_end(struct client *c)
@@ -272,6 +279,10 @@ client_request_end(struct client *c)
 	struct worker *w = c->w;
 
 	client_log(c);
+	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
+	proxy_drop(c->body);
+	proxy_drop(c->resp_head);
+	proxy_drop(c->req_copy);
 	if (c->up != NULL) {
 		if (c->up_close || !c->req_done)
 			upstream_close(c->up);
