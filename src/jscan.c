@@ -196,6 +196,22 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	m->curly = JSCAN_MM(_mm256_or_si256(lo, v6), _mm256_or_si256(hi, v6), vk);
 #undef JSCAN_MM
 }
+
+__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
+static inline void
+jscan_masks_avx512(const char *p, struct jscan_masks *m)
+{
+	__m512i x = _mm512_loadu_si512((const void *)p);
+	__m512i y = _mm512_and_si512(x, _mm512_set1_epi8((char)0xdf));
+
+	/* Compares yield the 64-bit masks directly: no movemask, one load per block. */
+	m->quote = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"'));
+	m->bslash = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
+	m->open = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5b));
+	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
+	m->curly = _mm512_cmpeq_epi8_mask(_mm512_or_si512(x, _mm512_set1_epi8(6)),
+	    _mm512_set1_epi8(0x7f));
+}
 #endif
 
 /*
@@ -248,6 +264,8 @@ JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, )
 #ifdef JSCAN_X86
 JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, __attribute__((target("sse2"))))
 JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, __attribute__((target("avx2,popcnt,bmi"))))
+JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512,
+    __attribute__((target("avx512f,avx512bw,popcnt,bmi"))))
 #endif
 
 typedef ssize_t (*jscan_fn)(const char *, size_t, size_t, unsigned);
@@ -264,6 +282,9 @@ jscan_impl_available(enum jscan_impl impl)
 	case JSCAN_AVX2:
 		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
 		    __builtin_cpu_supports("bmi");
+	case JSCAN_AVX512:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
 #endif
 	default:
 		return 0;
@@ -273,6 +294,8 @@ jscan_impl_available(enum jscan_impl impl)
 enum jscan_impl
 jscan_impl_best(void)
 {
+	if (jscan_impl_available(JSCAN_AVX512))
+		return JSCAN_AVX512;
 	if (jscan_impl_available(JSCAN_AVX2))
 		return JSCAN_AVX2;
 	if (jscan_impl_available(JSCAN_SSE2))
@@ -283,7 +306,7 @@ jscan_impl_best(void)
 const char *
 jscan_impl_name(enum jscan_impl impl)
 {
-	static const char *const names[] = { "scalar", "sse2", "avx2" };
+	static const char *const names[] = { "scalar", "sse2", "avx2", "avx512" };
 
 	return impl < JSCAN_NIMPL ? names[impl] : "none";
 }
@@ -297,6 +320,8 @@ jscan_impl_fn(enum jscan_impl impl)
 		return jscan_skip_sse2;
 	case JSCAN_AVX2:
 		return jscan_skip_avx2;
+	case JSCAN_AVX512:
+		return jscan_skip_avx512;
 #endif
 	default:
 		return jscan_skip_scalar;

@@ -16,7 +16,7 @@ enum jscan_err {
 	JSCAN_ERR_DEPTH = -2            /* nesting deeper than max_depth */
 };
 
-enum jscan_impl { JSCAN_SCALAR, JSCAN_SSE2, JSCAN_AVX2, JSCAN_NIMPL };
+enum jscan_impl { JSCAN_SCALAR, JSCAN_SSE2, JSCAN_AVX2, JSCAN_AVX512, JSCAN_NIMPL };
 
 /*
  * Skip the string or container starting at buf[pos] (a '"', '{' or '[').  The value itself
