@@ -14,6 +14,7 @@
 
 /* By path: the build directory's autoconf header is also named config.h. */
 #include "../../src/config.h"
+#include "../../src/rewrite.h"
 
 static const char *srcdir;
 static char **good_files, **bad_files;
@@ -465,10 +466,15 @@ START_TEST(test_sample)
 	ck_assert_str_eq(cfg->upstreams[0].name, "demo");
 	ck_assert_str_eq(cfg->upstreams[0].servers[0].addr.text, "127.0.0.1:9000");
 	ck_assert_uint_eq(cfg->upstreams[0].keepalive, 32);
-	ck_assert_uint_eq(cfg->nroutes, 2);
-	ck_assert_str_eq(cfg->routes[0].path_prefix, "/api/");
-	ck_assert_str_eq(cfg->routes[1].path_prefix, "/");
-	ck_assert_ptr_null(cfg->routes[0].response);
+	ck_assert_uint_eq(cfg->nroutes, 3);
+	ck_assert_str_eq(cfg->routes[0].path_prefix, "/v2/");
+	ck_assert_str_eq(cfg->routes[0].strip_prefix, "/v2");
+	ck_assert_int_eq(cfg->routes[0].on_error, ON_ERROR_FAIL);
+	ck_assert_ptr_nonnull(cfg->routes[0].response);
+	ck_assert_uint_eq(cfg->routes[0].response->nops, 2);
+	ck_assert_str_eq(cfg->routes[1].path_prefix, "/api/");
+	ck_assert_ptr_null(cfg->routes[1].response);
+	ck_assert_str_eq(cfg->routes[2].path_prefix, "/");
 	config_free(cfg);
 }
 END_TEST
