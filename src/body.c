@@ -13,7 +13,9 @@
 /* Spans at least this long go out as references to the input block; shorter ones are copied
  * (a reference costs a chain of its own). */
 #define BODY_REFERENCE_MIN 2048
-#define BODY_POOL_BLOCKS 4
+/* Freed blocks kept per worker for the next bodies: fresh memory for a 1 MB body costs more
+ * in page faults than scanning it. */
+#define BODY_POOL_BYTES (32 * 1024 * 1024)
 
 /* A contiguous copy of a body; output chains reference it until the last one is written. */
 struct body_block {
@@ -31,7 +33,7 @@ struct body_pool {
 	struct evbuffer *gz_out;
 	unsigned rw_depth;
 	struct body_block *free;
-	unsigned nfree;
+	size_t free_bytes;
 };
 
 int
@@ -88,7 +90,7 @@ body_block_get(struct body_pool *pool, size_t len)
 	for (pp = &pool->free; (b = *pp) != NULL; pp = &b->next)
 		if (b->cap >= len) {
 			*pp = b->next;
-			pool->nfree--;
+			pool->free_bytes -= b->cap;
 			b->refs = 1;
 			return b;
 		}
@@ -110,10 +112,10 @@ body_block_unref(struct body_block *b)
 	if (b == NULL || --b->refs != 0)
 		return;
 	pool = b->pool;
-	if (pool->nfree < BODY_POOL_BLOCKS) {
+	if (pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
 		b->next = pool->free;
 		pool->free = b;
-		pool->nfree++;
+		pool->free_bytes += b->cap;
 	} else {
 		free(b);
 	}
@@ -278,14 +280,44 @@ body_gzip(struct body_pool *pool, struct evbuffer *data)
 	return evbuffer_add_buffer(data, pool->gz_out);
 }
 
+struct body_block *
+body_block_new(struct body_pool *pool, size_t len)
+{
+	return body_block_get(pool, len);
+}
+
+char *
+body_block_data(struct body_block *b)
+{
+	return b->data;
+}
+
+void
+body_block_release(struct body_block *b)
+{
+	body_block_unref(b);
+}
+
 int
-body_apply(struct body_pool *pool, const struct config *cfg, const struct config_route *route,
-    const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
+body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
+{
+	b->refs++;
+	if (evbuffer_add_reference(out, b->data, len, body_block_cleanup_cb, b) < 0) {
+		b->refs--;
+		return evbuffer_add(out, b->data, len);
+	}
+	return 0;
+}
+
+int
+body_apply_block(struct body_pool *pool, const struct config *cfg,
+    const struct config_route *route, const struct rewrite_program *prog,
+    enum body_coding coding, struct body_block *raw, size_t len,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res)
 {
-	struct body_block *in, *b;
+	struct body_block *in = raw;
 	struct rewrite_result rr;
-	size_t len = evbuffer_get_length(raw), i;
+	size_t i;
 
 	memset(res, 0, sizeof(*res));
 	if (pool->rw == NULL || pool->rw_depth != cfg->limits.max_depth) {
@@ -296,18 +328,13 @@ body_apply(struct body_pool *pool, const struct config *cfg, const struct config
 			return -1;
 		}
 	}
-	/* The one copy: the received chains into a contiguous block the engine can scan. */
-	if ((in = body_block_get(pool, len)) == NULL) {
-		res->error = "out of memory";
-		return -1;
-	}
-	evbuffer_copyout(raw, in->data, len);
+	raw->refs++;
 	if (coding == BODY_CODING_GZIP || coding == BODY_CODING_DEFLATE) {
-		b = body_inflate(pool, in->data, len, coding, cfg->limits.max_body, &len, &res->error);
-		body_block_unref(in);
-		if (b == NULL)
+		in = body_inflate(pool, raw->data, len, coding, cfg->limits.max_body, &len,
+		    &res->error);
+		body_block_unref(raw);
+		if (in == NULL)
 			return -1;
-		in = b;
 		res->inflated = 1;
 	}
 	if (rewrite_apply(pool->rw, prog, route->validate, in->data, len, vars, &rr) < 0) {
@@ -336,4 +363,25 @@ body_apply(struct body_pool *pool, const struct config *cfg, const struct config
 	}
 	body_block_unref(in);
 	return 0;
+}
+
+int
+body_apply(struct body_pool *pool, const struct config *cfg, const struct config_route *route,
+    const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
+    const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res)
+{
+	size_t len = evbuffer_get_length(raw);
+	struct body_block *b;
+	int r;
+
+	/* The one copy: the received chains into a contiguous block the engine can scan. */
+	if ((b = body_block_get(pool, len)) == NULL) {
+		memset(res, 0, sizeof(*res));
+		res->error = "out of memory";
+		return -1;
+	}
+	evbuffer_copyout(raw, b->data, len);
+	r = body_apply_block(pool, cfg, route, prog, coding, b, len, vars, out, res);
+	body_block_unref(b);
+	return r;
 }

@@ -52,6 +52,23 @@ int body_apply(struct body_pool *pool, const struct config *cfg, const struct co
     const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res);
 
+/*
+ * A body received straight into one contiguous block (a Content-Length body read by the
+ * socket layer without an evbuffer in between): new (one reference, len bytes of room),
+ * its memory, release.  Output chains that reference it keep it alive.
+ */
+struct body_block;
+struct body_block *body_block_new(struct body_pool *pool, size_t len);
+char *body_block_data(struct body_block *b);
+void body_block_release(struct body_block *b);
+/* Append the block's first len bytes to out by reference. */
+int body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len);
+/* body_apply for a body held in a block (the caller keeps its reference). */
+int body_apply_block(struct body_pool *pool, const struct config *cfg,
+    const struct config_route *route, const struct rewrite_program *prog,
+    enum body_coding coding, struct body_block *raw, size_t len,
+    const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res);
+
 /* Replace the contents of data with their gzip encoding; 0 or -1. */
 int body_gzip(struct body_pool *pool, struct evbuffer *data);
 

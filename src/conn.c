@@ -101,6 +101,8 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->out = evbuffer_new();
 	c->peer_closed = 0;
 	c->rtimer_ms = c->wtimer_ms = 0;
+	c->sink = NULL;
+	c->sink_left = 0;
 	c->rev = event_new(base, fd, EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, conn_read_event_cb,
 	    c);
 	c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST | EV_ET, conn_write_event_cb, c);
@@ -173,22 +175,31 @@ conn_fill(struct conn *c)
 	int nvec, what = 0;
 
 	while (c->readable && !c->eof) {
-		have = evbuffer_get_length(c->in);
-		if (have >= c->read_max)
-			break;
-		want = c->read_max - have;
-		if (want > CONN_READ_CHUNK)
-			want = CONN_READ_CHUNK;
-		nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)want, vec, 2);
-		if (nvec <= 0) {
-			c->error = ENOMEM;
-			return what | CONN_ERROR;
-		}
-		if (nvec == 2 && vec[0].iov_len >= want)
+		if (c->sink != NULL) {
+			/* Straight into the owner's buffer: no evbuffer, no later copy. */
+			want = c->sink_left;
+			vec[0].iov_base = c->sink;
+			vec[0].iov_len = want;
 			nvec = 1;
+		} else {
+			have = evbuffer_get_length(c->in);
+			if (have >= c->read_max)
+				break;
+			want = c->read_max - have;
+			if (want > CONN_READ_CHUNK)
+				want = CONN_READ_CHUNK;
+			nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)want, vec, 2);
+			if (nvec <= 0) {
+				c->error = ENOMEM;
+				return what | CONN_ERROR;
+			}
+			if (nvec == 2 && vec[0].iov_len >= want)
+				nvec = 1;
+		}
 		n = readv(c->fd, (struct iovec *)vec, nvec);
-		if (n < 0) {
+		if (n <= 0 && c->sink == NULL)
 			evbuffer_commit_space(c->in, vec, 0);
+		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				c->readable = 0;
 				break;
@@ -199,17 +210,23 @@ conn_fill(struct conn *c)
 			return what | CONN_ERROR;
 		}
 		if (n == 0) {
-			evbuffer_commit_space(c->in, vec, 0);
 			c->eof = 1;
 			return what | CONN_EOF;
 		}
-		if ((size_t)n <= vec[0].iov_len) {
-			vec[0].iov_len = (size_t)n;
-			nvec = 1;
+		if (c->sink != NULL) {
+			c->sink += n;
+			c->sink_left -= (size_t)n;
+			if (c->sink_left == 0)
+				c->sink = NULL;
 		} else {
-			vec[1].iov_len = (size_t)n - vec[0].iov_len;
+			if ((size_t)n <= vec[0].iov_len) {
+				vec[0].iov_len = (size_t)n;
+				nvec = 1;
+			} else {
+				vec[1].iov_len = (size_t)n - vec[0].iov_len;
+			}
+			evbuffer_commit_space(c->in, vec, nvec);
 		}
-		evbuffer_commit_space(c->in, vec, nvec);
 		what |= CONN_READ;
 		/* A short read means the socket is empty for now and the next edge says when not,
 		 * unless the peer's FIN came with this edge: then read on to the end of stream. */

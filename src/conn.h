@@ -39,6 +39,8 @@ struct conn {
 	uint64_t read_timeout_ms;       /* 0: none */
 	uint64_t write_timeout_ms;      /* 0: none */
 	uint64_t rtimer_ms, wtimer_ms;  /* the timers running now, 0: none */
+	char *sink;                     /* when set (plain TCP only), reads go here, not to in */
+	size_t sink_left;               /* room left at sink; reaching 0 clears sink */
 	int error;
 	unsigned readable : 1;          /* an edge was seen and not read to the end */
 	unsigned reading : 1;           /* the owner wants input */

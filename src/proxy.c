@@ -82,6 +82,9 @@ struct client {
 	unsigned resp_rechunk : 1;      /* re-framing a de-chunked body as chunks */
 	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
 	struct evbuffer *body;          /* the collected body */
+	struct body_block *resp_block;  /* or: a Content-Length body read straight into a block */
+	size_t resp_block_len;
+	unsigned resp_sinking : 1;      /* the upstream connection reads into resp_block */
 	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
 	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
 	unsigned req_rechunk : 1;       /* re-framing a de-chunked request body as chunks */
@@ -117,6 +120,7 @@ static void proxy_collect_response_body(struct client *c);
 static void proxy_respond_rewritten(struct client *c);
 static void proxy_collect_request_body(struct client *c);
 static void proxy_upstream_timeouts(struct client *c);
+static void proxy_drop_block(struct client *c);
 
 static const struct config *
 client_cfg(const struct client *c)
@@ -169,6 +173,7 @@ client_free(struct client *c)
 
 	if (c->state == CLIENT_DEAD)
 		return;
+	proxy_drop_block(c);
 	if (c->up != NULL) {
 		upstream_close(c->up);
 		c->up = NULL;
@@ -272,6 +277,19 @@ proxy_drop(struct evbuffer *b)
 		evbuffer_drain(b, evbuffer_get_length(b));
 }
 
+/* Let go of the response body block; the socket layer must not write into it any more. */
+static void
+proxy_drop_block(struct client *c)
+{
+	if (c->resp_block == NULL)
+		return;
+	if (c->up != NULL)
+		c->up->conn.sink = NULL;
+	c->resp_sinking = 0;
+	body_block_release(c->resp_block);
+	c->resp_block = NULL;
+}
+
 /* The response is complete (or the request ended in an error): log, reset, go on. */
 static void
 client_request_end(struct client *c)
@@ -283,6 +301,7 @@ client_request_end(struct client *c)
 	proxy_drop(c->body);
 	proxy_drop(c->resp_head);
 	proxy_drop(c->req_copy);
+	proxy_drop_block(c);
 	if (c->up != NULL) {
 		if (c->up_close || !c->req_done)
 			upstream_close(c->up);
@@ -1111,6 +1130,10 @@ proxy_read_response_head(struct client *c)
 			evbuffer_drain(c->resp_head, evbuffer_get_length(c->resp_head));
 			evbuffer_drain(c->body, evbuffer_get_length(c->body));
 			evbuffer_remove_buffer(in, c->resp_head, (size_t)r);
+			if (c->resp_mode == BODY_LENGTH && c->up->conn.ssl == NULL) {
+				c->resp_block = body_block_new(c->w->bodies, (size_t)c->resp_left);
+				c->resp_block_len = (size_t)c->resp_left;
+			}
 			c->resp_buffering = 1;
 			c->resp_dechunk = 1;
 			c->resp_head_seen = 1;
@@ -1268,7 +1291,9 @@ proxy_respond_rewritten(struct client *c)
 	struct body_tls_text tls_text;
 	struct body_result res;
 	size_t hl = evbuffer_get_length(c->resp_head), ql;
+	enum body_coding coding;
 	char msg[256];
+	int rc;
 
 	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
 	memset(&vars, 0, sizeof(vars));
@@ -1290,13 +1315,20 @@ proxy_respond_rewritten(struct client *c)
 		vars.nheaders = req->nheaders;
 	}
 	c->resp_buffering = 0;
-	if (evbuffer_get_length(c->body) == 0) {
+	coding = body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
+	if (c->resp_block != NULL)
+		rc = body_apply_block(w->bodies, cfg, c->route, c->route->response, coding,
+		    c->resp_block, c->resp_block_len, &vars, w->rewritten, &res);
+	else if (evbuffer_get_length(c->body) != 0)
+		rc = body_apply(w->bodies, cfg, c->route, c->route->response, coding, c->body, &vars,
+		    w->rewritten, &res);
+	else
+		rc = 1;
+	if (rc == 1) {
 		/* An empty body is no JSON document: like Content-Length: 0, nothing to rewrite. */
 		metrics_envelope(w, c->route, METRICS_RESPONSE, METRICS_PASSED);
 		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
-	} else if (body_apply(w->bodies, cfg, c->route, c->route->response,
-	    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")), c->body, &vars,
-	    w->rewritten, &res) < 0) {
+	} else if (rc < 0) {
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
 		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
@@ -1307,6 +1339,8 @@ proxy_respond_rewritten(struct client *c)
 			return;
 		}
 		/* pass: the upstream's status and bytes, untouched */
+		if (c->resp_block != NULL)
+			body_block_add_to(c->body, c->resp_block, c->resp_block_len);
 		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->body), NULL);
 		proxy_move(c, c->body, c->conn.out, evbuffer_get_length(c->body));
 	} else {
@@ -1332,6 +1366,34 @@ proxy_respond_rewritten(struct client *c)
 	client_request_end(c);
 }
 
+/* A Content-Length body goes into one block: what came with the head is copied, the rest
+ * is read by the socket layer straight into place. */
+static void
+proxy_collect_into_block(struct client *c)
+{
+	struct conn *uc = &c->up->conn;
+	char *data = body_block_data(c->resp_block);
+	size_t n;
+
+	if (c->resp_sinking)
+		c->resp_left = uc->sink_left;
+	n = evbuffer_get_length(uc->in);
+	if (n > c->resp_left)
+		n = (size_t)c->resp_left;
+	if (n != 0) {
+		evbuffer_remove(uc->in, data + c->resp_block_len - c->resp_left, n);
+		c->resp_left -= n;
+	}
+	if (c->resp_left == 0) {
+		uc->sink = NULL;
+		c->resp_sinking = 0;
+	} else if (!c->resp_sinking) {
+		uc->sink = data + c->resp_block_len - c->resp_left;
+		uc->sink_left = (size_t)c->resp_left;
+		c->resp_sinking = 1;
+	}
+}
+
 /* Collect the response body for envelope ops, de-chunked, up to limits.max_body. */
 static void
 proxy_collect_response_body(struct client *c)
@@ -1343,6 +1405,11 @@ proxy_collect_response_body(struct client *c)
 
 	switch (c->resp_mode) {
 	case BODY_LENGTH:
+		if (c->resp_block != NULL) {
+			proxy_collect_into_block(c);
+			done = c->resp_left == 0;
+			break;
+		}
 		n = evbuffer_get_length(in);
 		if (n > c->resp_left)
 			n = (size_t)c->resp_left;
