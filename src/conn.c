@@ -21,6 +21,8 @@
 
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
+static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
+static void conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_flush(struct conn *c);
 
 /* libevent's common timeouts: O(1) queues for durations that repeat, as ours do.  One
@@ -244,7 +246,10 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	struct conn *c = arg;
 	int what;
 
-	(void)fd;
+	if (c->ssl != NULL) {
+		conn_tls_read_event_cb(fd, events, arg);
+		return;
+	}
 	if (events & EV_TIMEOUT) {
 		if (c->reading)
 			c->cb(c, CONN_TIMEOUT, c->arg);
@@ -336,7 +341,10 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 	int what = 0;
 	socklen_t len = sizeof(c->error);
 
-	(void)fd;
+	if (c->ssl != NULL) {
+		conn_tls_write_event_cb(fd, events, arg);
+		return;
+	}
 	if (events & EV_TIMEOUT) {
 		c->cb(c, CONN_TIMEOUT, c->arg);
 		return;
@@ -388,11 +396,10 @@ conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
  * The same edge-triggered scheme: readable/writable say what the socket may take.  An SSL
  * call that stops with WANT_READ or WANT_WRITE clears the flag of the direction it waits
  * for; a read that must write first (or a write that must read first) is remembered and
- * retried on the other direction's edge.  A TLS connection's events run the callbacks below
- * instead of the plain ones, so the plain path carries no TLS test but conn_flush's. */
-
-static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
-static void conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg);
+ * retried on the other direction's edge.  A connection's events are registered once, by
+ * conn_init: the plain callbacks hand a TLS connection's events to the ones below, which
+ * costs a test per event where re-registering them would cost four epoll_ctl calls per
+ * connection. */
 
 /* A fatal error from an SSL call: errno for the socket's, EPROTO for TLS's. */
 static int
@@ -415,20 +422,10 @@ conn_tls_fatal(struct conn *c, int sslerr)
 int
 conn_start_tls(struct conn *c, struct ssl_st *ssl)
 {
-	struct event_base *base = event_get_base(c->rev);
-
 	if (SSL_set_fd(ssl, c->fd) != 1) {
 		ERR_clear_error();
 		return -1;
 	}
-	event_del(c->rev);
-	event_del(c->wev);
-	event_assign(c->rev, base, c->fd, EV_READ | EV_PERSIST | EV_ET, conn_tls_read_event_cb, c);
-	event_assign(c->wev, base, c->fd, EV_WRITE | EV_PERSIST | EV_ET, conn_tls_write_event_cb,
-	    c);
-	if (event_add(c->rev, NULL) < 0 || event_add(c->wev, NULL) < 0)
-		return -1;
-	c->rtimer_ms = c->wtimer_ms = 0;        /* event_del dropped the timers */
 	c->ssl = ssl;
 	c->handshaking = 1;
 	conn_update_timers(c);

@@ -198,6 +198,15 @@ struct tls_ticket_key {
 
 static pthread_mutex_t tls_ticket_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tls_ticket_key tls_ticket_keys[2];    /* current, previous */
+/* Fetched once for the process: a lookup by name per handshake shows in profiles. */
+static pthread_once_t tls_ticket_once = PTHREAD_ONCE_INIT;
+static EVP_CIPHER *tls_ticket_cipher;
+
+static void
+tls_ticket_fetch(void)
+{
+	tls_ticket_cipher = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
+}
 
 /* Under the lock: make the first key, or rotate an old one. */
 static int
@@ -225,7 +234,9 @@ tls_ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CT
 	OSSL_PARAM params[3];
 	int i, rc = 1;
 
-	(void)ssl;
+	pthread_once(&tls_ticket_once, tls_ticket_fetch);
+	if (tls_ticket_cipher == NULL)
+		return -1;
 	pthread_mutex_lock(&tls_ticket_lock);
 	if (tls_ticket_rotate(time(NULL)) < 0 && tls_ticket_keys[0].born == 0) {
 		pthread_mutex_unlock(&tls_ticket_lock);
@@ -247,13 +258,16 @@ tls_ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CT
 	if (enc) {
 		memcpy(name, k.name, 16);
 		if (RAND_bytes(iv, 16) != 1 ||
-		    EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k.aes, iv) != 1)
+		    EVP_EncryptInit_ex2(cctx, tls_ticket_cipher, k.aes, iv, NULL) != 1)
 			rc = -1;
 	} else {
-		if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), NULL, k.aes, iv) != 1)
+		if (EVP_DecryptInit_ex2(cctx, tls_ticket_cipher, k.aes, iv, NULL) != 1)
 			rc = -1;
-		else if (i == 1)
-			rc = 2;         /* the previous key: accept, and send a fresh ticket */
+		/* Accept, and send a fresh ticket: with the previous key, so the client moves
+		 * to the current one; and always in TLS 1.3, whose clients use a ticket once
+		 * (RFC 8446 C.4) and would otherwise make every other handshake a full one. */
+		else if (i == 1 || SSL_version(ssl) >= TLS1_3_VERSION)
+			rc = 2;
 	}
 	params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, k.hmac, sizeof(k.hmac));
 	params[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);

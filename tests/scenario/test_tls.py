@@ -380,6 +380,27 @@ def resumption(env):
             reused += bool(re.search(r'^Reused, ', out, re.M))
         env.eq('%s: later connections (either worker) are reused' % flag, reused, 3)
 
+    # TLS 1.3 clients use a ticket once (RFC 8446 C.4): a resumed connection must bring a
+    # fresh ticket, or every other connection would pay a full handshake.
+    ctx = ssl.create_default_context(cafile=CA)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    session, reused = None, []
+    for i in range(4):
+        sock = ctx.wrap_socket(socket.create_connection(('127.0.0.1', gw.port),
+                                                        timeout=IO_TIMEOUT),
+                               server_hostname='a.test', session=session)
+        sock.sendall(b'GET /t HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n')
+        while sock.recv(65536):
+            pass
+        reused.append(sock.session_reused)
+        if i > 0:
+            env.check('TLS 1.3 connection %d brings a new ticket' % i,
+                      sock.session is not None and sock.session.id != session.id)
+        session = sock.session
+        sock.close()
+    env.eq('TLS 1.3: each connection resumes with the ticket of the one before', reused,
+           [False, True, True, True])
+
 
 # ------------------------------------------------------------------ upstreams
 
