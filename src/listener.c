@@ -103,8 +103,9 @@ listener_attach(struct worker *w, struct listen_sock *ls, struct tls_server *tls
 
 	if ((wl = calloc(1, sizeof(*wl))) == NULL)
 		return NULL;
+	/* Backlog 0: the socket already listens; -1 would call listen() again with 128. */
 	wl->evl = evconnlistener_new(w->base, listener_accept_cb, wl,
-	    LEV_OPT_DISABLED, -1, ls->fd);
+	    LEV_OPT_DISABLED, 0, ls->fd);
 	if (wl->evl == NULL) {
 		free(wl);
 		return NULL;
