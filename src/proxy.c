@@ -45,7 +45,7 @@ enum client_state {
 
 enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
 
-enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_CONNECT };
+enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_CONNECT, TIMER_LINGER };
 
 struct client {
 	LIST_ENTRY(client) entry;
@@ -77,6 +77,7 @@ struct client {
 	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
 	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
 	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
 	unsigned resp_head_seen : 1;    /* the upstream's final response head was parsed */
 	unsigned resp_buffering : 1;    /* collecting a JSON body for the route's envelope ops */
 	unsigned resp_rechunk : 1;      /* re-framing a de-chunked body as chunks */
@@ -214,6 +215,34 @@ proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* How long a closing connection may take to hear the end of what its client was sending. */
+#define LINGER_TOTAL_MS 30000
+#define LINGER_IDLE_MS 2000
+
+/* Our last byte is out: close.  If the client may still be sending (a request we did not
+ * read to its end, or pipelined bytes), closing now would make the kernel answer with a
+ * reset that can destroy the response before the client reads it: shut our side, read
+ * and discard for a while first, as nginx's lingering close does. */
+static void
+client_close_now(struct client *c)
+{
+	if (c->lingering || c->conn.error || c->conn.eof || c->conn.ssl != NULL ||
+	    (c->req_done && evbuffer_get_length(c->conn.in) == 0 && !c->conn.readable)) {
+		client_free(c);
+		return;
+	}
+	c->lingering = 1;
+	if (shutdown(c->conn.fd, SHUT_WR) < 0) {
+		client_free(c);
+		return;
+	}
+	conn_notify_drained(&c->conn, 0, 0);
+	evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+	client_timer_set(c, TIMER_LINGER, LINGER_TOTAL_MS);
+	conn_set_timeouts(&c->conn, LINGER_IDLE_MS, 0);
+	conn_read_start(&c->conn);
+}
+
 /* Stop reading, send what is queued, then close. */
 static void
 client_close_after_flush(struct client *c)
@@ -222,8 +251,12 @@ client_close_after_flush(struct client *c)
 	client_timer_set(c, TIMER_OFF, 0);
 	conn_read_stop(&c->conn);
 	conn_flush(&c->conn);
-	if (evbuffer_get_length(c->conn.out) == 0 || c->conn.error) {
+	if (c->conn.error) {
 		client_free(c);
+		return;
+	}
+	if (evbuffer_get_length(c->conn.out) == 0) {
+		client_close_now(c);
 		return;
 	}
 	conn_notify_drained(&c->conn, 1, 0);
@@ -844,8 +877,8 @@ static void
 client_on_drained(struct client *c)
 {
 	if (c->state == CLIENT_CLOSING) {
-		if (evbuffer_get_length(c->conn.out) == 0)
-			client_free(c);
+		if (evbuffer_get_length(c->conn.out) == 0 && !c->lingering)
+			client_close_now(c);
 		return;
 	}
 	if (c->up_paused && c->up != NULL) {
@@ -862,7 +895,7 @@ client_on_close(struct client *c, int what)
 	/* A half-close after a complete request: answer it (and any pipelined ones), then close. */
 	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->req_done)
 		return;
-	if (what == CONN_EOF && c->state == CLIENT_CLOSING)
+	if (what == CONN_EOF && c->state == CLIENT_CLOSING && !c->lingering)
 		return;         /* still flushing our last response */
 	if (c->state == CLIENT_BUSY) {
 		/* Logged like nginx: 499 before the response started, else its status, cut short. */
