@@ -22,8 +22,8 @@
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
-static void conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_flush(struct conn *c);
+static void conn_tls_run(struct conn *c);
 
 /* libevent's common timeouts: O(1) queues for durations that repeat, as ours do.  One
  * small cache per thread, since each thread runs its own event base. */
@@ -341,10 +341,7 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 	int what = 0;
 	socklen_t len = sizeof(c->error);
 
-	if (c->ssl != NULL) {
-		conn_tls_write_event_cb(fd, events, arg);
-		return;
-	}
+	(void)fd;
 	if (events & EV_TIMEOUT) {
 		c->cb(c, CONN_TIMEOUT, c->arg);
 		return;
@@ -363,6 +360,11 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 		}
 		c->connecting = 0;
 		what |= CONN_CONNECTED;
+	}
+	/* Over TLS the handshake comes first; it reports CONN_CONNECTED itself when done. */
+	if (c->ssl != NULL) {
+		conn_tls_run(c);
+		return;
 	}
 	if (conn_drain(c) != 0) {
 		c->cb(c, what | CONN_ERROR, c->arg);
@@ -614,34 +616,6 @@ conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	if (c->error)
 		return;
 	c->readable = 1;
-	conn_tls_run(c);
-}
-
-static void
-conn_tls_write_event_cb(evutil_socket_t fd, short events, void *arg)
-{
-	struct conn *c = arg;
-	socklen_t len = sizeof(c->error);
-
-	(void)fd;
-	if (events & EV_TIMEOUT) {
-		c->cb(c, CONN_TIMEOUT, c->arg);
-		return;
-	}
-	if (c->error) {
-		c->cb(c, CONN_ERROR, c->arg);
-		return;
-	}
-	c->writable = 1;
-	if (c->connecting) {
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &c->error, &len) < 0)
-			c->error = errno;
-		if (c->error != 0) {
-			c->cb(c, CONN_ERROR, c->arg);
-			return;
-		}
-		c->connecting = 0;
-	}
 	conn_tls_run(c);
 }
 

@@ -529,6 +529,24 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 	}
 }
 
+/* The $variables of `set` for this request (request headers are the caller's to add). */
+static void
+proxy_vars(struct client *c, const struct rewrite_program *prog, struct rewrite_vars *vars,
+    struct body_tls_text *tls_text)
+{
+	memset(vars, 0, sizeof(*vars));
+	vars->request_id.p = c->request_id;
+	vars->request_id.len = c->request_id_len;
+	vars->route.p = c->route->name;
+	vars->route.len = strlen(c->route->name);
+	vars->upstream.p = c->sp->srv->addr.text;
+	vars->upstream.len = strlen(c->sp->srv->addr.text);
+	vars->remote_addr.p = c->addr;
+	vars->remote_addr.len = strlen(c->addr);
+	vars->now = (long long)time(NULL);
+	body_tls_vars(prog, &c->conn, vars, tls_text);
+}
+
 /* A client accepts gzip when Accept-Encoding lists gzip (or *) with a non-zero q. */
 static int
 proxy_accepts_gzip(struct http_str ae)
@@ -664,19 +682,9 @@ proxy_collect_request_body(struct client *c)
 		proxy_connect(c);
 		return;
 	}
-	memset(&vars, 0, sizeof(vars));
-	vars.request_id.p = c->request_id;
-	vars.request_id.len = c->request_id_len;
-	vars.route.p = c->route->name;
-	vars.route.len = strlen(c->route->name);
-	vars.upstream.p = c->sp->srv->addr.text;
-	vars.upstream.len = strlen(c->sp->srv->addr.text);
-	vars.remote_addr.p = c->addr;
-	vars.remote_addr.len = strlen(c->addr);
-	vars.now = (long long)time(NULL);
+	proxy_vars(c, c->route->request, &vars, &tls_text);
 	vars.headers = req->headers;
 	vars.nheaders = req->nheaders;
-	body_tls_vars(c->route->request, &c->conn, &vars, &tls_text);
 	if (body_apply(w->bodies, cfg, c->route, c->route->request,
 	    body_coding(http_find_header(req->headers, req->nheaders, "content-encoding")), c->body, &vars,
 	    w->rewritten, &res) < 0) {
@@ -1329,17 +1337,7 @@ proxy_respond_rewritten(struct client *c)
 	int rc;
 
 	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
-	memset(&vars, 0, sizeof(vars));
-	vars.request_id.p = c->request_id;
-	vars.request_id.len = c->request_id_len;
-	vars.route.p = c->route->name;
-	vars.route.len = strlen(c->route->name);
-	vars.upstream.p = c->sp->srv->addr.text;
-	vars.upstream.len = strlen(c->sp->srv->addr.text);
-	vars.remote_addr.p = c->addr;
-	vars.remote_addr.len = strlen(c->addr);
-	vars.now = (long long)time(NULL);
-	body_tls_vars(c->route->response, &c->conn, &vars, &tls_text);
+	proxy_vars(c, c->route->response, &vars, &tls_text);
 	ql = c->req_copy != NULL && body_needs_headers(c->route->response) ?
 	    evbuffer_get_length(c->req_copy) : 0;
 	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->req_copy,
