@@ -77,13 +77,20 @@ class CheckFailed(Exception):
 
 # ------------------------------------------------------------------ utilities
 
+_ports_given = set()
+
+
 def free_port():
-    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago, never one this process
+    handed out before (the kernel may offer a just-released port again)."""
+    while True:
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
 
 
 def wait_until(predicate, timeout, interval=0.02):
