@@ -45,7 +45,8 @@ struct metrics_server {
 #define MAX_BLOCKS 1024
 
 struct metrics_worker {
-	int64_t clients;
+	int64_t clients;                /* open client connections */
+	int64_t clients_active;         /* of those, serving a request */
 	uint64_t bytes_spliced, bytes_copied;
 	struct metrics_route *routes[MAX_BLOCKS];
 	struct metrics_server *servers[MAX_BLOCKS];
@@ -303,6 +304,15 @@ metrics_client(struct worker *w, int delta)
 }
 
 void
+metrics_client_active(struct worker *w, int delta)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL)
+		COUNT(&mw->clients_active, delta);
+}
+
+void
 metrics_envelope(struct worker *w, const struct config_route *route,
     enum metrics_direction direction, enum metrics_envelope_result result)
 {
@@ -556,13 +566,14 @@ void
 metrics_write(struct evbuffer *out)
 {
 	uint64_t spliced = 0, copied = 0;
-	int64_t clients = 0;
+	int64_t clients = 0, active = 0;
 	unsigned i;
 
 	for (i = 0; i < nworkers; i++) {
 		spliced += READ(&workers[i].bytes_spliced);
 		copied += READ(&workers[i].bytes_copied);
 		clients += READ(&workers[i].clients);
+		active += READ(&workers[i].clients_active);
 	}
 	metrics_write_requests(out);
 	metrics_write_upstreams(out);
@@ -573,8 +584,9 @@ metrics_write(struct evbuffer *out)
 	evbuffer_add_printf(out, "%s %llu\n", metric_names[METRIC_BYTES_COPIED],
 	    (unsigned long long)copied);
 	metrics_head(out, METRIC_CONNECTIONS);
-	evbuffer_add_printf(out, "%s{state=\"open\"} %lld\n", metric_names[METRIC_CONNECTIONS],
-	    (long long)clients);
+	evbuffer_add_printf(out, "%s{state=\"active\"} %lld\n%s{state=\"idle\"} %lld\n",
+	    metric_names[METRIC_CONNECTIONS], (long long)active,
+	    metric_names[METRIC_CONNECTIONS], (long long)(clients - active));
 	metrics_head(out, METRIC_CONFIG_RELOADS);
 	evbuffer_add_printf(out, "%s{result=\"success\"} %llu\n",
 	    metric_names[METRIC_CONFIG_RELOADS], (unsigned long long)reloads[1]);

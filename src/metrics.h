@@ -37,7 +37,7 @@ struct worker;
 	X(BYTES_COPIED, "jsongate_bytes_copied_total", "counter", \
 	    "Rewritten body bytes that had to be copied.", "") \
 	X(CONNECTIONS, "jsongate_connections", "gauge", \
-	    "Client connections.", "state") \
+	    "Client connections: active (serving a request) or idle (keep-alive).", "state") \
 	X(CONFIG_RELOADS, "jsongate_config_reloads_total", "counter", \
 	    "Configuration reloads, by result.", "result") \
 	X(PROCESS_CPU, "process_cpu_seconds_total", "counter", \
@@ -97,6 +97,8 @@ void metrics_upstream_conns(struct worker *w, const struct config_server *server
     int d_idle);
 /* A client connection opened (+1) or closed (-1). */
 void metrics_client(struct worker *w, int delta);
+/* A client connection starts (+1) or ends (-1) serving a request; the rest are idle. */
+void metrics_client_active(struct worker *w, int delta);
 /* The envelope engine handled a body of route. */
 void metrics_envelope(struct worker *w, const struct config_route *route,
     enum metrics_direction direction, enum metrics_envelope_result result);

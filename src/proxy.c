@@ -165,6 +165,17 @@ client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 		evtimer_add(c->timer, conn_timeout_tv(c->timer, ms, &tv));
 }
 
+/* Every state change goes through here, so the active/idle connection gauges stay true. */
+static void
+client_set_state(struct client *c, enum client_state state)
+{
+	if (c->state == CLIENT_BUSY && state != CLIENT_BUSY)
+		metrics_client_active(c->w, -1);
+	else if (c->state != CLIENT_BUSY && state == CLIENT_BUSY)
+		metrics_client_active(c->w, 1);
+	c->state = state;
+}
+
 /* Close at once.  The memory goes back from the loop, so callers up the stack may still look
  * at c->state (CLIENT_DEAD) after this. */
 static void
@@ -183,7 +194,7 @@ client_free(struct client *c)
 		worker_runtime_unref(c->wr);
 		c->wr = NULL;
 	}
-	c->state = CLIENT_DEAD;
+	client_set_state(c, CLIENT_DEAD);
 	LIST_REMOVE(c, entry);
 	w->nclients--;
 	metrics_client(w, -1);
@@ -247,7 +258,7 @@ client_close_now(struct client *c)
 static void
 client_close_after_flush(struct client *c)
 {
-	c->state = CLIENT_CLOSING;
+	client_set_state(c, CLIENT_CLOSING);
 	client_timer_set(c, TIMER_OFF, 0);
 	conn_read_stop(&c->conn);
 	conn_flush(&c->conn);
@@ -361,7 +372,7 @@ client_request_end(struct client *c)
 		client_close_after_flush(c);
 		return;
 	}
-	c->state = CLIENT_IDLE;
+	client_set_state(c, CLIENT_IDLE);
 	conn_set_timeouts(&c->conn, 0, 0);
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
 	conn_read_start(&c->conn);
@@ -754,7 +765,7 @@ client_read_head(struct client *c)
 		r = HTTP_ERR_TOO_MANY_HEADERS;
 	}
 
-	c->state = CLIENT_BUSY;
+	client_set_state(c, CLIENT_BUSY);
 	client_timer_set(c, TIMER_OFF, 0);
 	client_now(&c->start);
 	c->status = 0;
@@ -1704,7 +1715,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 	if (++w->nclients >= w->max_clients)
 		worker_set_accepting(w, 0);
 	c->conn.read_max = FLOW_HIGH;
-	c->state = CLIENT_IDLE;
+	client_set_state(c, CLIENT_IDLE);
 	client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
 	conn_read_start(&c->conn);
 }

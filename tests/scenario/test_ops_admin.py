@@ -75,6 +75,10 @@ def healthz_503_while_draining(env):
     slow = env.client(gw.port)
     slow.send(build_request('GET', '/slow', [('Host', 'a')]))
     env.require('the slow request reached the upstream', wait_until(lambda: up.requests, 5))
+    text = scrape(env, aport)[1]
+    env.eq('the connection with a request in flight counts as active',
+           (value(text, 'jsongate_connections', state='active'),
+            value(text, 'jsongate_connections', state='idle')), (1, 0))
     gw.signal(signal.SIGTERM)
     gw.signalled = True
     # The signal is handled asynchronously: poll until it took effect.
@@ -149,7 +153,9 @@ def metrics_after_known_requests(env):
                                      outcome='unavailable'), 1)
     env.eq('a reload closes the idle pooled connections',
            value(s, uc, upstream='app', state='idle'), 0)
-    env.eq('client connections open (ours)', value(s, 'jsongate_connections', state='open'), 1)
+    env.eq('client connections: ours is idle between requests',
+           (value(s, 'jsongate_connections', state='idle'),
+            value(s, 'jsongate_connections', state='active')), (1, 0))
     rl = 'jsongate_config_reloads_total'
     env.eq('reloads', (value(s, rl, result='success'), value(s, rl, result='failure')), (1, 1))
     env.eq('bytes spliced type', fams['jsongate_bytes_spliced'].type, 'counter')
@@ -166,7 +172,7 @@ def metrics_after_known_requests(env):
 
     c.close()
     env.check('the closed client leaves the gauge', wait_until(lambda: value(
-        scrape(env, aport)[1], 'jsongate_connections', state='open') == 0, 5 * SLOW))
+        scrape(env, aport)[1], 'jsongate_connections', state='idle') == 0, 5 * SLOW))
 
 
 @T.case
