@@ -753,15 +753,16 @@ client_read_head(struct client *c)
 	}
 	if (len == 0)
 		return;
-	if (c->timer_mode == TIMER_KEEPALIVE)
-		client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
-
 	want = len < cfg->limits.max_header ? len : cfg->limits.max_header;
 	p = evbuffer_pullup(in, (ev_ssize_t)want);
 	r = http_parse_request((const char *)p, want, req);
 	if (r == HTTP_INCOMPLETE) {
-		if (len < cfg->limits.max_header)
+		if (len < cfg->limits.max_header) {
+			/* A head in pieces: from its first byte it has client_header to arrive. */
+			if (c->timer_mode == TIMER_KEEPALIVE)
+				client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
 			return;
+		}
 		r = HTTP_ERR_TOO_MANY_HEADERS;
 	}
 
