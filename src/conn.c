@@ -22,7 +22,7 @@
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
-static void conn_tls_flush(struct conn *c);
+static int conn_tls_drain(struct conn *c);
 static void conn_tls_run(struct conn *c);
 
 /* libevent's common timeouts: O(1) queues for durations that repeat, as ours do.  One
@@ -317,13 +317,9 @@ conn_drain(struct conn *c)
 void
 conn_flush(struct conn *c)
 {
-	if (c->connecting || c->error)
+	if (c->connecting || c->error || (c->ssl != NULL && c->handshaking))
 		return;
-	if (c->ssl != NULL) {
-		conn_tls_flush(c);
-		return;
-	}
-	if (conn_drain(c) != 0) {
+	if ((c->ssl != NULL ? conn_tls_drain(c) : conn_drain(c)) != 0) {
 		/* Report from the loop: the caller is in the middle of something. */
 		event_active(c->wev, EV_WRITE, 0);
 		return;
@@ -619,16 +615,3 @@ conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	conn_tls_run(c);
 }
 
-static void
-conn_tls_flush(struct conn *c)
-{
-	if (c->handshaking)
-		return;
-	if (conn_tls_drain(c) != 0) {
-		event_active(c->wev, EV_WRITE, 0);
-		return;
-	}
-	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
-	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
-		event_active(c->wev, EV_WRITE, 0);
-}

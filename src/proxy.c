@@ -122,6 +122,8 @@ static void proxy_respond_rewritten(struct client *c);
 static void proxy_collect_request_body(struct client *c);
 static void proxy_upstream_timeouts(struct client *c);
 static void proxy_drop_block(struct client *c);
+static int proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
+    struct evbuffer *dst);
 
 static const struct config *
 client_cfg(const struct client *c)
@@ -625,7 +627,7 @@ proxy_collect_request_body(struct client *c)
 	struct body_tls_text tls_text;
 	struct body_result res;
 	struct http_request *req = &w->req;
-	size_t n, consumed, off, dlen, ql;
+	size_t n, ql;
 	char msg[256];
 	int r;
 
@@ -638,18 +640,10 @@ proxy_collect_request_body(struct client *c)
 		c->req_done = c->req_left == 0;
 	} else {
 		while (!c->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = http_chunked_feed(&c->req_chunk, vec.iov_base, vec.iov_len, &consumed,
-			    &off, &dlen);
+			r = proxy_dechunk(&c->req_chunk, in, vec, c->body);
 			if (r == HTTP_CHUNKED_ERROR) {
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
-			}
-			if (r == HTTP_CHUNKED_DATA) {
-				evbuffer_drain(in, off);
-				evbuffer_remove_buffer(in, c->body, dlen);
-				evbuffer_drain(in, consumed - off - dlen);
-			} else {
-				evbuffer_drain(in, consumed);
 			}
 			c->req_done = r == HTTP_CHUNKED_DONE;
 		}
@@ -718,6 +712,28 @@ proxy_collect_request_body(struct client *c)
 	}
 	c->req_out_len = (int64_t)evbuffer_get_length(c->req_out_body);
 	proxy_connect(c);
+}
+
+/* Feed the first segment vec of in to a chunked decoder: payload moves to dst, framing is
+ * dropped.  Returns what http_chunked_feed said. */
+static int
+proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
+    struct evbuffer *dst)
+{
+	size_t consumed, off, dlen;
+	int r;
+
+	r = http_chunked_feed(ch, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
+	if (r == HTTP_CHUNKED_ERROR)
+		return r;
+	if (r == HTTP_CHUNKED_DATA) {
+		evbuffer_drain(in, off);
+		evbuffer_remove_buffer(in, dst, dlen);
+		evbuffer_drain(in, consumed - off - dlen);
+	} else {
+		evbuffer_drain(in, consumed);
+	}
+	return r;
 }
 
 /* Response ops may read request headers ($header.NAME) after the head has left the input. */
@@ -1443,7 +1459,7 @@ proxy_collect_response_body(struct client *c)
 {
 	struct evbuffer *in = c->up->conn.in;
 	struct evbuffer_iovec vec;
-	size_t n, consumed, off, dlen;
+	size_t n;
 	int r, done = 0;
 
 	switch (c->resp_mode) {
@@ -1462,18 +1478,10 @@ proxy_collect_response_body(struct client *c)
 		break;
 	case BODY_CHUNKED:
 		while (!done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = http_chunked_feed(&c->resp_chunk, vec.iov_base, vec.iov_len, &consumed,
-			    &off, &dlen);
+			r = proxy_dechunk(&c->resp_chunk, in, vec, c->body);
 			if (r == HTTP_CHUNKED_ERROR) {
 				proxy_invalid_response(c);
 				return;
-			}
-			if (r == HTTP_CHUNKED_DATA) {
-				evbuffer_drain(in, off);
-				evbuffer_remove_buffer(in, c->body, dlen);
-				evbuffer_drain(in, consumed - off - dlen);
-			} else {
-				evbuffer_drain(in, consumed);
 			}
 			done = r == HTTP_CHUNKED_DONE;
 			if (!done && evbuffer_get_length(c->body) > client_cfg(c)->limits.max_body)
