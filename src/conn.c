@@ -24,6 +24,7 @@ static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static int conn_tls_drain(struct conn *c);
 static void conn_tls_run(struct conn *c);
+static int conn_tls_has_input(const struct conn *c);
 
 /* libevent's common timeouts: O(1) queues for durations that repeat, as ours do.  One
  * small cache per thread, since each thread runs its own event base. */
@@ -279,7 +280,7 @@ conn_read_start(struct conn *c)
 	c->reading = 1;
 	conn_update_timers(c);
 	/* Data (or EOF) may have arrived while we were not reading: its edge is gone. */
-	if (c->readable)
+	if (c->readable || (c->ssl != NULL && conn_tls_has_input(c)))
 		event_active(c->rev, EV_READ, 0);
 }
 
@@ -460,6 +461,16 @@ conn_tls_handshake(struct conn *c)
 	}
 }
 
+/* Input to decrypt: the socket had an edge not yet read to its end, or OpenSSL holds bytes
+ * it read already.  It reads whatever the socket has whenever it needs to read, also in a
+ * handshake or SSL_write run from the write edge: those bytes are then in its buffer and
+ * the socket is empty, so epoll reports no read edge for them and only this test finds them. */
+static int
+conn_tls_has_input(const struct conn *c)
+{
+	return c->tls_read_wants_write ? c->writable : c->readable || SSL_has_pending(c->ssl);
+}
+
 /* Decrypt into the input until the socket is empty, the input full, or the peer closed. */
 static int
 conn_tls_fill(struct conn *c)
@@ -468,7 +479,7 @@ conn_tls_fill(struct conn *c)
 	size_t have, want, got, room;
 	int nvec, i, n = 1, what = 0;
 
-	while (!c->eof && (c->tls_read_wants_write ? c->writable : c->readable)) {
+	while (!c->eof && conn_tls_has_input(c)) {
 		have = evbuffer_get_length(c->in);
 		if (have >= c->read_max)
 			break;

@@ -1,0 +1,183 @@
+/* The connection layer's edge bookkeeping over TLS, on a socketpair with a real OpenSSL peer.
+ * Each case sets up the order of socket events that once lost input, so it runs the same way
+ * every time instead of waiting for a load test to hit the race. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "config.h"
+#include "conn.h"
+#include "tls.h"
+
+static const char request[] = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+
+static char dir[] = "/tmp/check_conn.XXXXXX";
+static char cert_path[64], key_path[64];
+
+/* A self-signed P-256 certificate for this run, written where tls_server_new reads it. */
+static void
+make_certificate(void)
+{
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *x = X509_new();
+	X509_NAME *name;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(cert_path, sizeof(cert_path), "%s/cert.pem", dir);
+	snprintf(key_path, sizeof(key_path), "%s/key.pem", dir);
+	ck_assert_ptr_nonnull(key);
+	ck_assert_ptr_nonnull(x);
+	ck_assert_int_eq(X509_set_version(x, 2), 1);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), -60);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	ck_assert_int_eq(X509_set_pubkey(x, key), 1);
+	name = X509_get_subject_name(x);
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost",
+	    -1, -1, 0);
+	ck_assert_int_eq(X509_set_issuer_name(x, name), 1);
+	ck_assert_int_gt(X509_sign(x, key, EVP_sha256()), 0);
+	ck_assert_ptr_nonnull(f = fopen(cert_path, "w"));
+	ck_assert_int_eq(PEM_write_X509(f, x), 1);
+	fclose(f);
+	ck_assert_ptr_nonnull(f = fopen(key_path, "w"));
+	ck_assert_int_eq(PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL, NULL), 1);
+	fclose(f);
+	X509_free(x);
+	EVP_PKEY_free(key);
+}
+
+static void
+remove_certificate(void)
+{
+	unlink(cert_path);
+	unlink(key_path);
+	rmdir(dir);
+}
+
+static void
+tls_error(void *arg, enum tls_setting at, size_t index, const char *msg)
+{
+	(void)arg;
+	(void)at;
+	(void)index;
+	ck_abort_msg("tls_server_new: %s", msg);
+}
+
+static int events_seen;
+
+static void
+on_conn(struct conn *c, int what, void *arg)
+{
+	(void)c;
+	(void)arg;
+	events_seen |= what;
+}
+
+/* Run the server's loop until nothing is ready (one pass of each event ready now). */
+static void
+run_loop(struct event_base *base)
+{
+	int i;
+
+	for (i = 0; i < 8; i++)
+		event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+/*
+ * The client's Finished and its first request arrive while the server waits for them, and
+ * the server handles the socket's write edge before any read edge is reported.  The handshake
+ * run from that edge reads both records (read-ahead); the socket is then empty, so epoll will
+ * report no read edge for the request.  The connection must still deliver it.
+ */
+START_TEST(tls_request_read_during_handshake_on_write_edge)
+{
+	struct config_tls_cert pair = { cert_path, key_path };
+	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
+		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3 };
+	struct event_base *base = event_base_new();
+	struct tls_server *ts;
+	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+	SSL *client;
+	struct conn srv;
+	event_callback_fn write_cb;
+	char got[sizeof(request)];
+	int sv[2], i, rc = -1;
+
+	ck_assert_ptr_nonnull(base);
+	ck_assert_ptr_nonnull(cctx);
+	ck_assert_ptr_nonnull(ts = tls_server_new(&cfg, tls_error, NULL));
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	ck_assert_int_eq(conn_init(&srv, base, sv[0], on_conn, NULL), 0);
+	ck_assert_int_eq(tls_accept(&srv, ts), 0);
+	conn_read_start(&srv);
+
+	SSL_CTX_set_verify(cctx, SSL_VERIFY_NONE, NULL);
+	ck_assert_ptr_nonnull(client = SSL_new(cctx));
+	SSL_set_fd(client, sv[1]);
+	SSL_set_connect_state(client);
+	/* ClientHello, the server's flight, then the client's Finished: the client is done
+	 * and the server has not yet looked at the socket again. */
+	for (i = 0; i < 10 && (rc = SSL_do_handshake(client)) != 1; i++)
+		run_loop(base);
+	ck_assert_int_eq(rc, 1);
+	ck_assert_int_eq(srv.handshaking, 1);
+	ck_assert_int_eq(SSL_write(client, request, (int)strlen(request)), (int)strlen(request));
+
+	/* The write edge first, as epoll reports it when only the ACK of the flight was seen. */
+	write_cb = event_get_callback(srv.wev);
+	write_cb(srv.fd, EV_WRITE, event_get_callback_arg(srv.wev));
+	run_loop(base);
+
+	ck_assert_int_eq(srv.handshaking, 0);
+	ck_assert_msg(events_seen & CONN_READ, "the request was never reported (events 0x%x)",
+	    events_seen);
+	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
+	ck_assert_int_eq(evbuffer_remove(srv.in, got, sizeof(got)), (int)strlen(request));
+	ck_assert_mem_eq(got, request, strlen(request));
+
+	conn_close(&srv);
+	SSL_free(client);
+	close(sv[1]);
+	SSL_CTX_free(cctx);
+	tls_server_free(ts);
+	event_base_free(base);
+}
+END_TEST
+
+static Suite *
+conn_suite(void)
+{
+	Suite *s = suite_create("conn");
+	TCase *tc = tcase_create("tls");
+
+	tcase_add_unchecked_fixture(tc, make_certificate, remove_certificate);
+	tcase_add_test(tc, tls_request_read_during_handshake_on_write_edge);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(conn_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
