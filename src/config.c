@@ -744,6 +744,9 @@ static const struct config_field config_listener_tls_fields[] = {
 	    "PEM file of the CAs client certificates are verified against"),
 	F_ENUM("verify_client", struct config_listener_tls, verify_client, "off",
 	    config_verify_clients, "client certificates: off, on (required) or optional"),
+	F_ENUM("session_tickets", struct config_listener_tls, session_tickets, "true",
+	    config_booleans, "resume sessions with tickets (keys shared by the workers, "
+	    "rotated hourly): true or false (every handshake a full one)"),
 };
 static const struct config_section config_listener_tls_section =
     CONFIG_SECTION_OF(config_listener_tls_fields);

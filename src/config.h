@@ -61,6 +61,7 @@ struct config_listener_tls {
 	char *ciphers;                  /* TLS 1.2 cipher list; NULL: OpenSSL's default */
 	char *client_ca;                /* PEM CAs client certificates are checked against */
 	enum verify_client verify_client;   /* default off */
+	int session_tickets;            /* 1 (default): resumption by tickets; 0: none */
 	struct tls_server *ctx;         /* built at load, so that certificate errors show */
 };
 

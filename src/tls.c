@@ -367,10 +367,15 @@ tls_server_ctx(const struct config_listener_tls *cfg, size_t index, tls_error_fn
 	    sizeof(TLS_SID_CONTEXT) - 1);
 	/* Resumption by tickets only: no per-context cache to lock and fill. */
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-	SSL_CTX_set_num_tickets(ctx, 1);
+	if (!cfg->session_tickets) {
+		SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+		SSL_CTX_set_num_tickets(ctx, 0);
+	} else {
+		SSL_CTX_set_num_tickets(ctx, 1);
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
-	SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, tls_ticket_cb);
+		SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, tls_ticket_cb);
 #endif
+	}
 	/* Reported once, for the first certificate: the setting is the same for all. */
 	if (cfg->ciphers != NULL && SSL_CTX_set_cipher_list(ctx, cfg->ciphers) != 1) {
 		ERR_clear_error();

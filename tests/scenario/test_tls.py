@@ -402,6 +402,28 @@ def resumption(env):
            [False, True, True, True])
 
 
+@T.case
+def session_tickets_off(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address, session_tickets=False)
+    req = b'GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n'
+    for flag in ('-tls1_3', '-tls1_2'):
+        sess = os.path.join(env.tmp, 'sess-off' + flag)
+        out, rc = s_client(env, gw.port, flag, '-servername', 'a.test', '-sess_out', sess,
+                           '-ign_eof', stdin=req)
+        env.check('%s without tickets: the request is answered' % flag,
+                  'HTTP/1.1 200 OK' in out, out[-600:])
+        env.check('%s without tickets: no ticket is sent' % flag,
+                  'TLS session ticket:' not in out, out[-600:])
+        # s_client saves a session only when there is one to resume
+        resume = ['-sess_in', sess] if os.path.exists(sess) else []
+        out, rc = s_client(env, gw.port, flag, '-servername', 'a.test', '-ign_eof', *resume,
+                           stdin=req)
+        env.check('%s without tickets: the next connection is a full handshake' % flag,
+                  re.search(r'^New, ', out, re.M) and not re.search(r'^Reused, ', out, re.M),
+                  out[-600:])
+
+
 # ------------------------------------------------------------------ upstreams
 
 @T.case

@@ -107,7 +107,7 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 {
 	struct config_tls_cert pair = { cert_path, key_path };
 	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
-		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3 };
+		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3, .session_tickets = 1 };
 	struct event_base *base = event_base_new();
 	struct tls_server *ts;
 	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
