@@ -265,6 +265,10 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 	if ((ecfg = event_config_new()) == NULL)
 		return -1;
 	event_config_set_flag(ecfg, EVENT_BASE_FLAG_NOLOCK);
+	/* A connection's read and write events go to epoll as one change when it opens and one
+	 * when it closes (2 epoll_ctl calls, not 4).  libevent warns against this for file
+	 * descriptors shared by dup(); no socket we watch is ever duplicated. */
+	event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
 	w->base = event_base_new_with_config(ecfg);
 	event_config_free(ecfg);
 	if (w->base == NULL)
