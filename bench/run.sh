@@ -13,12 +13,17 @@ markdown table (also written to bench/results/latest.md).
 
 Environment:
   DURATION=10          seconds of each measured wrk run
+  ROUNDS=3             measured runs of each row, taken in turns (A B A B ...); the table
+                       shows the median run of each row and the spread of CPU per request
   WARMUP=3             seconds of wrk warm-up before each measured run (0: none)
   SIZES="1k 16k 256k 1m"  body sizes (bytes, k or m suffix)
   CONNECTIONS=16       wrk connections (one wrk thread)
                        (the *-tls variants speak TLS 1.3 with an ECDSA P-256 certificate made
                        for the run; the *-tls-close ones send Connection: close, so every
-                       request pays a full handshake)
+                       request opens a connection and does a handshake, which resumes the
+                       session of the one before (wrk keeps it); the *-tls-full ones do the
+                       same against proxies with session resumption off: every handshake is
+                       a full one)
   IDLE_CLIENTS=10000   idle keep-alive connections for the idle-RSS test (0: skip it)
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
@@ -45,6 +50,7 @@ ROOT_DIR=$(dirname "$BENCH_DIR")
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
+ROUNDS=${ROUNDS:-3}
 SIZES=${SIZES:-1k 16k 256k 1m}
 CONNECTIONS=${CONNECTIONS:-16}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
@@ -81,6 +87,8 @@ VARIANTS=(
 	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
 	"nginx-tls-close     nginx     nginx-proxy-tls.conf.in  tls-close"
 	"jsongate-tls-close  jsongate  jsongate-tls.yaml.in     tls-close"
+	"nginx-tls-full      nginx     nginx-proxy-tls-full.conf.in  tls-close"
+	"jsongate-tls-full   jsongate  jsongate-tls-full.yaml.in     tls-close"
 	"jsongate-unwrap     jsongate  jsongate-unwrap.yaml.in  http  unwrap   bytes"
 	"jsongate-reshape    jsongate  jsongate-reshape.yaml.in http  reshape  bytes"
 	"nginx-lua-unwrap    nginx_lua nginx-lua-unwrap.conf.in http  unwrap   json"
@@ -91,6 +99,7 @@ RATIOS=(
 	"jsongate/nginx"
 	"jsongate-tls/nginx-tls"
 	"jsongate-tls-close/nginx-tls-close"
+	"jsongate-tls-full/nginx-tls-full"
 	"jsongate-unwrap/jsongate"
 	"jsongate-reshape/jsongate"
 	"nginx-lua-unwrap/jsongate-unwrap"
@@ -338,11 +347,12 @@ proxy_start() { # proxy_start NAME MAX_CONNECTIONS
 # Checks
 
 is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
-for knob in DURATION WARMUP CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU; do
+for knob in DURATION WARMUP ROUNDS CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU; do
 	is_uint "${!knob}" || die "$knob must be a non-negative integer (got '${!knob}')"
 done
 { [ "$DURATION" -ge 1 ] && [ "$DURATION" -le 600 ]; } || die "DURATION must be 1..600 seconds"
 [ "$WARMUP" -le 600 ] || die "WARMUP must be 0..600 seconds"
+{ [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 99 ]; } || die "ROUNDS must be 1..99"
 [ "$CONNECTIONS" -ge 1 ] || die "CONNECTIONS must be at least 1"
 [ "$PROXY_CPU" != "$LOAD_CPU" ] || die "PROXY_CPU and LOAD_CPU must differ"
 for size in $SIZES; do
@@ -423,7 +433,10 @@ done
 # ---------------------------------------------------------------------------------------------
 # Load runs
 
-declare -A CPU_US RPS P50 P99 HWM NOTE
+# Per row (SIZE|NAME): the median run's figures, the spread of CPU per request over the runs,
+# the highest peak RSS and every run's wrk errors. Per run (SIZE|NAME|ROUND): RUN_*.
+declare -A CPU_US RPS P50 P99 HWM NOTE SPREAD
+declare -A RUN_CPU RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
 # wrk's latency (e.g. 312.00us, 1.23ms, 2.01s) in microseconds.
 to_us() {
@@ -461,32 +474,53 @@ verify_proxy() { # verify_proxy NAME SIZE
 	fi || die "$1 does not answer $2.json as expected ($(variant_field "$1" 4 pass))"
 }
 
-measure() { # measure NAME SIZE
-	local name=$1 size=$2 key="$2|$1" out t0 t1 requests errors
+measure() { # measure NAME SIZE ROUND
+	local name=$1 size=$2 key="$2|$1|$3" out t0 t1 requests errors
 	CLIENT_MODE=$(variant_field "$name" 3)
 	proxy_start "$name" "$LOAD_MAX_CONNECTIONS"
 	verify_proxy "$name" "$size"
 	if [ "$WARMUP" -gt 0 ]; then
 		run_wrk "$WARMUP" "$PROXY_PORT" "$size" "$RUNDIR/wrk-$name-$size-warmup.txt"
 	fi
-	out=$RUNDIR/wrk-$name-$size.txt
+	out=$RUNDIR/wrk-$name-$size-$3.txt
 	# shellcheck disable=SC2086 # pid lists
 	t0=$(cpu_ticks $PROXY_CPU_PIDS)
 	run_wrk "$DURATION" "$PROXY_PORT" "$size" "$out" --latency
 	# shellcheck disable=SC2086
 	t1=$(cpu_ticks $PROXY_CPU_PIDS)
-	HWM[$key]=$(status_kb "$PROXY_MEM_PID" VmHWM)
+	RUN_HWM[$key]=$(status_kb "$PROXY_MEM_PID" VmHWM)
 	stop_pid "$PROXY_MAIN"
 
 	requests=$(awk '/ requests in / { print $1 }' "$out")
 	{ is_uint "$requests" && [ "$requests" -gt 0 ]; } || die "no requests completed by $name at $size: $(cat "$out")"
-	CPU_US[$key]=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
-	RPS[$key]=$(awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$out")
-	P50[$key]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
-	P99[$key]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
+	RUN_CPU[$key]=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RUN_RPS[$key]=$(awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$out")
+	RUN_P50[$key]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
+	RUN_P99[$key]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
 	errors=$(awk '/Socket errors:|Non-2xx/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$out")
-	NOTE[$key]=$errors
-	log "  $size $name: ${CPU_US[$key]} µs/req, ${RPS[$key]} req/s${errors:+ ($errors)}"
+	RUN_NOTE[$key]=$errors
+	log "  $size $name (round $3): ${RUN_CPU[$key]} µs/req, ${RUN_RPS[$key]} req/s${errors:+ ($errors)}"
+}
+
+# A row's figures are those of its run with the median CPU per request (of an even number of
+# runs, the lower middle one): one noisy run, either way, does not move the table.
+pick_median() { # pick_median NAME SIZE
+	local row="$2|$1" round median notes="" hwm=0
+	median=$(for round in $(seq "$ROUNDS"); do
+		printf '%s %s\n' "${RUN_CPU[$row|$round]}" "$round"
+	done | sort -g | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2) { print $2 }')
+	CPU_US[$row]=${RUN_CPU[$row|$median]}
+	RPS[$row]=${RUN_RPS[$row|$median]}
+	P50[$row]=${RUN_P50[$row|$median]}
+	P99[$row]=${RUN_P99[$row|$median]}
+	SPREAD[$row]=$(for round in $(seq "$ROUNDS"); do echo "${RUN_CPU[$row|$round]}"; done |
+		sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf (hi < 100 ? "%.1f–%.1f\n" : "%.0f–%.0f\n"), lo, hi }')
+	for round in $(seq "$ROUNDS"); do
+		[ "${RUN_HWM[$row|$round]}" -gt "$hwm" ] && hwm=${RUN_HWM[$row|$round]}
+		[ -z "${RUN_NOTE[$row|$round]}" ] || notes="$notes${RUN_NOTE[$row|$round]}"
+	done
+	HWM[$row]=$hwm
+	NOTE[$row]=$notes
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -532,8 +566,13 @@ STARTED=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for size in $SIZES; do
 	log "size $size"
+	for round in $(seq "$ROUNDS"); do
+		for name in $PROXIES; do
+			measure "$name" "$size" "$round"
+		done
+	done
 	for name in $PROXIES; do
-		measure "$name" "$size"
+		pick_median "$name" "$size"
 	done
 done
 if [ "$IDLE_CLIENTS" -gt 0 ]; then
@@ -579,15 +618,16 @@ report() {
 	printf -- '- machine: %s; CPU: %s (%s CPUs)\n' "$(uname -srm)" "${cpu_model:-unknown}" "$(nproc --all 2>/dev/null || echo '?')"
 	printf -- '- versions: %s\n' "$versions"
 	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
-	printf -- '- settings: DURATION=%s WARMUP=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n\n' \
-		"$DURATION" "$WARMUP" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
-	printf '| size | proxy | CPU µs/req | req/s | p50 | p99 | peak RSS |\n'
-	printf '|---|---|---:|---:|---:|---:|---:|\n'
+	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
+		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
+	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs\n\n' "$ROUNDS"
+	printf '| size | proxy | CPU µs/req | CPU range | req/s | p50 | p99 | peak RSS |\n'
+	printf '|---|---|---:|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for name in $PROXIES; do
 			key="$size|$name"
-			printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
-				"$(fmt_cpu "${CPU_US[$key]}")" "${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
+			printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
+				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
 				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")"
 		done
 	done
@@ -603,7 +643,7 @@ report() {
 		done
 	done
 	if [ -n "$ratios" ]; then
-		printf '\nCPU per request, ratio (below 1.0: the first uses less CPU):\n\n%s' "$ratios"
+		printf '\nCPU per request, ratio of the medians (below 1.0: the first uses less CPU):\n\n%s' "$ratios"
 	fi
 	if [ "$IDLE_CLIENTS" -gt 0 ]; then
 		printf '\nRSS with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
