@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -18,6 +20,8 @@
 #define CONN_READ_CHUNK (64 * 1024)
 /* A full TLS record's payload: smaller output pieces are gathered into one record. */
 #define CONN_TLS_RECORD 16384
+/* The most held back (a TLS 1.3 session ticket is a few hundred bytes; more goes out). */
+#define CONN_TLS_HOLD_MAX 4096
 
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
@@ -96,9 +100,11 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->error = 0;
 	c->readable = c->reading = c->connecting = c->eof = c->want_drained = 0;
 	c->handshaking = c->tls_read_wants_write = c->tls_write_wants_read = 0;
-	c->tls_failed = c->tls_fatal = 0;
+	c->tls_failed = c->tls_fatal = c->tls_holding = c->tls_held_wait = 0;
 	c->ssl = NULL;
 	c->tls_err = 0;
+	c->tls_held = NULL;
+	c->tls_held_len = 0;
 	c->writable = 1;
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
@@ -132,11 +138,14 @@ conn_close(struct conn *c)
 		return;
 	if (c->ssl != NULL) {
 		/* Best effort close_notify; never after a fatal error (OpenSSL forbids it). */
+		c->tls_holding = 0;
 		if (!c->handshaking && !c->tls_fatal)
 			SSL_shutdown(c->ssl);
 		SSL_free(c->ssl);
 		c->ssl = NULL;
 		ERR_clear_error();
+		free(c->tls_held);
+		c->tls_held = NULL;
 	}
 	event_free(c->rev);
 	event_free(c->wev);
@@ -418,13 +427,128 @@ conn_tls_fatal(struct conn *c, int sslerr)
 	return CONN_ERROR;
 }
 
+/*
+ * Records go to the socket through our own BIO, so that some can be held back and sent with
+ * the next ones in one write: a TLS 1.3 server's session ticket, made when the handshake ends,
+ * goes out with the first response instead of in a segment of its own.  Anything else is
+ * written at once, as a socket BIO would.
+ */
+static BIO_METHOD *conn_bio_method;
+static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
+
+/* Send the held records, then data: what was taken of data, or -1 (errno set, and a retry
+ * flag on b when the socket is full). */
+static int
+conn_bio_write(BIO *b, const char *data, int len)
+{
+	struct conn *c = BIO_get_data(b);
+	struct iovec iov[2];
+	ssize_t n;
+	char *p;
+
+	BIO_clear_retry_flags(b);
+	if (c->tls_holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
+		if (c->tls_held == NULL && (c->tls_held = malloc(CONN_TLS_HOLD_MAX)) == NULL) {
+			errno = ENOMEM;
+			return -1;
+		}
+		memcpy(c->tls_held + c->tls_held_len, data, (size_t)len);
+		c->tls_held_len += (size_t)len;
+		return len;
+	}
+	iov[0].iov_base = c->tls_held;
+	iov[0].iov_len = c->tls_held_len;
+	iov[1].iov_base = (char *)data;
+	iov[1].iov_len = (size_t)len;
+	do
+		n = c->tls_held_len != 0 ? writev(c->fd, iov, 2) : write(c->fd, data, (size_t)len);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			BIO_set_retry_write(b);
+		return -1;
+	}
+	if ((size_t)n < c->tls_held_len) {
+		p = c->tls_held;
+		memmove(p, p + n, c->tls_held_len - (size_t)n);
+		c->tls_held_len -= (size_t)n;
+		c->tls_held_wait = 0;
+		BIO_set_retry_write(b);         /* the socket is full: wait for its edge */
+		errno = EAGAIN;
+		return -1;
+	}
+	n -= (ssize_t)c->tls_held_len;
+	c->tls_held_len = 0;
+	/* Only handshakes hold records often: an open connection keeps no buffer for it. */
+	if (!c->handshaking) {
+		free(c->tls_held);
+		c->tls_held = NULL;
+	}
+	if (n == 0 && len > 0) {
+		BIO_set_retry_write(b);
+		errno = EAGAIN;
+		return -1;
+	}
+	return (int)n;
+}
+
+/* OpenSSL flushes after each flight; held records wait for ours. */
+static long
+conn_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	(void)b;
+	(void)num;
+	(void)ptr;
+	return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static void
+conn_bio_make(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "conn");
+
+	if (m != NULL && (BIO_meth_set_write(m, conn_bio_write) != 1 ||
+	    BIO_meth_set_ctrl(m, conn_bio_ctrl) != 1)) {
+		BIO_meth_free(m);
+		m = NULL;
+	}
+	conn_bio_method = m;
+}
+
+/* Send what is held: 0 when nothing is left, 1 when the socket is full, CONN_ERROR. */
+static int
+conn_tls_send_held(struct conn *c)
+{
+	BIO *b = SSL_get_wbio(c->ssl);
+
+	if (c->tls_held_len == 0)
+		return 0;
+	if (conn_bio_write(b, "", 0) >= 0)
+		return 0;
+	if (BIO_should_retry(b)) {
+		c->writable = 0;
+		return 1;
+	}
+	c->error = errno;
+	c->tls_fatal = 1;
+	return CONN_ERROR;
+}
+
 int
 conn_start_tls(struct conn *c, struct ssl_st *ssl)
 {
-	if (SSL_set_fd(ssl, c->fd) != 1) {
-		ERR_clear_error();
-		return -1;
+	BIO *rbio, *wbio;
+
+	pthread_once(&conn_bio_once, conn_bio_make);
+	if (conn_bio_method == NULL || (rbio = BIO_new_socket(c->fd, BIO_NOCLOSE)) == NULL)
+		goto fail;
+	if ((wbio = BIO_new(conn_bio_method)) == NULL) {
+		BIO_free(rbio);
+		goto fail;
 	}
+	BIO_set_data(wbio, c);
+	BIO_set_init(wbio, 1);
+	SSL_set_bio(ssl, rbio, wbio);
 	c->ssl = ssl;
 	c->handshaking = 1;
 	conn_update_timers(c);
@@ -434,6 +558,9 @@ conn_start_tls(struct conn *c, struct ssl_st *ssl)
 	else if (!c->connecting)
 		event_active(c->wev, EV_WRITE, 0);
 	return 0;
+fail:
+	ERR_clear_error();
+	return -1;
 }
 
 /* One step of the handshake: CONN_CONNECTED (client side) or 0 when done or waiting. */
@@ -443,9 +570,25 @@ conn_tls_handshake(struct conn *c)
 	int n, err;
 
 	ERR_clear_error();
+	/* A TLS 1.3 server has sent its last flight when the handshake ends; what it writes
+	 * next, before our first response, is session tickets (OpenSSL makes them in the
+	 * first SSL_read): hold them for that response.  Flights, and TLS 1.2's last one
+	 * that the client waits for, go at once. */
+	c->tls_holding = SSL_is_server(c->ssl);
 	n = SSL_do_handshake(c->ssl);
+	if (n == 1 && SSL_is_server(c->ssl) && SSL_version(c->ssl) == TLS1_3_VERSION) {
+		c->tls_held_wait = 1;
+	} else {
+		c->tls_holding = 0;
+		if (conn_tls_send_held(c) == CONN_ERROR)
+			return CONN_ERROR;
+	}
 	if (n == 1) {
 		c->handshaking = 0;
+		if (c->tls_held_len == 0) {
+			free(c->tls_held);
+			c->tls_held = NULL;
+		}
 		return SSL_is_server(c->ssl) ? 0 : CONN_CONNECTED;
 	}
 	switch ((err = SSL_get_error(c->ssl, n))) {
@@ -558,6 +701,7 @@ conn_tls_drain(struct conn *c)
 			p = vec.iov_base;
 			len = vec.iov_len > INT_MAX ? INT_MAX : vec.iov_len;
 		}
+		c->tls_holding = 0;     /* what is held goes with this */
 		n = SSL_write(c->ssl, p, (int)len);
 		if (n > 0) {
 			c->tls_write_wants_read = 0;
@@ -585,6 +729,11 @@ conn_tls_run(struct conn *c)
 {
 	int what = 0;
 
+	/* The rest of a flight or a close_notify the socket did not take. */
+	if (c->tls_held_len != 0 && !c->tls_held_wait && c->writable &&
+	    (what = conn_tls_send_held(c)) == CONN_ERROR)
+		goto report;
+	what = 0;
 	if (c->handshaking) {
 		what = conn_tls_handshake(c);
 		if (c->handshaking || (what & CONN_ERROR))

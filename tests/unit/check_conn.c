@@ -1,6 +1,6 @@
-/* The connection layer's edge bookkeeping over TLS, on a socketpair with a real OpenSSL peer.
- * Each case sets up the order of socket events that once lost input, so it runs the same way
- * every time instead of waiting for a load test to hit the race. */
+/* The connection layer over TLS, on a socketpair with a real OpenSSL peer: the order of socket
+ * events that once lost input, set up so it runs the same way every time instead of waiting
+ * for a load test to hit the race; and the session ticket held back for the first response. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include "tls.h"
 
 static const char request[] = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+static const char response[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
 
 static char dir[] = "/tmp/check_conn.XXXXXX";
 static char cert_path[64], key_path[64];
@@ -114,7 +115,8 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	SSL *client;
 	struct conn srv;
 	event_callback_fn write_cb;
-	char got[sizeof(request)];
+	SSL_SESSION *session;
+	char got[sizeof(response) > sizeof(request) ? sizeof(response) : sizeof(request)];
 	int sv[2], i, rc = -1;
 
 	ck_assert_ptr_nonnull(base);
@@ -146,8 +148,23 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	ck_assert_msg(events_seen & CONN_READ, "the request was never reported (events 0x%x)",
 	    events_seen);
 	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
-	ck_assert_int_eq(evbuffer_remove(srv.in, got, sizeof(got)), (int)strlen(request));
+	ck_assert_int_eq(evbuffer_remove(srv.in, got, strlen(request)), (int)strlen(request));
 	ck_assert_mem_eq(got, request, strlen(request));
+
+	/* The session ticket made at the end of the handshake is held back, not sent alone... */
+	ck_assert_uint_gt(srv.tls_held_len, 0);
+	ck_assert_int_eq(recv(sv[1], got, 1, MSG_PEEK), -1);
+	/* ...and goes out with the response, in one write. */
+	evbuffer_add(srv.out, response, strlen(response));
+	conn_flush(&srv);
+	ck_assert_uint_eq(srv.tls_held_len, 0);
+	ck_assert_uint_eq(evbuffer_get_length(srv.out), 0);
+	ck_assert_int_eq(SSL_read(client, got, sizeof(got)), (int)strlen(response));
+	ck_assert_mem_eq(got, response, strlen(response));
+	session = SSL_get1_session(client);
+	ck_assert_msg(session != NULL && SSL_SESSION_is_resumable(session),
+	    "the client got no session ticket");
+	SSL_SESSION_free(session);
 
 	conn_close(&srv);
 	SSL_free(client);
