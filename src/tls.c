@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +33,16 @@
 #define TLS_TICKET_ROTATE       3600
 #define TLS_SID_CONTEXT         "jsongate"
 
+/* Shared by the configuration that built it and every connection accepted with it: a
+ * handshake still running after a reload freed that configuration picks its certificate from
+ * here (the SNI callback), so the last of them frees it. */
 struct tls_server {
 	SSL_CTX **ctxs;                 /* one per certificate, in configuration order */
 	size_t n;
+	atomic_int refs;
 };
+
+static int tls_server_index = -1;       /* a connection's tls_server, in its SSL */
 
 struct tls_client {
 	SSL_CTX *ctx;
@@ -281,17 +288,31 @@ tls_ticket_cb(SSL *ssl, unsigned char name[16], unsigned char *iv, EVP_CIPHER_CT
 
 /* --- listeners -------------------------------------------------------------------------- */
 
+/* OpenSSL frees a connection's SSL: its reference to the tls_server goes with it. */
+static void
+tls_server_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+    void *argp)
+{
+	(void)parent;
+	(void)ad;
+	(void)idx;
+	(void)argl;
+	(void)argp;
+	tls_server_free(ptr);
+}
+
 /* The certificate for the name the client asked for; exact names win over wildcards. */
 static int
 tls_servername_cb(SSL *ssl, int *alert, void *arg)
 {
-	struct tls_server *ts = arg;
+	struct tls_server *ts = SSL_get_ex_data(ssl, tls_server_index);
 	const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
 	size_t i, pass;
 	X509 *x;
 
 	(void)alert;
-	if (name == NULL || ts->n < 2)
+	(void)arg;
+	if (name == NULL || ts == NULL || ts->n < 2)
 		return SSL_TLSEXT_ERR_OK;
 	for (pass = 0; pass < 2; pass++) {
 		for (i = 0; i < ts->n; i++) {
@@ -421,6 +442,13 @@ tls_server_new(const struct config_listener_tls *cfg, tls_error_fn fn, void *arg
 	size_t i;
 	int failed = 0;
 
+	/* Made at the first load, in the main thread, before any worker runs. */
+	if (tls_server_index < 0 && (tls_server_index = SSL_get_ex_new_index(0, NULL, NULL,
+	    NULL, tls_server_ex_free)) < 0) {
+		tls_report(fn, arg, TLS_AT_NONE, 0, "cannot register with OpenSSL: %s",
+		    tls_last_reason());
+		return NULL;
+	}
 	if ((ts = calloc(1, sizeof(*ts))) == NULL ||
 	    (ts->ctxs = calloc(cfg->ncerts ? cfg->ncerts : 1, sizeof(*ts->ctxs))) == NULL) {
 		free(ts);
@@ -428,6 +456,7 @@ tls_server_new(const struct config_listener_tls *cfg, tls_error_fn fn, void *arg
 		return NULL;
 	}
 	ts->n = cfg->ncerts;
+	atomic_init(&ts->refs, 1);
 	for (i = 0; i < cfg->ncerts; i++)
 		if ((ts->ctxs[i] = tls_server_ctx(cfg, i, fn, arg)) == NULL)
 			failed = 1;
@@ -436,7 +465,6 @@ tls_server_new(const struct config_listener_tls *cfg, tls_error_fn fn, void *arg
 		return NULL;
 	}
 	SSL_CTX_set_tlsext_servername_callback(ts->ctxs[0], tls_servername_cb);
-	SSL_CTX_set_tlsext_servername_arg(ts->ctxs[0], ts);
 	return ts;
 }
 
@@ -445,9 +473,8 @@ tls_server_free(struct tls_server *ts)
 {
 	size_t i;
 
-	if (ts == NULL)
+	if (ts == NULL || atomic_fetch_sub(&ts->refs, 1) != 1)
 		return;
-	/* Connections still open hold their own references to the contexts. */
 	for (i = 0; i < ts->n; i++)
 		SSL_CTX_free(ts->ctxs[i]);
 	free(ts->ctxs);
@@ -460,6 +487,13 @@ tls_accept(struct conn *c, struct tls_server *ts)
 	SSL *ssl = SSL_new(ts->ctxs[0]);
 
 	if (ssl == NULL) {
+		ERR_clear_error();
+		return -1;
+	}
+	atomic_fetch_add(&ts->refs, 1);
+	if (SSL_set_ex_data(ssl, tls_server_index, ts) != 1) {
+		tls_server_free(ts);
+		SSL_free(ssl);
 		ERR_clear_error();
 		return -1;
 	}
