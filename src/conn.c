@@ -177,12 +177,32 @@ conn_connect(struct conn *c, const struct sockaddr *sa, unsigned salen)
 	return 0;
 }
 
+/* Room in the input for the next read, up to read_max and CONN_READ_CHUNK: the number of
+ * pieces reserved, 0 when the input is full, -1 (c->error set) without memory. */
+static int
+conn_reserve_input(struct conn *c, struct evbuffer_iovec vec[2], size_t *want)
+{
+	size_t have = evbuffer_get_length(c->in);
+	int nvec;
+
+	if (have >= c->read_max)
+		return 0;
+	*want = c->read_max - have;
+	if (*want > CONN_READ_CHUNK)
+		*want = CONN_READ_CHUNK;
+	if ((nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)*want, vec, 2)) <= 0) {
+		c->error = ENOMEM;
+		return -1;
+	}
+	return nvec;
+}
+
 /* Read until the socket is empty, the input is full, or the peer closed. Returns what. */
 static int
 conn_fill(struct conn *c)
 {
 	struct evbuffer_iovec vec[2];
-	size_t have, want;
+	size_t want;
 	ssize_t n;
 	int nvec, what = 0;
 
@@ -194,17 +214,10 @@ conn_fill(struct conn *c)
 			vec[0].iov_len = want;
 			nvec = 1;
 		} else {
-			have = evbuffer_get_length(c->in);
-			if (have >= c->read_max)
+			if ((nvec = conn_reserve_input(c, vec, &want)) == 0)
 				break;
-			want = c->read_max - have;
-			if (want > CONN_READ_CHUNK)
-				want = CONN_READ_CHUNK;
-			nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)want, vec, 2);
-			if (nvec <= 0) {
-				c->error = ENOMEM;
+			if (nvec < 0)
 				return what | CONN_ERROR;
-			}
 			if (nvec == 2 && vec[0].iov_len >= want)
 				nvec = 1;
 		}
@@ -619,21 +632,14 @@ static int
 conn_tls_fill(struct conn *c)
 {
 	struct evbuffer_iovec vec[2];
-	size_t have, want, got, room;
+	size_t want, got, room;
 	int nvec, i, n = 1, what = 0;
 
 	while (!c->eof && conn_tls_has_input(c)) {
-		have = evbuffer_get_length(c->in);
-		if (have >= c->read_max)
+		if ((nvec = conn_reserve_input(c, vec, &want)) == 0)
 			break;
-		want = c->read_max - have;
-		if (want > CONN_READ_CHUNK)
-			want = CONN_READ_CHUNK;
-		nvec = evbuffer_reserve_space(c->in, (ev_ssize_t)want, vec, 2);
-		if (nvec <= 0) {
-			c->error = ENOMEM;
+		if (nvec < 0)
 			return what | CONN_ERROR;
-		}
 		/* SSL_read returns a record at a time: fill the reserved space with several. */
 		for (i = 0, got = 0; i < nvec; ) {
 			room = vec[i].iov_len - got;
