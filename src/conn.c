@@ -100,7 +100,7 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->error = 0;
 	c->readable = c->reading = c->connecting = c->eof = c->want_drained = 0;
 	c->handshaking = c->tls_read_wants_write = c->tls_write_wants_read = 0;
-	c->tls_failed = c->tls_fatal = c->tls_holding = c->tls_held_wait = 0;
+	c->tls_failed = c->tls_fatal = c->tls_holding = 0;
 	c->ssl = NULL;
 	c->tls_err = 0;
 	c->tls_held = NULL;
@@ -449,6 +449,16 @@ conn_tls_fatal(struct conn *c, int sslerr)
 static BIO_METHOD *conn_bio_method;
 static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
 
+/* Only handshakes hold records often: an open connection keeps no buffer for them. */
+static void
+conn_tls_release_held(struct conn *c)
+{
+	if (c->tls_held_len == 0 && !c->handshaking) {
+		free(c->tls_held);
+		c->tls_held = NULL;
+	}
+}
+
 /* Send the held records, then data: what was taken of data, or -1 (errno set, and a retry
  * flag on b when the socket is full). */
 static int
@@ -485,18 +495,14 @@ conn_bio_write(BIO *b, const char *data, int len)
 		p = c->tls_held;
 		memmove(p, p + n, c->tls_held_len - (size_t)n);
 		c->tls_held_len -= (size_t)n;
-		c->tls_held_wait = 0;
+		c->tls_holding = 0;
 		BIO_set_retry_write(b);         /* the socket is full: wait for its edge */
 		errno = EAGAIN;
 		return -1;
 	}
 	n -= (ssize_t)c->tls_held_len;
 	c->tls_held_len = 0;
-	/* Only handshakes hold records often: an open connection keeps no buffer for it. */
-	if (!c->handshaking) {
-		free(c->tls_held);
-		c->tls_held = NULL;
-	}
+	conn_tls_release_held(c);
 	if (n == 0 && len > 0) {
 		BIO_set_retry_write(b);
 		errno = EAGAIN;
@@ -589,19 +595,14 @@ conn_tls_handshake(struct conn *c)
 	 * that the client waits for, go at once. */
 	c->tls_holding = SSL_is_server(c->ssl);
 	n = SSL_do_handshake(c->ssl);
-	if (n == 1 && SSL_is_server(c->ssl) && SSL_version(c->ssl) == TLS1_3_VERSION) {
-		c->tls_held_wait = 1;
-	} else {
+	if (n != 1 || !SSL_is_server(c->ssl) || SSL_version(c->ssl) != TLS1_3_VERSION) {
 		c->tls_holding = 0;
 		if (conn_tls_send_held(c) == CONN_ERROR)
 			return CONN_ERROR;
 	}
 	if (n == 1) {
 		c->handshaking = 0;
-		if (c->tls_held_len == 0) {
-			free(c->tls_held);
-			c->tls_held = NULL;
-		}
+		conn_tls_release_held(c);
 		return SSL_is_server(c->ssl) ? 0 : CONN_CONNECTED;
 	}
 	switch ((err = SSL_get_error(c->ssl, n))) {
@@ -736,7 +737,7 @@ conn_tls_run(struct conn *c)
 	int what = 0;
 
 	/* The rest of a flight or a close_notify the socket did not take. */
-	if (c->tls_held_len != 0 && !c->tls_held_wait && c->writable &&
+	if (c->tls_held_len != 0 && !c->tls_holding && c->writable &&
 	    (what = conn_tls_send_held(c)) == CONN_ERROR)
 		goto report;
 	what = 0;

@@ -56,9 +56,9 @@ struct conn {
 	unsigned tls_failed : 1;        /* the handshake failed, or a TLS alert or protocol
 	                                 * error ended the connection (tls_conn_error says why) */
 	unsigned tls_fatal : 1;         /* a fatal TLS or socket error: no close_notify */
-	unsigned tls_holding : 1;       /* TLS records written now are held, not sent */
-	unsigned tls_held_wait : 1;     /* held records wait for the next ones (else they are
-	                                 * what a full socket did not take: sent on its edge) */
+	unsigned tls_holding : 1;       /* TLS records written now are held for the next ones;
+	                                 * held while not holding: what a full socket did not
+	                                 * take, sent on its next edge */
 	struct ssl_st *ssl;             /* NULL: plain TCP */
 	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */
 	char *tls_held;                 /* records held back to go out with the next ones */
