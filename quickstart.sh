@@ -39,9 +39,22 @@ if [ "$1" = check ]; then
 	exec make -j"$jobs" check VERBOSE=1
 fi
 
-./tests/upstream/demo-upstream -l 127.0.0.1:9000 &
+# The demo upstream writes its port file once it listens, or exits: wait for one or the other.
+portdir=$(mktemp -d)
+./tests/upstream/demo-upstream -l 127.0.0.1:9000 -p "$portdir/port" &
 upstream=$!
-trap 'kill $upstream 2>/dev/null' EXIT INT TERM
+trap 'kill $upstream 2>/dev/null; rm -rf "$portdir"' EXIT INT TERM
+while [ ! -s "$portdir/port" ] && kill -0 $upstream 2>/dev/null; do
+	sleep 0.1
+done
+if [ ! -s "$portdir/port" ]; then
+	cat >&2 <<MSG
+
+quickstart: the demo upstream cannot listen on 127.0.0.1:9000 (see above).
+Free port 9000 (\`ss -ltnp 'sport = :9000'\` shows what holds it) and run ./quickstart.sh run again.
+MSG
+	exit 1
+fi
 cat <<MSG
 
 jsongate runs in the foreground on $top/conf/jsongate.yaml (Ctrl-C stops it).
@@ -49,7 +62,8 @@ The demo upstream listens on 127.0.0.1:9000. Try, in another terminal:
 
     curl -i http://127.0.0.1:8080/api/orders/1        # passed through untouched
     curl -i http://127.0.0.1:8080/v2/api/orders/1     # envelope unwrapped to its data
-    curl -i http://127.0.0.1:8080/v2/api/orders/404   # envelope code 404 -> HTTP 404
+    curl -i http://127.0.0.1:8080/v2/api/orders/404   # envelope code 404 -> HTTP 404, envelope kept
+    curl -i http://127.0.0.1:8080/v2/overview/1       # three answers merged into one
 
 MSG
 ./src/jsongate -f -c "$top/conf/jsongate.yaml"

@@ -6,7 +6,8 @@
         the proxy must make of the envelope in FILE, else print what differs and exit 1.
         OPS is what the proxy does to the body: pass (the default: the body is FILE), unwrap
         (`unwrap: data`: the body is the value of "data") or reshape (`drop: [debug]`,
-        `rename: {msg: message}`, `set: {gateway: bench}`). MATCH is bytes (the default: the
+        `rename: {msg: message}`, `set: {gateway: bench}`) or aggregate (three backends asked
+        for FILE, merged keyed: {"a":FILE,"b":FILE,"c":FILE}). MATCH is bytes (the default: the
         body equals the expected bytes, as a proxy that splices spans of the input must give)
         or json (the body parses to the same JSON value, for proxies that decode and re-encode;
         key order does not count, and an empty array may come back as an empty object, which
@@ -155,6 +156,9 @@ def expected_bytes(doc, ops):
     """What a splicing proxy sends for the envelope doc: spans of doc, compact."""
     if ops == "pass":
         return doc
+    if ops == "aggregate":
+        value = doc.strip(WS)
+        return b'{"a":' + value + b',"b":' + value + b',"c":' + value + b'}'
     mem = [(json.loads(k), k, v) for k, v in members(doc)]
     if ops == "unwrap":
         found = [v for name, _, v in mem if name == "data"]
@@ -173,6 +177,8 @@ def expected_value(value, ops):
     """The same transformation on the decoded JSON value."""
     if ops == "pass":
         return value
+    if ops == "aggregate":
+        return {"a": value, "b": value, "c": value}
     if ops == "unwrap":
         return value["data"]
     if ops == "reshape":

@@ -1,6 +1,6 @@
 /*
- * Micro-benchmark of the envelope engine: `unwrap: data` and a reshape (drop, rename, set)
- * on 1 KB, 16 KB, 256 KB and 1 MB envelopes, against memcpy of the same bytes and, when
+ * Micro-benchmark of the envelope engine: `unwrap: data` and a reshape (drop, rename, set),
+ * also with a when: condition on each op, on 1 KB, 16 KB, 256 KB and 1 MB envelopes, against memcpy of the same bytes and, when
  * libjansson is installed, a jansson decode + encode.  Prints ns/byte and TSC cycles/byte,
  * and counts heap allocations per request once warm.
  *
@@ -9,7 +9,7 @@
  *                                     around the loop, for instructions/byte:
  *     valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=/dev/null \
  *         bench/micro_envelope -c unwrap 1048576 20
- *   (CASE: memcpy, unwrap, reshape, unwrap-full, jansson)
+ *   (CASE: memcpy, unwrap, reshape, reshape-when, unwrap-full, jansson)
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -99,11 +99,13 @@ bench_now(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-enum bench_case { B_MEMCPY, B_UNWRAP, B_RESHAPE, B_UNWRAP_FULL, B_JANSSON, B_NCASES };
-static const char *const bench_names[] = { "memcpy", "unwrap", "reshape", "unwrap-full",
-    "jansson" };
+enum bench_case { B_MEMCPY, B_UNWRAP, B_RESHAPE, B_RESHAPE_WHEN, B_UNWRAP_FULL, B_JANSSON,
+	B_NCASES };
+static const char *const bench_names[] = { "memcpy", "unwrap", "reshape", "reshape-when",
+    "unwrap-full", "jansson" };
 
-static struct rewrite_program *prog_unwrap, *prog_reshape;
+static struct rewrite_program *prog_unwrap, *prog_reshape, *prog_reshape_when;
+static struct rewrite_vars vars_200 = { .status = 200 };
 static struct rewrite_ctx *ctx;
 static char *dst;
 
@@ -124,6 +126,10 @@ bench_once(enum bench_case c, const char *body, size_t len)
 		break;
 	case B_RESHAPE:
 		r = rewrite_apply(ctx, prog_reshape, VALIDATE_ENVELOPE, body, len, NULL, &res);
+		break;
+	case B_RESHAPE_WHEN:
+		r = rewrite_apply(ctx, prog_reshape_when, VALIDATE_ENVELOPE, body, len, &vars_200,
+		    &res);
 		break;
 	case B_UNWRAP_FULL:
 		r = rewrite_apply(ctx, prog_unwrap, VALIDATE_FULL, body, len, NULL, &res);
@@ -148,13 +154,19 @@ bench_setup(void)
 {
 	static const char u[] = "[unwrap: data]";
 	static const char s[] = "[drop: [debug], rename: {msg: message}, set: {gateway: bench}]";
+	/* The same ops, each under a condition that holds. */
+	static const char w[] = "[{drop: [debug], when: {field: code, equals: 0}}, "
+	    "{rename: {msg: message}, when: {status: 2xx}}, "
+	    "{set: {gateway: bench}, when: {field: message, exists: true}}]";
 
 	prog_unwrap = rewrite_program_from_yaml(u, strlen(u), NULL, 0);
 	prog_reshape = rewrite_program_from_yaml(s, strlen(s), NULL, 0);
-	ctx = rewrite_ctx_new(1000);
+	prog_reshape_when = rewrite_program_from_yaml(w, strlen(w), NULL, 0);
+	ctx = rewrite_ctx_new(1000, 100000);
 	dst = malloc(2 * (1 << 20) + 4096);
 	bench_jansson_open();
-	if (prog_unwrap == NULL || prog_reshape == NULL || ctx == NULL) {
+	if (prog_unwrap == NULL || prog_reshape == NULL || prog_reshape_when == NULL ||
+	    ctx == NULL) {
 		fprintf(stderr, "setup failed\n");
 		exit(1);
 	}

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # Load benchmark: CPU per request of jsongate and nginx in front of the same static upstream.
 # See bench/README.md. Installs nothing; names the missing tools.
 set -euo pipefail
@@ -91,10 +92,15 @@ VARIANTS=(
 	"jsongate-tls-full   jsongate  jsongate-tls-full.yaml.in     tls-close"
 	"jsongate-unwrap     jsongate  jsongate-unwrap.yaml.in  http  unwrap   bytes"
 	"jsongate-reshape    jsongate  jsongate-reshape.yaml.in http  reshape  bytes"
+	"jsongate-headers    jsongate  jsongate-headers.yaml.in http"
+	"jsongate-reshape-headers jsongate jsongate-reshape-headers.yaml.in http reshape bytes"
 	"nginx-lua-unwrap    nginx_lua nginx-lua-unwrap.conf.in http  unwrap   json"
 	"nginx-lua-reshape   nginx_lua nginx-lua-reshape.conf.in http reshape  json"
+	"jsongate-agg        jsongate  jsongate-agg.yaml.in     http  aggregate bytes"
+	"go-agg              go        -                        http  aggregate json"
 )
-# Ratio lines printed per size: CPU per request of A divided by CPU per request of B.
+# Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
+# by N times B's, e.g. an aggregated request against the N plain requests it stands for).
 RATIOS=(
 	"jsongate/nginx"
 	"jsongate-tls/nginx-tls"
@@ -102,143 +108,17 @@ RATIOS=(
 	"jsongate-tls-full/nginx-tls-full"
 	"jsongate-unwrap/jsongate"
 	"jsongate-reshape/jsongate"
+	"jsongate-headers/jsongate"
+	"jsongate-reshape-headers/jsongate-reshape"
 	"nginx-lua-unwrap/jsongate-unwrap"
 	"nginx-lua-reshape/jsongate-reshape"
+	"jsongate-agg/jsongate*3"
+	"go-agg/jsongate-agg"
 )
 PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
 
-log() { printf '%s\n' "$*" >&2; }
-die() {
-	printf 'bench: %s\n' "$*" >&2
-	exit 1
-}
-
-# ---------------------------------------------------------------------------------------------
-# Processes, ports, /proc
-
-RUNDIR=
-PIDS=()
-
-cleanup() {
-	local pid
-	trap - EXIT INT TERM
-	for pid in "${PIDS[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	if [ -n "$RUNDIR" ]; then
-		if [ "$KEEP" = 1 ]; then
-			log "kept $RUNDIR"
-		else
-			rm -rf "$RUNDIR"
-		fi
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Start a command in the background, remember its pid for cleanup; the pid is in BG_PID.
-BG_PID=
-start_bg() {
-	local logfile=$1
-	shift
-	"$@" >"$logfile" 2>&1 </dev/null &
-	BG_PID=$!
-	PIDS+=("$BG_PID")
-}
-
-# Stop one process started with start_bg (and, for nginx, its workers with it).
-stop_pid() {
-	local pid=$1
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-	local keep=() p
-	for p in "${PIDS[@]}"; do
-		[ "$p" = "$pid" ] || keep+=("$p")
-	done
-	PIDS=("${keep[@]}")
-}
-
-port_open() { (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# A free port on 127.0.0.1 outside the usual ephemeral range (so 10k client sockets never
-# collide with it).
-USED_PORTS=" "
-pick_port() {
-	local port
-	for _ in $(seq 200); do
-		port=$((20000 + (RANDOM % 12000)))
-		case "$USED_PORTS" in *" $port "*) continue ;; esac
-		if ! port_open "$port"; then
-			USED_PORTS="$USED_PORTS$port "
-			printf '%s\n' "$port"
-			return 0
-		fi
-	done
-	die "no free port found on 127.0.0.1"
-}
-
-# Wait until PORT accepts connections while PID lives; LOGFILE is shown on failure.
-wait_port() {
-	local port=$1 pid=$2 logfile=$3
-	for _ in $(seq 100); do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "--- $logfile"
-			cat "$logfile" >&2 || true
-			die "process $pid exited before listening on port $port"
-		fi
-		port_open "$port" && return 0
-		sleep 0.1
-	done
-	die "nothing listens on port $port after 10 s (see $logfile)"
-}
-
-children_of() {
-	local parent=$1 f stat rest fields
-	if cat /proc/"$parent"/task/*/children 2>/dev/null | grep -q .; then
-		cat /proc/"$parent"/task/*/children | tr ' ' '\n' | grep .
-		return 0
-	fi
-	for f in /proc/[0-9]*/stat; do
-		stat=$(cat "$f" 2>/dev/null) || continue
-		rest=${stat##*) }
-		read -ra fields <<<"$rest"
-		[ "${fields[1]}" = "$parent" ] && basename "$(dirname "$f")"
-	done
-	return 0
-}
-
-CLK_TCK=$(getconf CLK_TCK)
-
-# utime + stime, in clock ticks, of the given processes (all their threads).
-cpu_ticks() {
-	local total=0 pid stat rest fields
-	for pid in "$@"; do
-		stat=$(cat /proc/"$pid"/stat) || die "process $pid is gone"
-		rest=${stat##*) }
-		read -ra fields <<<"$rest"
-		total=$((total + fields[11] + fields[12]))
-	done
-	printf '%s\n' "$total"
-}
-
-# A field of /proc/PID/status in kB (VmRSS, VmHWM).
-status_kb() {
-	awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status
-}
+# shellcheck source=lib.sh
+. "$BENCH_DIR/lib.sh"
 
 render() {
 	local template=$1 out=$2 name=$3 port=$4 maxconn=$5
@@ -324,6 +204,27 @@ nginx_lua_version() {
 }
 nginx_lua_start() { nginx_start "$@"; }
 
+# The peer of the aggregated rows: bench/goagg, a Go program doing what KrakenD's merger does
+# with its JSON encoding (decode each answer into map[string]any, merge, encode), built for
+# the run.  GOMAXPROCS=1: it runs on one CPU, as the other proxies do.
+go_require() { command -v go >/dev/null || printf '%s\n' "go (Debian: golang)"; }
+go_version() { go version | sed 's|^go version ||'; }
+
+go_start() {
+	local name=$1 bin=$RUNDIR/goagg
+	if [ ! -x "$bin" ]; then
+		(cd "$BENCH_DIR/goagg" && GOFLAGS=-mod=mod go build -o "$bin" .) \
+			>"$RUNDIR/goagg.build.log" 2>&1 || die "cannot build goagg: $(cat "$RUNDIR/goagg.build.log")"
+	fi
+	PROXY_PORT=$(pick_port)
+	start_bg "$RUNDIR/$name.out" env GOMAXPROCS=1 taskset -c "$PROXY_CPU" "$bin" \
+		-listen "127.0.0.1:$PROXY_PORT" -upstream "127.0.0.1:$UPSTREAM_PORT"
+	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
+	PROXY_MAIN=$BG_PID
+	PROXY_CPU_PIDS=$BG_PID
+	PROXY_MEM_PID=$BG_PID
+}
+
 variant_field() { # variant_field NAME INDEX [DEFAULT]
 	local v f
 	for v in "${VARIANTS[@]}"; do
@@ -346,7 +247,6 @@ proxy_start() { # proxy_start NAME MAX_CONNECTIONS
 # ---------------------------------------------------------------------------------------------
 # Checks
 
-is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 for knob in DURATION WARMUP ROUNDS CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU; do
 	is_uint "${!knob}" || die "$knob must be a non-negative integer (got '${!knob}')"
 done
@@ -438,16 +338,6 @@ done
 declare -A CPU_US RPS P50 P99 HWM NOTE SPREAD
 declare -A RUN_CPU RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
-# wrk's latency (e.g. 312.00us, 1.23ms, 2.01s) in microseconds.
-to_us() {
-	awk -v v="$1" 'BEGIN {
-		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-		if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000
-		else if (u == "m") f = 60000000; else f = -1
-		if (f < 0) print "?"; else printf "%.0f\n", n * f
-	}'
-}
-
 CLIENT_MODE=http
 run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
 	local secs=$1 port=$2 size=$3 out=$4 scheme=http
@@ -474,6 +364,20 @@ verify_proxy() { # verify_proxy NAME SIZE
 	fi || die "$1 does not answer $2.json as expected ($(variant_field "$1" 4 pass))"
 }
 
+# A proxy may still be working on requests the warm-up's wrk gave up waiting for (a slow
+# peer at large sizes): that CPU belongs to no measured request.  Wait until its CPU time
+# stops growing (at most 30 s).
+wait_idle() { # wait_idle PID...
+	local before after
+	for _ in $(seq 60); do
+		before=$(cpu_ticks "$@")
+		sleep 0.5
+		after=$(cpu_ticks "$@")
+		[ "$before" = "$after" ] && return 0
+	done
+	log "  (the proxy was still busy 30 s after the warm-up)"
+}
+
 measure() { # measure NAME SIZE ROUND
 	local name=$1 size=$2 key="$2|$1|$3" out t0 t1 requests errors
 	CLIENT_MODE=$(variant_field "$name" 3)
@@ -481,6 +385,8 @@ measure() { # measure NAME SIZE ROUND
 	verify_proxy "$name" "$size"
 	if [ "$WARMUP" -gt 0 ]; then
 		run_wrk "$WARMUP" "$PROXY_PORT" "$size" "$RUNDIR/wrk-$name-$size-warmup.txt"
+		# shellcheck disable=SC2086 # pid lists
+		wait_idle $PROXY_CPU_PIDS
 	fi
 	out=$RUNDIR/wrk-$name-$size-$3.txt
 	# shellcheck disable=SC2086 # pid lists
@@ -588,31 +494,16 @@ fi
 
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-fmt_us() { # microseconds -> "312 µs" / "1.23 ms"
-	awk -v v="$1" 'BEGIN {
-		if (v == "?" || v == "") print "?"
-		else if (v < 1000) printf "%.0f µs\n", v
-		else if (v < 1000000) printf "%.2f ms\n", v / 1000
-		else printf "%.2f s\n", v / 1000000
-	}'
-}
-fmt_cpu() { awk -v v="$1" 'BEGIN { printf (v < 100 ? "%.1f\n" : "%.0f\n"), v }'; }
-fmt_mb() { awk -v v="$1" 'BEGIN { printf "%.1f MB\n", v / 1024 }'; }
-
 cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 versions=""
 for kind in $kinds; do
 	versions="$versions${versions:+; }$kind $("${kind}_version" 2>/dev/null || echo unknown)"
 done
-if command -v git >/dev/null &&
-	[ "$(git -C "$ROOT_DIR" rev-parse --show-toplevel 2>/dev/null)" = "$ROOT_DIR" ]; then
-	commit=$(git -C "$ROOT_DIR" rev-parse --short HEAD 2>/dev/null || true)
-	git -C "$ROOT_DIR" diff --quiet HEAD -- src 2>/dev/null || commit="$commit (src modified)"
-	versions="$versions; working tree $commit"
-fi
+commit=$(source_commit)
+[ -z "$commit" ] || versions="$versions; working tree $commit"
 
 report() {
-	local size name key ratio a b
+	local size name key ratio a b n
 	printf '# jsongate load benchmark\n\n'
 	printf -- '- date: %s\n' "$STARTED"
 	printf -- '- machine: %s; CPU: %s (%s CPUs)\n' "$(uname -srm)" "${cpu_model:-unknown}" "$(nproc --all 2>/dev/null || echo '?')"
@@ -634,12 +525,13 @@ report() {
 	local ratios=""
 	for size in $SIZES; do
 		for ratio in "${RATIOS[@]}"; do
-			a=${ratio%/*} b=${ratio#*/}
+			a=${ratio%/*} b=${ratio#*/} n=1
+			case $b in *'*'*) n=${b#*\*} b=${b%\**} ;; esac
 			if [ -z "${CPU_US[$size|$a]:-}" ] || [ -z "${CPU_US[$size|$b]:-}" ]; then
 				continue
 			fi
 			ratios="$ratios- $size: $ratio = $(awk -v a="${CPU_US[$size|$a]}" -v b="${CPU_US[$size|$b]}" \
-				'BEGIN { printf "%.2f", a / b }')"$'\n'
+				-v n="$n" 'BEGIN { printf "%.2f", a / (b * n) }')"$'\n'
 		done
 	done
 	if [ -n "$ratios" ]; then

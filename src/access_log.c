@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -58,108 +59,257 @@ access_log_reopen(struct access_log *al, const char *path)
 	return 0;
 }
 
-/* Append s as JSON string content, dropping nothing: control bytes and quotes escaped. */
+/*
+ * A line goes out in one write(2), so that lines of several workers never mix, and is at most
+ * ACCESS_LINE_MAX bytes.  Each string value has a budget of escaped bytes, chosen so that
+ * every value at its budget and the rest of the line still fit: a longer value is cut short
+ * (never inside an escape), and the line always ends as it began.
+ */
+#define ACCESS_LINE_MAX 8192
+#define ACCESS_TARGET_MAX 2048          /* the request-target */
+#define ACCESS_HEADER_MAX 512           /* User-Agent, Referer */
+#define ACCESS_FIELD_MAX 256            /* any other string */
+#define ACCESS_FIXED_MAX 512            /* keys, punctuation, time, numbers, newline */
+#define ACCESS_BACKENDS_MAX 3072        /* an aggregated request's backends, all together */
+#define ACCESS_BACKEND_FIXED 96         /* of one backend: all but its name */
+
+_Static_assert(ACCESS_TARGET_MAX + 5 * ACCESS_FIELD_MAX + ACCESS_BACKENDS_MAX +
+    ACCESS_FIXED_MAX <= ACCESS_LINE_MAX, "the JSON format fits in a line");
+_Static_assert(ACCESS_TARGET_MAX + 2 * ACCESS_HEADER_MAX + 2 * ACCESS_FIELD_MAX +
+    ACCESS_BACKENDS_MAX + ACCESS_FIXED_MAX <= ACCESS_LINE_MAX,
+    "the combined format fits in a line");
+
+struct access_line {
+	char buf[ACCESS_LINE_MAX];
+	size_t n;
+};
+
+static void
+access_lit(struct access_line *l, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len > sizeof(l->buf) - 1 - l->n)
+		len = sizeof(l->buf) - 1 - l->n;
+	memcpy(l->buf + l->n, s, len);
+	l->n += len;
+}
+
+static void __attribute__((format(printf, 2, 3)))
+access_printf(struct access_line *l, const char *fmt, ...)
+{
+	size_t room = sizeof(l->buf) - 1 - l->n;
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vsnprintf(l->buf + l->n, room + 1, fmt, ap);
+	va_end(ap);
+	if (r > 0)
+		l->n += (size_t)r < room ? (size_t)r : room;
+}
+
+/*
+ * s[0..len) as the inside of a JSON string, at most max bytes, into out (or only counted when
+ * out is NULL); returns its length.  Quotes, backslashes, controls and every byte outside
+ * ASCII are escaped (\u00XX, the byte's value as the code point), so a line is valid JSON
+ * (and UTF-8) whatever the request held, and the bytes can be recovered.
+ */
 static size_t
-access_json_escape(char *out, size_t cap, const char *s)
+access_escape(char *out, const char *s, size_t len, size_t max)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t n = 0;
+	size_t n = 0, i;
 
-	for (; *s != '\0' && n + 6 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\') {
-			out[n++] = '\\';
-			out[n++] = (char)ch;
-		} else if (ch < 0x20 || ch == 0x7f) {
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		size_t w = ch == '"' || ch == '\\' ? 2 : ch < 0x20 || ch >= 0x7f ? 6 : 1;
+
+		if (n + w > max)
+			break;
+		if (out != NULL && w == 2) {
+			out[n] = '\\';
+			out[n + 1] = (char)ch;
+		} else if (out != NULL && w == 6) {
 			memcpy(out + n, "\\u00", 4);
 			out[n + 4] = hex[ch >> 4];
 			out[n + 5] = hex[ch & 15];
-			n += 6;
-		} else {
-			out[n++] = (char)ch;
+		} else if (out != NULL) {
+			out[n] = (char)ch;
 		}
+		n += w;
 	}
 	return n;
 }
 
-/* Combined format quotes fields: escape quotes and control bytes like nginx (\xHH). */
-static size_t
-access_combined_escape(char *out, size_t cap, const char *s)
+static void
+access_json_n(struct access_line *l, const char *s, size_t len, size_t max)
+{
+	if (max > sizeof(l->buf) - 1 - l->n)
+		max = sizeof(l->buf) - 1 - l->n;
+	l->n += access_escape(l->buf + l->n, s, len, max);
+}
+
+static void
+access_json(struct access_line *l, const char *s, size_t max)
+{
+	access_json_n(l, s, strlen(s), max);
+}
+
+/*
+ * "json":{"PATH":"value",...}: each name and value at most ACCESS_FIELD_MAX bytes, in the
+ * room the rest of the line left; a field that does not fit is left out, with those after it.
+ */
+static void
+access_json_fields(struct access_line *l, const struct access_field *f, size_t n)
+{
+	size_t i, need, name, value;
+
+	access_lit(l, ",\"json\":{");
+	for (i = 0; i < n; i++) {
+		name = access_escape(NULL, f[i].name, strlen(f[i].name), ACCESS_FIELD_MAX);
+		value = f[i].value == NULL ? 4 :
+		    access_escape(NULL, f[i].value, f[i].len, ACCESS_FIELD_MAX) + 2;
+		need = (i != 0) + name + 3 + value;
+		/* "}}" and the newline always fit after it. */
+		if (l->n + need + 3 > sizeof(l->buf))
+			break;
+		if (i != 0)
+			access_lit(l, ",");
+		access_lit(l, "\"");
+		access_json(l, f[i].name, ACCESS_FIELD_MAX);
+		access_lit(l, "\":");
+		if (f[i].value == NULL) {
+			access_lit(l, "null");
+			continue;
+		}
+		access_lit(l, "\"");
+		access_json_n(l, f[i].value, f[i].len, ACCESS_FIELD_MAX);
+		access_lit(l, "\"");
+	}
+	access_lit(l, "}");
+}
+
+/* Combined format quotes fields: quotes, backslashes, controls and non-ASCII as nginx
+ * writes them (\xHH), at most max bytes. */
+static void
+access_combined(struct access_line *l, const char *s, size_t max)
 {
 	static const char hex[] = "0123456789ABCDEF";
+	char *out = l->buf + l->n;
 	size_t n = 0;
 
-	for (; *s != '\0' && n + 4 < cap; s++) {
+	if (max > sizeof(l->buf) - 1 - l->n)
+		max = sizeof(l->buf) - 1 - l->n;
+	for (; *s != '\0'; s++) {
 		unsigned char ch = (unsigned char)*s;
+
 		if (ch == '"' || ch == '\\' || ch < 0x20 || ch >= 0x7f) {
+			if (n + 4 > max)
+				break;
 			out[n++] = '\\';
 			out[n++] = 'x';
 			out[n++] = hex[ch >> 4];
 			out[n++] = hex[ch & 15];
 		} else {
+			if (n + 1 > max)
+				break;
 			out[n++] = (char)ch;
 		}
 	}
-	return n;
+	l->n += n;
 }
 
-#define ACCESS_ADD(lit) do { size_t l_ = strlen(lit); if (n + l_ < sizeof(line)) { \
-	memcpy(line + n, lit, l_); n += l_; } } while (0)
-#define ACCESS_JSON(s) (n += access_json_escape(line + n, sizeof(line) - n, (s)))
-#define ACCESS_PRINTF(...) do { int r_ = snprintf(line + n, sizeof(line) - n, __VA_ARGS__); \
-	if (r_ > 0) n = n + (size_t)r_ < sizeof(line) ? n + (size_t)r_ : sizeof(line) - 1; } while (0)
+/*
+ * The backends of an aggregated request, in ACCESS_BACKENDS_MAX bytes: as a JSON object of
+ * name -> { status, outcome, duration_ms }, or for the combined format as one quoted field
+ * of "name:status:outcome:ms" words.  Backends that would not fit are left out.
+ */
+static void
+access_backends(struct access_line *l, const struct access_entry *e, int json)
+{
+	size_t i, start = l->n, budget;
+
+	access_lit(l, json ? ",\"backends\":{" : " \"");
+	for (i = 0; i < e->nbackends; i++) {
+		const struct access_backend *b = &e->backends[i];
+
+		budget = ACCESS_BACKENDS_MAX - (l->n - start);
+		if (budget < ACCESS_BACKEND_FIXED + 8)
+			break;
+		if (i != 0)
+			access_lit(l, json ? "," : " ");
+		if (json) {
+			access_lit(l, "\"");
+			access_json(l, b->name, budget - ACCESS_BACKEND_FIXED);
+			access_printf(l, "\":{\"status\":%d,\"outcome\":\"%s\",\"duration_ms\":%.3f}",
+			    b->status, b->outcome, b->duration_ms);
+		} else {
+			access_combined(l, b->name, budget - ACCESS_BACKEND_FIXED);
+			access_printf(l, ":%d:%s:%.3f", b->status, b->outcome, b->duration_ms);
+		}
+	}
+	access_lit(l, json ? "}" : "\"");
+}
 
 void
 access_log_write(const struct access_log *al, const struct access_entry *e)
 {
-	char line[4096], when[64];
+	struct access_line l;
+	char when[64];
 	struct timespec ts;
 	struct tm tm;
-	size_t n = 0;
 
 	if (al->fd < 0)
 		return;
+	l.n = 0;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	if (al->format == ACCESS_JSON) {
 		gmtime_r(&ts.tv_sec, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-		ACCESS_PRINTF("{\"time\":\"%s.%03ldZ\",\"remote_addr\":\"", when,
+		access_printf(&l, "{\"time\":\"%s.%03ldZ\",\"remote_addr\":\"", when,
 		    ts.tv_nsec / 1000000);
-		ACCESS_JSON(e->remote_addr);
-		ACCESS_ADD("\",\"method\":\"");
-		ACCESS_JSON(e->method);
-		ACCESS_ADD("\",\"path\":\"");
-		ACCESS_JSON(e->path);
-		ACCESS_PRINTF("\",\"status\":%d,\"bytes_sent\":%llu,\"upstream\":\"", e->status,
-		    (unsigned long long)e->bytes_sent);
-		ACCESS_JSON(e->upstream);
-		ACCESS_ADD("\",\"route\":\"");
-		ACCESS_JSON(e->route);
-		ACCESS_PRINTF("\",\"duration_ms\":%.3f,\"request_id\":\"", e->duration_ms);
-		ACCESS_JSON(e->request_id);
-		ACCESS_ADD("\"}");
+		access_json(&l, e->remote_addr, ACCESS_FIELD_MAX);
+		access_lit(&l, "\",\"method\":\"");
+		access_json(&l, e->method, ACCESS_FIELD_MAX);
+		access_lit(&l, "\",\"path\":\"");
+		access_json(&l, e->path, ACCESS_TARGET_MAX);
+		access_printf(&l, "\",\"status\":%d,\"bytes_sent\":%llu,\"body_bytes_sent\":%llu,"
+		    "\"upstream\":\"", e->status, (unsigned long long)e->bytes_sent,
+		    (unsigned long long)e->body_bytes_sent);
+		access_json(&l, e->upstream, ACCESS_FIELD_MAX);
+		access_lit(&l, "\",\"route\":\"");
+		access_json(&l, e->route, ACCESS_FIELD_MAX);
+		access_printf(&l, "\",\"duration_ms\":%.3f,\"request_id\":\"", e->duration_ms);
+		access_json(&l, e->request_id, ACCESS_FIELD_MAX);
+		access_lit(&l, "\"");
+		if (e->njson != 0)
+			access_json_fields(&l, e->json, e->njson);
+		if (e->backends != NULL)
+			access_backends(&l, e, 1);
+		access_lit(&l, "}");
 	} else {
 		localtime_r(&ts.tv_sec, &tm);
 		strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
-		n += access_combined_escape(line + n, sizeof(line) - n, e->remote_addr);
-		ACCESS_PRINTF(" - - [%s] \"", when);
-		n += access_combined_escape(line + n, sizeof(line) - n, e->method);
-		ACCESS_ADD(" ");
-		n += access_combined_escape(line + n, sizeof(line) - n, e->path);
-		ACCESS_PRINTF(" HTTP/1.%d\" %d %llu \"", e->http_minor, e->status,
-		    (unsigned long long)e->bytes_sent);
-		n += access_combined_escape(line + n, sizeof(line) - n,
-		    e->referer != NULL && *e->referer ? e->referer : "-");
-		ACCESS_ADD("\" \"");
-		n += access_combined_escape(line + n, sizeof(line) - n,
-		    e->user_agent != NULL && *e->user_agent ? e->user_agent : "-");
-		ACCESS_ADD("\"");
+		access_combined(&l, e->remote_addr, ACCESS_FIELD_MAX);
+		access_printf(&l, " - - [%s] \"", when);
+		access_combined(&l, e->method, ACCESS_FIELD_MAX);
+		access_lit(&l, " ");
+		access_combined(&l, e->path, ACCESS_TARGET_MAX);
+		access_printf(&l, " HTTP/1.%d\" %d %llu \"", e->http_minor, e->status,
+		    (unsigned long long)e->body_bytes_sent);
+		access_combined(&l, e->referer != NULL && *e->referer ? e->referer : "-",
+		    ACCESS_HEADER_MAX);
+		access_lit(&l, "\" \"");
+		access_combined(&l, e->user_agent != NULL && *e->user_agent ? e->user_agent : "-",
+		    ACCESS_HEADER_MAX);
+		access_lit(&l, "\"");
+		if (e->backends != NULL)
+			access_backends(&l, e, 0);
 	}
-	if (n >= sizeof(line))
-		n = sizeof(line) - 1;
-	line[n++] = '\n';
+	l.buf[l.n++] = '\n';
 	/* One write per line: O_APPEND keeps lines from several workers whole. */
-	if (write(al->fd, line, n) < 0) {
+	if (write(al->fd, l.buf, l.n) < 0) {
 		/* nothing sensible to do: the error log may be the same descriptor */
 	}
 }

@@ -12,12 +12,28 @@ struct access_log {
 	enum access_format format;
 };
 
+/* A request body field of log.json_fields: its path and the value's text, or absent. */
+struct access_field {
+	const char *name;
+	const char *value;              /* NULL: absent (written as null) */
+	size_t len;
+};
+
+/* A backend of an aggregated request. */
+struct access_backend {
+	const char *name;
+	int status;                     /* of its answer, 0 when none */
+	const char *outcome;            /* as in jsongate_backend_requests_total */
+	double duration_ms;
+};
+
 struct access_entry {
 	const char *remote_addr;
 	const char *method;
 	const char *path;               /* request-target as received (may be truncated) */
 	int status;
-	uint64_t bytes_sent;
+	uint64_t bytes_sent;            /* response head and body */
+	uint64_t body_bytes_sent;       /* body only, as nginx's $body_bytes_sent */
 	const char *upstream;           /* server address, or "-" */
 	const char *route;              /* route name, or "-" */
 	double duration_ms;
@@ -25,6 +41,10 @@ struct access_entry {
 	const char *user_agent;         /* combined format only; may be NULL */
 	const char *referer;            /* combined format only; may be NULL */
 	int http_minor;
+	const struct access_field *json;    /* json format: the "json" member, or none */
+	size_t njson;
+	const struct access_backend *backends;  /* an aggregated request's, or NULL */
+	size_t nbackends;
 };
 
 /* Open per cfg->access_log; 0 or -1 with errno. */

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "body.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -8,14 +9,16 @@
 #include <event2/buffer.h>
 #include <zlib.h>
 
+#include "conn.h"
 #include "tls.h"
 
 /* Spans at least this long go out as references to the input block; shorter ones are copied
  * (a reference costs a chain of its own). */
 #define BODY_REFERENCE_MIN 2048
 /* Freed blocks kept per worker for the next bodies: fresh memory for a 1 MB body costs more
- * in page faults than scanning it. */
-#define BODY_POOL_BYTES (32 * 1024 * 1024)
+ * in page faults than scanning it.  Larger blocks are one large body's and are given back. */
+#define BODY_POOL_BYTES (8 * 1024 * 1024)
+#define BODY_POOL_BLOCK (1024 * 1024)
 
 /* A contiguous copy of a body; output chains reference it until the last one is written. */
 struct body_block {
@@ -28,10 +31,15 @@ struct body_block {
 
 struct body_pool {
 	struct rewrite_ctx *rw;
+	unsigned rw_depth, rw_members;  /* the limits rw was made for */
 	z_stream gz;                    /* deflate state, reset per body: no allocation per use */
 	int gz_ready;
+	z_stream inf;                   /* inflate state, likewise */
+	int inf_ready;
+	enum body_coding inf_coding;
+	int inf_ended;                  /* the compressed data ended (a gzip member may follow) */
+	char *inf_out;                  /* where a prefix's output starts */
 	struct evbuffer *gz_out;
-	unsigned rw_depth;
 	struct body_block *free;
 	size_t free_bytes;
 };
@@ -42,12 +50,34 @@ body_needs_headers(const struct rewrite_program *prog)
 	return rewrite_program_uses(prog, REWRITE_VAR_HEADER);
 }
 
-void
-body_tls_vars(const struct rewrite_program *prog, const struct conn *client,
-    struct rewrite_vars *vars, struct body_tls_text *text)
+static int
+body_header_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
 {
-	if (prog == NULL || (prog->vars & (1u << REWRITE_VAR_SSL_CLIENT_S_DN |
-	    1u << REWRITE_VAR_SSL_CLIENT_VERIFY)) == 0)
+	const struct http_request *req = arg;
+	size_t i;
+
+	for (i = 0; i < req->nheaders; i++)
+		if (req->headers[i].name.len == len &&
+		    strncasecmp(req->headers[i].name.p, name, len) == 0) {
+			value->p = req->headers[i].value.p;
+			value->len = req->headers[i].value.len;
+			return 1;
+		}
+	return 0;
+}
+
+void
+body_vars_headers(struct rewrite_vars *vars, const struct http_request *req)
+{
+	vars->header_cb = body_header_cb;
+	vars->header_arg = req;
+}
+
+void
+body_tls_vars(unsigned uses, const struct conn *client, struct rewrite_vars *vars,
+    struct body_tls_text *text)
+{
+	if ((uses & (1u << REWRITE_VAR_SSL_CLIENT_S_DN | 1u << REWRITE_VAR_SSL_CLIENT_VERIFY)) == 0)
 		return;
 	vars->ssl_client_s_dn.p = text->s_dn;
 	vars->ssl_client_s_dn.len = tls_client_s_dn(client, text->s_dn, sizeof(text->s_dn));
@@ -71,6 +101,8 @@ body_pool_free(struct body_pool *pool)
 		return;
 	if (pool->gz_ready)
 		deflateEnd(&pool->gz);
+	if (pool->inf_ready)
+		inflateEnd(&pool->inf);
 	if (pool->gz_out != NULL)
 		evbuffer_free(pool->gz_out);
 	while ((b = pool->free) != NULL) {
@@ -112,7 +144,7 @@ body_block_unref(struct body_block *b)
 	if (b == NULL || --b->refs != 0)
 		return;
 	pool = b->pool;
-	if (pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
+	if (b->cap <= BODY_POOL_BLOCK && pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
 		b->next = pool->free;
 		pool->free = b;
 		pool->free_bytes += b->cap;
@@ -186,59 +218,209 @@ body_coding(struct http_str ce)
 	return BODY_CODING_OTHER;
 }
 
+/* Make the pool's inflate state ready for a body in coding. */
+static int
+body_inflate_begin(struct body_pool *pool, enum body_coding coding)
+{
+	/* gzip: 15 + 16; deflate: 15 + 32 detects a zlib (or gzip) header. */
+	int bits = coding == BODY_CODING_GZIP ? 15 + 16 : 15 + 32;
+
+	pool->inf_coding = coding;
+	pool->inf_ended = 0;
+	if (pool->inf_ready)
+		return inflateReset2(&pool->inf, bits) == Z_OK ? 0 : -1;
+	memset(&pool->inf, 0, sizeof(pool->inf));
+	if (inflateInit2(&pool->inf, bits) != Z_OK)
+		return -1;
+	pool->inf_ready = 1;
+	return 0;
+}
+
+/*
+ * Inflate what the pool's stream holds until its output is full, its input is used up or the
+ * compressed data ends.  A gzip body may be several members one after the other (RFC 1952
+ * 2.2); any other byte after the end of the compressed data makes the body invalid.
+ */
+static int
+body_inflate_run(struct body_pool *pool, const char **error)
+{
+	z_stream *zs = &pool->inf;
+	int r;
+
+	*error = "cannot inflate the body";
+	for (;;) {
+		if (pool->inf_ended) {
+			if (zs->avail_in == 0)
+				return BODY_INFLATE_END;
+			if (pool->inf_coding != BODY_CODING_GZIP || zs->avail_in < 2 ||
+			    zs->next_in[0] != 0x1f || zs->next_in[1] != 0x8b) {
+				*error = "bytes after the end of the compressed body";
+				return BODY_INFLATE_ERROR;
+			}
+			if (inflateReset(zs) != Z_OK)
+				return BODY_INFLATE_ERROR;
+			pool->inf_ended = 0;    /* the next gzip member */
+		}
+		r = inflate(zs, Z_NO_FLUSH);
+		if (r == Z_STREAM_END) {
+			pool->inf_ended = 1;
+			continue;
+		}
+		if (r != Z_OK && r != Z_BUF_ERROR)
+			return BODY_INFLATE_ERROR;
+		if (zs->avail_out == 0)
+			return BODY_INFLATE_FULL;
+		if (zs->avail_in == 0)
+			return BODY_INFLATE_SHORT;
+	}
+}
+
 /* Inflate src into a new block, bounded by max; NULL with *error set on failure. */
-static struct body_block *
+struct body_block *
 body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_coding coding,
     size_t max, size_t *out_len, const char **error)
 {
 	struct body_block *b = body_block_get(pool, len * 4 < max ? len * 4 : max), *nb;
-	z_stream zs;
+	z_stream *zs = &pool->inf;
+	size_t done;
 	int r;
 
 	*error = "cannot inflate the body";
 	if (b == NULL)
 		return NULL;
-	memset(&zs, 0, sizeof(zs));
-	/* gzip: 15 + 16; deflate: 15 + 32 detects a zlib (or gzip) header. */
-	if (inflateInit2(&zs, coding == BODY_CODING_GZIP ? 15 + 16 : 15 + 32) != Z_OK) {
+	if (body_inflate_begin(pool, coding) != 0) {
 		body_block_unref(b);
 		return NULL;
 	}
-	zs.next_in = (Bytef *)(uintptr_t)src;
-	zs.avail_in = (uInt)len;
-	zs.next_out = (Bytef *)b->data;
-	zs.avail_out = (uInt)b->cap;
-	for (;;) {
-		r = inflate(&zs, Z_NO_FLUSH);
-		if (r == Z_STREAM_END)
-			break;
-		if (r != Z_OK && r != Z_BUF_ERROR)
-			goto fail;
-		if (zs.avail_out != 0)
-			goto fail;      /* input ended before the stream did */
-		if (zs.total_out >= max) {
+	zs->next_in = (Bytef *)(uintptr_t)src;
+	zs->avail_in = (uInt)len;
+	zs->next_out = (Bytef *)b->data;
+	zs->avail_out = (uInt)b->cap;
+	while ((r = body_inflate_run(pool, error)) == BODY_INFLATE_FULL) {
+		done = b->cap;
+		if (done >= max) {
 			*error = "inflated body exceeds limits.max_body";
 			goto fail;
 		}
 		if ((nb = body_block_get(pool, b->cap * 2)) == NULL)
 			goto fail;
-		memcpy(nb->data, b->data, zs.total_out);
+		memcpy(nb->data, b->data, done);
 		body_block_unref(b);
 		b = nb;
-		zs.next_out = (Bytef *)b->data + zs.total_out;
-		zs.avail_out = (uInt)(b->cap - zs.total_out);
+		zs->next_out = (Bytef *)b->data + done;
+		zs->avail_out = (uInt)(b->cap - done);
 	}
-	if (zs.total_out > max) {
+	if (r != BODY_INFLATE_END)
+		goto fail;      /* invalid, or the input ended before the stream did */
+	done = (size_t)((char *)zs->next_out - b->data);
+	if (done > max) {
 		*error = "inflated body exceeds limits.max_body";
 		goto fail;
 	}
-	*out_len = zs.total_out;
-	inflateEnd(&zs);
+	*out_len = done;
 	return b;
 fail:
-	inflateEnd(&zs);
 	body_block_unref(b);
 	return NULL;
+}
+
+int
+body_prefix_inflate_start(struct body_pool *pool, enum body_coding coding, char *out,
+    size_t cap)
+{
+	if (body_inflate_begin(pool, coding) != 0)
+		return -1;
+	pool->inf_out = out;
+	pool->inf.next_out = (Bytef *)out;
+	pool->inf.avail_out = (uInt)cap;
+	return 0;
+}
+
+int
+body_prefix_inflate(struct body_pool *pool, const char *src, size_t len, size_t *out_len)
+{
+	const char *error;
+	int r;
+
+	pool->inf.next_in = (Bytef *)(uintptr_t)src;
+	pool->inf.avail_in = (uInt)len;
+	r = body_inflate_run(pool, &error);
+	*out_len = (size_t)((char *)pool->inf.next_out - pool->inf_out);
+	return r;
+}
+
+static int
+body_is_ows(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+/* Append to buf[*n..size) the items of the Accept-Encoding list ae that name a coding
+ * body_apply decodes, parameters kept.  Returns -1 when buf is too small. */
+static int
+body_decodable_codings(struct http_str ae, char *buf, size_t size, size_t *n)
+{
+	struct http_str coding;
+	const char *item, *semi;
+	size_t at = 0, len;
+
+	while (at <= ae.len) {
+		item = ae.p + at;
+		for (len = 0; at + len < ae.len && item[len] != ','; len++)
+			;
+		at += len + 1;
+		while (len > 0 && body_is_ows(*item)) {
+			item++;
+			len--;
+		}
+		while (len > 0 && body_is_ows(item[len - 1]))
+			len--;
+		semi = memchr(item, ';', len);
+		coding.p = item;
+		coding.len = semi != NULL ? (size_t)(semi - item) : len;
+		while (coding.len > 0 && body_is_ows(item[coding.len - 1]))
+			coding.len--;
+		if (coding.len == 0 || body_coding(coding) == BODY_CODING_OTHER)
+			continue;
+		if (*n + 2 + len > size)
+			return -1;
+		if (*n > 0) {
+			memcpy(buf + *n, ", ", 2);
+			*n += 2;
+		}
+		memcpy(buf + *n, item, len);
+		*n += len;
+	}
+	return 0;
+}
+
+void
+body_limit_accept_encoding(struct http_request *req, char *buf, size_t size)
+{
+	size_t i, first = SIZE_MAX, n = 0, out = 0;
+	int fits = 1;
+
+	for (i = 0; i < req->nheaders; i++) {
+		if (!http_header_is(&req->headers[i], "accept-encoding"))
+			continue;
+		if (first == SIZE_MAX)
+			first = i;
+		if (body_decodable_codings(req->headers[i].value, buf, size, &n) != 0)
+			fits = 0;
+	}
+	if (first == SIZE_MAX)
+		return;         /* none sent: any coding goes, and upstreams answer identity */
+	if (!fits || n == 0) {
+		memcpy(buf, "identity", 8);
+		n = 8;
+	}
+	req->headers[first].value.p = buf;
+	req->headers[first].value.len = n;
+	/* One header holds the whole list now. */
+	for (i = 0; i < req->nheaders; i++)
+		if (i <= first || !http_header_is(&req->headers[i], "accept-encoding"))
+			req->headers[out++] = req->headers[i];
+	req->nheaders = out;
 }
 
 int
@@ -292,6 +474,26 @@ body_block_data(struct body_block *b)
 	return b->data;
 }
 
+int
+body_block_reserve(struct body_block **b, size_t len)
+{
+	struct body_block *grown;
+	size_t cap = (*b)->cap;
+
+	if (cap >= len)
+		return 0;
+	while (cap < len) {
+		if (cap > SIZE_MAX / 2 - sizeof(**b))
+			return -1;
+		cap *= 2;
+	}
+	if ((*b)->refs != 1 || (grown = realloc(*b, sizeof(*grown) + cap)) == NULL)
+		return -1;
+	grown->cap = cap;
+	*b = grown;
+	return 0;
+}
+
 void
 body_block_release(struct body_block *b)
 {
@@ -309,60 +511,134 @@ body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
 	return 0;
 }
 
+/* Where the rewritten spans go: long spans of the input by reference, the rest copied. */
+struct body_out {
+	struct evbuffer *out;
+	struct body_block *in;
+	size_t len;
+	struct body_result *res;
+};
+
+static int
+body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
+{
+	struct body_out *o = arg;
+	struct body_block *in = o->in;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const struct rewrite_span *s = &spans[i];
+		int inside = s->p >= in->data && s->p + s->len <= in->data + o->len;
+
+		if (inside && s->len >= BODY_REFERENCE_MIN) {
+			in->refs++;
+			if (evbuffer_add_reference(o->out, s->p, s->len, body_block_cleanup_cb,
+			    in) == 0) {
+				o->res->spliced += s->len;
+				continue;
+			}
+			in->refs--;
+		}
+		if (evbuffer_add(o->out, s->p, s->len) != 0)
+			return -1;
+		o->res->copied += s->len;
+	}
+	return 0;
+}
+
+int
+body_block_add_span(struct evbuffer *out, struct body_block *b, const char *p, size_t len)
+{
+	if (len >= BODY_REFERENCE_MIN) {
+		b->refs++;
+		if (evbuffer_add_reference(out, p, len, body_block_cleanup_cb, b) == 0)
+			return 0;
+		b->refs--;
+	}
+	return evbuffer_add(out, p, len);
+}
+
+struct body_block *
+body_block_copy(struct body_pool *pool, struct evbuffer *src)
+{
+	size_t len = evbuffer_get_length(src);
+	struct body_block *b;
+
+	if ((b = body_block_get(pool, len)) != NULL)
+		evbuffer_copyout(src, b->data, len);
+	return b;
+}
+
+void
+body_block_fill(struct body_block *b, size_t len, uint64_t *left, int *sinking,
+    struct conn *c)
+{
+	size_t n;
+
+	if (*sinking)
+		*left = c->sink_left;
+	n = evbuffer_get_length(c->in);
+	if (n > *left)
+		n = (size_t)*left;
+	if (n != 0) {
+		evbuffer_remove(c->in, b->data + len - *left, n);
+		*left -= n;
+	}
+	if (*left == 0) {
+		c->sink = NULL;
+		*sinking = 0;
+	} else if (!*sinking) {
+		c->sink = b->data + len - *left;
+		c->sink_left = (size_t)*left;
+		*sinking = 1;
+	}
+}
+
 int
 body_apply_block(struct body_pool *pool, const struct config *cfg,
     const struct config_route *route, const struct rewrite_program *prog,
     enum body_coding coding, struct body_block *raw, size_t len,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res)
 {
-	struct body_block *in = raw;
+	struct body_out o = { out, raw, len, res };
 	struct rewrite_result rr;
-	size_t i;
+	int r;
 
 	memset(res, 0, sizeof(*res));
-	if (pool->rw == NULL || pool->rw_depth != cfg->limits.max_depth) {
+	if (pool->rw == NULL || pool->rw_depth != cfg->limits.max_depth ||
+	    pool->rw_members != cfg->limits.max_members) {
 		rewrite_ctx_free(pool->rw);
 		pool->rw_depth = cfg->limits.max_depth;
-		if ((pool->rw = rewrite_ctx_new(pool->rw_depth)) == NULL) {
+		pool->rw_members = cfg->limits.max_members;
+		if ((pool->rw = rewrite_ctx_new(pool->rw_depth, pool->rw_members)) == NULL) {
 			res->error = "out of memory";
 			return -1;
 		}
 	}
+	if (coding == BODY_CODING_OTHER) {
+		res->error = "Content-Encoding that cannot be decoded";
+		res->encoding = 1;
+		return -1;
+	}
 	raw->refs++;
 	if (coding == BODY_CODING_GZIP || coding == BODY_CODING_DEFLATE) {
-		in = body_inflate(pool, raw->data, len, coding, cfg->limits.max_body, &len,
+		o.in = body_inflate(pool, raw->data, len, coding, cfg->limits.max_body, &o.len,
 		    &res->error);
 		body_block_unref(raw);
-		if (in == NULL)
+		if (o.in == NULL)
 			return -1;
 		res->inflated = 1;
 	}
-	if (rewrite_apply(pool->rw, prog, route->validate, in->data, len, vars, &rr) < 0) {
+	rewrite_ctx_sink(pool->rw, body_spans_cb, &o);
+	r = rewrite_apply(pool->rw, prog, route->validate, o.in->data, o.len, vars, &rr);
+	rewrite_ctx_sink(pool->rw, NULL, NULL);
+	if (r < 0)
 		res->error = rr.error != NULL ? rr.error : "the body cannot be rewritten";
-		body_block_unref(in);
-		return -1;
-	}
-	res->status = rr.status;
-	for (i = 0; i < rr.nspans; i++) {
-		const struct rewrite_span *s = &rr.spans[i];
-		int inside = s->p >= in->data && s->p + s->len <= in->data + len;
-
-		if (inside && s->len >= BODY_REFERENCE_MIN) {
-			in->refs++;
-			if (evbuffer_add_reference(out, s->p, s->len, body_block_cleanup_cb, in) < 0) {
-				in->refs--;
-				evbuffer_add(out, s->p, s->len);
-				res->copied += s->len;
-			} else {
-				res->spliced += s->len;
-			}
-		} else {
-			evbuffer_add(out, s->p, s->len);
-			res->copied += s->len;
-		}
-	}
-	body_block_unref(in);
-	return 0;
+	else
+		res->status = rr.status;
+	rewrite_ctx_release(pool->rw);
+	body_block_unref(o.in);
+	return r < 0 ? -1 : 0;
 }
 
 int
@@ -370,18 +646,27 @@ body_apply(struct body_pool *pool, const struct config *cfg, const struct config
     const struct rewrite_program *prog, enum body_coding coding, struct evbuffer *raw,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res)
 {
-	size_t len = evbuffer_get_length(raw);
+	size_t len = evbuffer_get_length(raw), off = 0;
+	struct evbuffer_iovec v;
 	struct body_block *b;
 	int r;
 
-	/* The one copy: the received chains into a contiguous block the engine can scan. */
+	/* The one copy: the received chains into a contiguous block the engine can scan, each
+	 * chain freed once copied so that the body is never held twice. */
 	if ((b = body_block_get(pool, len)) == NULL) {
 		memset(res, 0, sizeof(*res));
 		res->error = "out of memory";
 		return -1;
 	}
-	evbuffer_copyout(raw, b->data, len);
+	while (evbuffer_peek(raw, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
+		memcpy(b->data + off, v.iov_base, v.iov_len);
+		off += v.iov_len;
+		evbuffer_drain(raw, v.iov_len);
+	}
 	r = body_apply_block(pool, cfg, route, prog, coding, b, len, vars, out, res);
+	/* on_error goes on with the received bytes: raw holds them again. */
+	if (r != 0 && len > 0 && body_block_add_to(raw, b, len) != 0)
+		res->error = "out of memory";
 	body_block_unref(b);
 	return r;
 }

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,7 +20,13 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "envelope.h"
+#include "header_ops.h"
+#include "jcond.h"
+#include "jprefix.h"
 #include "rewrite.h"
+#include "route.h"
+#include "template.h"
 #include "tls.h"
 
 #define CONFIG_MAX_WORKERS      1024
@@ -42,19 +49,44 @@ struct config_parse {
 	char where[CONFIG_WHERE_MAX];   /* key path being parsed: "routes[1].match" */
 	size_t wherelen;
 	const yaml_node_t *key;         /* key node of the value being parsed, for positions */
+	struct config_pending_name *pending;    /* server names to resolve after the parse */
+	size_t npending, pendingcap;
+	struct config_route *route;     /* the aggregated route whose backends are parsed */
+};
+
+/* A server written as HOST:PORT with a host name, waiting for the lookups after the parse. */
+struct config_pending_name {
+	struct config_server *srv;      /* its place in the upstream's servers, addr.name set */
+	const yaml_node_t *node;        /* where the name is written */
+	char *where;                    /* and the key path there */
 };
 
 /* ------------------------------------------------------------------ allocation */
+
+static void __attribute__((noreturn))
+config_oom(void)
+{
+	fputs("jsongate: out of memory loading the configuration\n", stderr);
+	abort();
+}
 
 static void *
 config_xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
 
-	if (p == NULL) {
-		fputs("jsongate: out of memory loading the configuration\n", stderr);
-		abort();
-	}
+	if (p == NULL)
+		config_oom();
+	return p;
+}
+
+static void *
+config_xreallocarray(void *p, size_t n, size_t size)
+{
+	if (size != 0 && n > SIZE_MAX / size)
+		config_oom();
+	if ((p = realloc(p, n * size)) == NULL)
+		config_oom();
 	return p;
 }
 
@@ -101,6 +133,34 @@ config_xasprintf(const char *fmt, ...)
 
 /* ------------------------------------------------------------------ errors */
 
+/* A message quotes what the file holds: control bytes (a multi-line scalar) become escapes,
+ * so that every error stays one line. */
+static char *
+config_error_line(char *msg)
+{
+	size_t i, n = 0;
+	char *out, *p;
+
+	for (i = 0; msg[i] != '\0'; i++)
+		n += (unsigned char)msg[i] < 0x20 ? 4 : 1;
+	if (n == i)
+		return msg;
+	p = out = config_xcalloc(1, n + 1);
+	for (i = 0; msg[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)msg[i];
+
+		if (c >= 0x20)
+			*p++ = (char)c;
+		else if (c == '\n' || c == '\t' || c == '\r') {
+			*p++ = '\\';
+			*p++ = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+		} else
+			p += snprintf(p, 5, "\\x%02x", c);
+	}
+	free(msg);
+	return out;
+}
+
 void
 config_error(struct config_parse *ctx, const yaml_node_t *node, const char *fmt, ...)
 {
@@ -109,16 +169,12 @@ config_error(struct config_parse *ctx, const yaml_node_t *node, const char *fmt,
 	char *msg;
 
 	va_start(ap, fmt);
-	msg = config_xvasprintf(fmt, ap);
+	msg = config_error_line(config_xvasprintf(fmt, ap));
 	va_end(ap);
 
 	if (ctx->nerrs == ctx->errcap) {
 		ctx->errcap = ctx->errcap ? ctx->errcap * 2 : 8;
-		ctx->errs = realloc(ctx->errs, ctx->errcap * sizeof(*ctx->errs));
-		if (ctx->errs == NULL) {
-			fputs("jsongate: out of memory loading the configuration\n", stderr);
-			abort();
-		}
+		ctx->errs = config_xreallocarray(ctx->errs, ctx->errcap, sizeof(*ctx->errs));
 	}
 	e = &ctx->errs[ctx->nerrs];
 	e->seq = ctx->nerrs++;
@@ -216,6 +272,9 @@ config_parse_free(struct config_parse *ctx)
 	for (i = 0; i < ctx->nerrs; i++)
 		free(ctx->errs[i].text);
 	free(ctx->errs);
+	for (i = 0; i < ctx->npending; i++)
+		free(ctx->pending[i].where);
+	free(ctx->pending);
 	free(ctx);
 }
 
@@ -453,16 +512,39 @@ config_parse_duration(const char *text, uint64_t *out_ms)
 	return 0;
 }
 
+/* The reason config_addr_parse gives for a host that is neither a number nor localhost. */
+static const char config_addr_not_numeric[] =
+    "host must be a numeric IPv4 address, [IPv6], * or localhost (names are not resolved)";
+
+/* "8080" -> 8080; NULL, or the reason it is not a port. */
+static const char *
+config_port_parse(const char *text, uint16_t *port)
+{
+	const char *end;
+	unsigned long v;
+
+	if (*text == '\0')
+		return "missing port";
+	for (end = text; isdigit((unsigned char)*end); end++)
+		;
+	if (*end != '\0')
+		return "the port must be a number";
+	if (end - text > 5 || (v = strtoul(text, NULL, 10)) == 0 || v > 65535)
+		return "the port must be from 1 to 65535";
+	*port = (uint16_t)v;
+	return NULL;
+}
+
 /* As config_parse_addr, with the reason for a failure. */
 static const char *
 config_addr_parse(const char *text, struct config_addr *out)
 {
 	char host[INET6_ADDRSTRLEN + 1], canon[INET6_ADDRSTRLEN];
-	const char *colon, *port_text, *end;
+	const char *colon, *end, *why;
 	struct sockaddr_in *sin = (struct sockaddr_in *)&out->ss;
 	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->ss;
 	size_t hostlen;
-	unsigned long port;
+	uint16_t port;
 	int v6 = 0;
 
 	memset(out, 0, sizeof(*out));
@@ -491,15 +573,8 @@ config_addr_parse(const char *text, struct config_addr *out)
 	if (hostlen == 0)
 		return "missing host (use *:PORT for all addresses)";
 
-	port_text = colon + 1;
-	if (*port_text == '\0')
-		return "missing port";
-	for (end = port_text; isdigit((unsigned char)*end); end++)
-		;
-	if (*end != '\0')
-		return "the port must be a number";
-	if (end - port_text > 5 || (port = strtoul(port_text, NULL, 10)) == 0 || port > 65535)
-		return "the port must be from 1 to 65535";
+	if ((why = config_port_parse(colon + 1, &port)) != NULL)
+		return why;
 
 	if (!v6 && strcmp(host, "*") == 0)
 		strcpy(host, "0.0.0.0");
@@ -514,14 +589,13 @@ config_addr_parse(const char *text, struct config_addr *out)
 		inet_ntop(AF_INET6, &sin6->sin6_addr, canon, sizeof(canon));
 	} else {
 		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
-			return "host must be a numeric IPv4 address, [IPv6], * or localhost "
-			    "(names are not resolved)";
+			return config_addr_not_numeric;
 		sin->sin_family = AF_INET;
 		sin->sin_port = htons((uint16_t)port);
 		out->sslen = sizeof(*sin);
 		inet_ntop(AF_INET, &sin->sin_addr, canon, sizeof(canon));
 	}
-	out->port = (uint16_t)port;
+	out->port = port;
 	out->host = config_xstrdup(canon);
 	out->text = config_xstrdup(text);
 	return NULL;
@@ -540,7 +614,8 @@ config_addr_free(struct config_addr *addr)
 		return;
 	free(addr->text);
 	free(addr->host);
-	addr->text = addr->host = NULL;
+	free(addr->name);
+	addr->text = addr->host = addr->name = NULL;
 }
 
 static int
@@ -596,6 +671,7 @@ enum config_type {
 };
 
 #define CONFIG_REQUIRED 0x1
+#define CONFIG_NULL_VALUE 0x2   /* CUSTOM: a null value is a value (fn gets its node) */
 
 struct config_section;
 
@@ -620,7 +696,7 @@ struct config_section {
 
 #define CONFIG_NFIELDS(a)       (sizeof(a) / sizeof((a)[0]))
 #define CONFIG_SECTION_OF(a)    { (a), CONFIG_NFIELDS(a) }
-#define CONFIG_MAX_FIELDS       16
+#define CONFIG_MAX_FIELDS       32
 
 static const char *const config_log_levels[] = { "error", "warn", "info", "debug", NULL };
 static const char *const config_access_formats[] = { "json", "combined", NULL };
@@ -630,15 +706,25 @@ static const char *const config_validates[] = { "envelope", "full", NULL };
 static const char *const config_compresses[] = { "off", "gzip", NULL };
 static const char *const config_verify_clients[] = { "off", "on", "optional", NULL };
 static const char *const config_booleans[] = { "false", "true", NULL };
+static const char *const config_merges[] = { "keyed", "flat", NULL };
+
+/* The names of enum config_failure bits, in bit order; "5xx" is all the 5xx ones. */
+static const char *const config_failure_names[] = {
+	"connect_error", "timeout", "reset", "invalid", "429", "500", "502", "503", "504", NULL
+};
 
 _Static_assert(sizeof(enum log_level) == sizeof(int) && sizeof(enum balance) == sizeof(int) &&
     sizeof(enum on_error) == sizeof(int) && sizeof(enum access_format) == sizeof(int) &&
     sizeof(enum validate_mode) == sizeof(int) && sizeof(enum compress_mode) == sizeof(int) &&
-    sizeof(enum verify_client) == sizeof(int),
+    sizeof(enum verify_client) == sizeof(int) && sizeof(enum merge_mode) == sizeof(int) &&
+    sizeof(enum missing_mode) == sizeof(int),
     "CONFIG_ENUM stores enums as int");
 
 static void config_parse_workers(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_access(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_json_fields(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_error_log(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_pid_file(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_listener_tls(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_upstream_tls(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_certificates(struct config_parse *, const yaml_node_t *, void *);
@@ -646,6 +732,16 @@ static void config_parse_protocols(struct config_parse *, const yaml_node_t *, v
 static void config_parse_listeners(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_upstreams(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_servers(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_hash_key(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_fail_on(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_retry_on(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_retry_budget(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_health(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_health_status(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_health_json(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_health_path(struct config_parse *, const yaml_node_t *, void *);
+static char *config_path_value(struct config_parse *, const yaml_node_t *);
+static void config_parse_server_address(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_routes(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_route_name(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_route_host(struct config_parse *, const yaml_node_t *, void *);
@@ -653,10 +749,26 @@ static void config_parse_route_path(struct config_parse *, const yaml_node_t *, 
 static void config_parse_route_path_prefix(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_route_strip(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_methods(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_route_json(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_route_upstream(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backends(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_upstream(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_path(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_method(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_after(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_headers(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_ops(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_backend_missing(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_json_types(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_request_ops(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_response_ops(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_response_on(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_error_response_ops(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_request_headers(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_response_headers(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_header_set(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_header_add(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_header_remove(struct config_parse *, const yaml_node_t *, void *);
 
 #define C_OFF(field)            offsetof(struct config, field)
 #define F_UINT(k, st, f, d, lo, hi, doc) \
@@ -683,10 +795,15 @@ static void config_parse_response_ops(struct config_parse *, const yaml_node_t *
 static const struct config_field config_log_fields[] = {
 	F_ENUM("level", struct config, log_level, "info", config_log_levels,
 	    "error log level: error, warn, info or debug"),
-	F_CUSTOM("access", config_parse_access, "path|stderr|off", "stderr", 0,
-	    "access log: a file path, stderr, or off"),
+	F_CUSTOM("error", config_parse_error_log, "file|stderr|syslog", NULL, 0,
+	    "error log: a file, stderr, syslog (facility daemon) or syslog:SOCKET; "
+	    "default stderr with -f, syslog without"),
+	F_CUSTOM("access", config_parse_access, "file|stderr|off", "stderr", 0,
+	    "access log: a file, stderr, or off"),
 	F_ENUM("format", struct config, access_format, "json", config_access_formats,
 	    "access log format: json (one object per line) or combined"),
+	F_CUSTOM("json_fields", config_parse_json_fields, "list", NULL, 0,
+	    "request body fields ($json.PATH) added to json access log lines"),
 };
 static const struct config_section config_log_section = CONFIG_SECTION_OF(config_log_fields);
 
@@ -702,9 +819,16 @@ static const struct config_field config_limits_fields[] = {
 	F_SIZE("max_body", struct config, limits.max_body, "8m", 0,
 	    "largest JSON body buffered for ops; larger requests get 413"),
 	F_UINT("max_connections", struct config, limits.max_connections, "10000", 1, UINT32_MAX,
-	    "client connections accepted at once"),
+	    "client connections open at once, all workers together"),
 	F_UINT("max_depth", struct config, limits.max_depth, "1000", 1, UINT32_MAX,
 	    "deepest JSON nesting the envelope engine accepts"),
+	F_UINT("max_members", struct config, limits.max_members, "100000", 1, UINT32_MAX,
+	    "most object members the envelope engine tokenizes in one body; more: on_error"),
+	{ "route_scan", CONFIG_SIZE, offsetof(struct config, limits.route_scan), "64k", 1024,
+	    16 * 1024 * 1024, NULL, NULL, NULL, 0,
+	    "request body bytes read for the fields of match.json and $json.PATH", NULL },
+	F_UINT("max_backends", struct config, limits.max_backends, "16", 1, CONFIG_MAX_BACKENDS,
+	    "most backends one aggregated route may have"),
 };
 static const struct config_section config_limits_section = CONFIG_SECTION_OF(config_limits_fields);
 
@@ -719,6 +843,10 @@ static const struct config_field config_timeouts_fields[] = {
 	    "time allowed to connect to an upstream server"),
 	F_DURATION("upstream_response", struct config, timeouts.upstream_response, "30s", 1,
 	    "longest wait for upstream response bytes"),
+	F_DURATION("upstream_try", struct config, timeouts.upstream_try, "0", 0,
+	    "limit of one try, from its start to the answer's head; 0: none"),
+	F_DURATION("queue", struct config, timeouts.queue, "5s", 1,
+	    "longest wait for a server when every one is at max_connections"),
 	F_DURATION("shutdown_grace", struct config, timeouts.shutdown_grace, "30s", 0,
 	    "time in-flight requests get to finish on SIGTERM"),
 };
@@ -761,10 +889,16 @@ static const struct config_section config_listener_section =
     CONFIG_SECTION_OF(config_listener_fields);
 
 static const struct config_field config_server_fields[] = {
-	F_ADDR("address", struct config_server, addr, CONFIG_REQUIRED,
-	    "server address: IPv4:PORT, [IPv6]:PORT or localhost:PORT"),
+	F_CUSTOM("address", config_parse_server_address, "address", NULL, CONFIG_REQUIRED,
+	    "server address: IPv4:PORT, [IPv6]:PORT, localhost:PORT or NAME:PORT (resolved)"),
 	F_UINT("weight", struct config_server, weight, "1", 1, CONFIG_MAX_WEIGHT,
 	    "share of requests relative to the other servers"),
+	F_ENUM("backup", struct config_server, backup, "false", config_booleans,
+	    "true: takes requests only while no primary server can"),
+	F_UINT("max_fails", struct config_server, max_fails, NULL, 0, CONFIG_MAX_FAILS,
+	    "the upstream's max_fails for this server"),
+	F_UINT("max_connections", struct config_server, max_connections, NULL, 0, UINT32_MAX,
+	    "the upstream's max_connections for this server"),
 };
 static const struct config_section config_server_section = CONFIG_SECTION_OF(config_server_fields);
 
@@ -782,17 +916,74 @@ static const struct config_field config_upstream_tls_fields[] = {
 static const struct config_section config_upstream_tls_section =
     CONFIG_SECTION_OF(config_upstream_tls_fields);
 
+static const struct config_field config_health_expect_fields[] = {
+	F_CUSTOM("status", config_parse_health_status, "list", "[2xx]", 0,
+	    "status codes or classes (2xx) of a passed check"),
+	F_CUSTOM("json", config_parse_health_json, "mapping", NULL, 0,
+	    "{ field: PATH, equals: VALUE }: a field of the JSON answer that must equal VALUE"),
+};
+static const struct config_section config_health_expect_section =
+    CONFIG_SECTION_OF(config_health_expect_fields);
+
+static const struct config_field config_health_fields[] = {
+	F_CUSTOM("path", config_parse_health_path, "path", NULL, CONFIG_REQUIRED,
+	    "path checked with GET, query allowed"),
+	F_STRING("host", struct config_health, host, NULL,
+	    "Host header of checks; default the upstream's host_header, else the server's host"),
+	F_DURATION("interval", struct config_health, interval, "5s", 10,
+	    "time between two checks of a server"),
+	F_DURATION("timeout", struct config_health, timeout, "2s", 1,
+	    "time allowed for one check, connect included"),
+	F_UINT("fails", struct config_health, fails, "3", 1, 1000,
+	    "failed checks in a row that take a server out of service"),
+	F_UINT("passes", struct config_health, passes, "2", 1, 1000,
+	    "passed checks in a row that bring it back"),
+	F_SECTION("expect", config_health_expect_section, "what a passed check answers"),
+};
+static const struct config_section config_health_section =
+    CONFIG_SECTION_OF(config_health_fields);
+
 static const struct config_field config_upstream_fields[] = {
 	F_CUSTOM("servers", config_parse_servers, "list", NULL, CONFIG_REQUIRED,
-	    "list of ADDRESS or { address: ADDRESS, weight: N }"),
+	    "list of ADDRESS or { address: ADDRESS, weight: N, backup: B, max_fails: N, "
+	    "max_connections: N }"),
 	F_ENUM("balance", struct config_upstream, balance, "round_robin", config_balances,
 	    "server selection: round_robin, least_conn or hash"),
+	F_CUSTOM("hash_key", config_parse_hash_key, "variable", NULL, 0,
+	    "balance: hash key: $remote_addr, $request_uri, $path, $host, $header.NAME or "
+	    "$json.PATH"),
+	F_UINT("max_fails", struct config_upstream, max_fails, "1", 0, CONFIG_MAX_FAILS,
+	    "failures in a row within fail_timeout that eject a server; 0: never"),
+	F_DURATION("fail_timeout", struct config_upstream, fail_timeout, "10s", 1,
+	    "window of max_fails, and the first ejection's length"),
+	F_CUSTOM("fail_on", config_parse_fail_on, "list", "[connect_error, timeout, reset]", 0,
+	    "what counts as a failure: connect_error, timeout, reset, invalid, 429, 500, 502, "
+	    "503, 504, 5xx"),
+	F_UINT("max_ejected_percent", struct config_upstream, max_ejected_percent, "50", 0, 100,
+	    "most servers ejected at once, in percent (one may always be)"),
+	F_UINT("retries", struct config_upstream, retries, "1", 0, CONFIG_MAX_TRIES - 1,
+	    "extra tries on other servers after a failed one"),
+	F_CUSTOM("retry_on", config_parse_retry_on, "list", "[connect_error, timeout, reset]", 0,
+	    "failures a request is tried again for: connect_error, timeout, reset, invalid, "
+	    "429, 500, 502, 503, 504, 5xx"),
+	F_CUSTOM("retry_budget", config_parse_retry_budget, "integer|mapping", "20", 0,
+	    "retries in flight as a percent of requests in flight, or { percent: P, min: N }"),
+	F_SIZE("retry_body", struct config_upstream, retry_body, "64k", 0,
+	    "largest request body kept to be sent again; larger ones are not retried once sent"),
+	F_UINT("max_connections", struct config_upstream, max_connections, "0", 0, UINT32_MAX,
+	    "requests in flight to one server at once; 0: no limit"),
+	F_UINT("max_pending", struct config_upstream, max_pending, "1024", 0, UINT32_MAX,
+	    "requests waiting for a server at max_connections; more get 503"),
+	F_CUSTOM("health", config_parse_health, "mapping", NULL, 0,
+	    "active health checks; none: only passive"),
 	F_UINT("keepalive", struct config_upstream, keepalive, "32", 0, 65535,
 	    "idle pooled connections kept per worker"),
 	F_STRING("host_header", struct config_upstream, host_header, NULL,
 	    "Host header sent upstream instead of the client's"),
 	F_CUSTOM("tls", config_parse_upstream_tls, "mapping", NULL, 0,
 	    "TLS to the servers; none: plain HTTP"),
+	F_DURATION("resolve_interval", struct config_upstream, resolve_interval, "30s", 1000,
+	    "time between lookups of the server names; shorter when their TTL is"),
 };
 static const struct config_section config_upstream_section =
     CONFIG_SECTION_OF(config_upstream_fields);
@@ -800,20 +991,56 @@ static const struct config_section config_upstream_section =
 static const struct config_field config_match_fields[] = {
 	F_CUSTOM("host", config_parse_route_host, "string", NULL, 0,
 	    "Host the request must carry; case-insensitive, any :port ignored"),
-	F_CUSTOM("path", config_parse_route_path, "path", NULL, 0, "exact path"),
+	F_CUSTOM("path", config_parse_route_path, "path", NULL, 0,
+	    "exact path, or a path template: /users/{id}/dashboard, /files/{rest...}"),
 	F_CUSTOM("path_prefix", config_parse_route_path_prefix, "path", NULL, 0,
 	    "path prefix, compared as a plain string (/api matches /api, /api/x and /apix)"),
 	F_CUSTOM("methods", config_parse_methods, "list", NULL, 0,
 	    "allowed methods (GET implies HEAD); others get 405"),
+	F_CUSTOM("json", config_parse_route_json, "mapping|list", NULL, 0,
+	    "a condition on fields of the JSON request body, or a list that must all hold"),
 };
 static const struct config_section config_match_section = CONFIG_SECTION_OF(config_match_fields);
+
+/* request_headers and response_headers (their fields parse into a struct config_headers). */
+static const struct config_field config_header_ops_fields[] = {
+	F_CUSTOM("set", config_parse_header_set, "mapping", NULL, 0,
+	    "headers replaced or added, NAME: VALUE; a value may be a request variable"),
+	F_CUSTOM("add", config_parse_header_add, "mapping", NULL, 0,
+	    "headers added after those of the same name, NAME: VALUE"),
+	F_CUSTOM("remove", config_parse_header_remove, "list", NULL, 0, "names of headers removed"),
+};
+static const struct config_section config_header_ops_section =
+    CONFIG_SECTION_OF(config_header_ops_fields);
+
+/* Defaults: the global timeouts, copied into the route before its keys are parsed. */
+static const struct config_field config_route_timeouts_fields[] = {
+	F_DURATION("upstream_connect", struct config_route, timeouts.upstream_connect, NULL, 1,
+	    "time allowed to connect to a server of the route's upstream"),
+	F_DURATION("upstream_response", struct config_route, timeouts.upstream_response, NULL, 1,
+	    "longest wait for response bytes of the route's requests"),
+	F_DURATION("upstream_try", struct config_route, timeouts.upstream_try, NULL, 0,
+	    "limit of one try of the route's requests, to the answer's head; 0: none"),
+};
+static const struct config_section config_route_timeouts_section =
+    CONFIG_SECTION_OF(config_route_timeouts_fields);
 
 static const struct config_field config_route_fields[] = {
 	F_CUSTOM("name", config_parse_route_name, "string", NULL, 0,
 	    "name for logs and metrics; default routes[N]"),
 	F_SECTION("match", config_match_section, "what requests the route takes; none: all"),
-	F_CUSTOM("upstream", config_parse_route_upstream, "string", NULL, CONFIG_REQUIRED,
-	    "name of the upstream requests are sent to"),
+	F_CUSTOM("upstream", config_parse_route_upstream, "string", NULL, 0,
+	    "name of the upstream requests are sent to; required unless backends is given"),
+	F_CUSTOM("backends", config_parse_backends, "mapping", NULL, 0,
+	    "map of output key -> backend: an aggregated route, whose backends are requested "
+	    "concurrently and their answers merged into one JSON body"),
+	F_ENUM("merge", struct config_route, merge, "keyed", config_merges,
+	    "how backend answers are merged: keyed (each under its key) or flat (the members "
+	    "of object answers side by side, a later backend's key winning)"),
+	F_DURATION("timeout", struct config_route, timeout, "0", 0,
+	    "aggregated route: time allowed for all its backends together; 0: none"),
+	F_STRING("errors_key", struct config_route, errors_key, "errors",
+	    "aggregated route: the member of a partial answer that says which backends failed"),
 	F_CUSTOM("strip_prefix", config_parse_route_strip, "path", NULL, 0,
 	    "prefix removed from the path before forwarding"),
 	F_ENUM("on_error", struct config_route, on_error, "pass", config_on_errors,
@@ -827,17 +1054,58 @@ static const struct config_field config_route_fields[] = {
 	    "media types treated as JSON"),
 	F_CUSTOM("request", config_parse_request_ops, "list", NULL, 0, "ops on JSON request bodies"),
 	F_CUSTOM("response", config_parse_response_ops, "list", NULL, 0, "ops on JSON response bodies"),
+	F_CUSTOM("response_on", config_parse_response_on, "list", "[2xx]", 0,
+	    "statuses (or classes like 2xx) whose answers response takes; others pass untouched"),
+	F_CUSTOM("error_response", config_parse_error_response_ops, "list", NULL, 0,
+	    "ops on JSON response bodies whose status is not in response_on"),
+	F_SECTION("timeouts", config_route_timeouts_section,
+	    "upstream timeouts of the route instead of the global ones"),
+	F_CUSTOM("request_headers", config_parse_request_headers, "mapping", NULL, 0,
+	    "headers set, added or removed on requests: { set, add, remove }"),
+	F_CUSTOM("response_headers", config_parse_response_headers, "mapping", NULL, 0,
+	    "headers set, added or removed on upstream answers: { set, add, remove }"),
 };
 static const struct config_section config_route_section = CONFIG_SECTION_OF(config_route_fields);
+
+static const struct config_field config_backend_fields[] = {
+	F_CUSTOM("upstream", config_parse_backend_upstream, "string", NULL, CONFIG_REQUIRED,
+	    "name of the upstream the backend request goes to"),
+	/* after before path and headers: they may read the answers it names */
+	F_CUSTOM("after", config_parse_backend_after, "string|list", NULL, 0,
+	    "backends whose answers this one waits for; its path and headers may read them"),
+	F_CUSTOM("path", config_parse_backend_path, "template", NULL, CONFIG_REQUIRED,
+	    "request-target of the backend request, query allowed, with ${variables}"),
+	F_CUSTOM("method", config_parse_backend_method, "string", "GET", 0,
+	    "method of the backend request: GET, POST, PUT, PATCH, DELETE or OPTIONS"),
+	F_CUSTOM("headers", config_parse_backend_headers, "mapping", NULL, 0,
+	    "headers of the backend request: name -> value with ${variables}"),
+	F_DURATION("timeout", struct config_backend, timeout, "0", 0,
+	    "time allowed for the backend request, tries included; 0: the upstream's timeouts"),
+	F_CUSTOM("response", config_parse_backend_ops, "list", NULL, 0,
+	    "envelope ops on the backend's answer before the merge"),
+	F_ENUM("on_error", struct config_backend, on_error, "fail", config_on_errors,
+	    "an answer that is not JSON or its ops cannot take: fail the backend, or pass it "
+	    "(not JSON: as a JSON string; else untouched)"),
+	F_ENUM("required", struct config_backend, required, "true", config_booleans,
+	    "true: its failure fails the route; false: the answer goes out without it, partial"),
+	F_CUSTOM("missing", config_parse_backend_missing, "enum", "omit", CONFIG_NULL_VALUE,
+	    "an optional backend that failed: its key left out (omit) or set to null"),
+};
+static const struct config_section config_backend_section =
+    CONFIG_SECTION_OF(config_backend_fields);
 
 static const struct config_field config_top_fields[] = {
 	F_CUSTOM("workers", config_parse_workers, "integer|auto", "auto", 0,
 	    "event-loop threads; auto = number of CPUs"),
 	F_STRING("user", struct config, user, NULL, "user to switch to after binding"),
+	F_CUSTOM("pid_file", config_parse_pid_file, "file", NULL, 0,
+	    "file the process id is written to once the listeners are bound; removed at exit"),
 	F_SECTION("log", config_log_section, "logging"),
 	F_SECTION("admin", config_admin_section, "admin endpoint; none when absent"),
 	F_SECTION("limits", config_limits_section, "size and count limits"),
 	F_SECTION("timeouts", config_timeouts_section, "timeouts"),
+	F_ADDR_PTR("resolver", struct config, resolver,
+	    "nameserver for server names, IPv4:PORT or [IPv6]:PORT; default /etc/resolv.conf's"),
 	F_CUSTOM("listeners", config_parse_listeners, "list", NULL, CONFIG_REQUIRED,
 	    "list of { listen: ADDRESS }"),
 	/* upstreams before routes: routes refer to them by name */
@@ -1008,6 +1276,11 @@ config_parse_field(struct config_parse *ctx, const struct config_field *f,
 			config_error(ctx, node, "must be at least %s", buf);
 			return;
 		}
+		if (size > f->max) {
+			config_size_text(f->max, buf, sizeof(buf));
+			config_error(ctx, node, "must be at most %s", buf);
+			return;
+		}
 		*(size_t *)config_at(obj, f->offset) = size;
 		break;
 	case CONFIG_DURATION:
@@ -1125,7 +1398,8 @@ config_parse_map(struct config_parse *ctx, const yaml_node_t *map,
 
 	for (i = 0; i < sec->nfields; i++) {
 		const struct config_field *f = &sec->fields[i];
-		int absent = config_is_null(vals[i]);
+		int absent = config_is_null(vals[i]) &&
+		    !(vals[i] != NULL && (f->flags & CONFIG_NULL_VALUE));
 
 		if (absent && map != NULL && (f->flags & CONFIG_REQUIRED)) {
 			if (vals[i] != NULL) {
@@ -1178,6 +1452,65 @@ config_parse_workers(struct config_parse *ctx, const yaml_node_t *node, void *ob
 		    CONFIG_MAX_WORKERS, text);
 }
 
+/* Make a relative file name relative to the configuration file's directory: every file the
+ * configuration names is found the same way, whatever the working directory. */
+static void
+config_resolve_path(struct config_parse *ctx, char **path)
+{
+	const char *slash = strrchr(ctx->file, '/');
+	char *p;
+
+	if (*path == NULL || (*path)[0] == '/' || slash == NULL)
+		return;
+	p = config_xasprintf("%.*s/%s", (int)(slash - ctx->file), ctx->file, *path);
+	free(*path);
+	*path = p;
+}
+
+static void
+config_parse_error_log(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const char *text;
+	char *socket_path;
+
+	if (node == NULL || (text = config_string(ctx, node)) == NULL)
+		return;
+	free(cfg->error_log);
+	cfg->error_log = NULL;
+	if (strcmp(text, "stderr") == 0 || strcmp(text, "syslog") == 0) {
+		cfg->error_log = config_xstrdup(text);
+	} else if (strncmp(text, "syslog:", 7) == 0) {
+		if (text[7] == '\0') {
+			config_error(ctx, node, "syslog: needs the socket after the colon, "
+			    "as in syslog:/dev/log");
+			return;
+		}
+		socket_path = config_xstrdup(text + 7);
+		config_resolve_path(ctx, &socket_path);
+		cfg->error_log = config_xasprintf("syslog:%s", socket_path);
+		free(socket_path);
+	} else {
+		cfg->error_log = config_xstrdup(text);
+		config_resolve_path(ctx, &cfg->error_log);
+		cfg->error_log_mark = node->start_mark;
+	}
+}
+
+static void
+config_parse_pid_file(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const char *text;
+
+	if (node == NULL || (text = config_string(ctx, node)) == NULL)
+		return;
+	free(cfg->pid_file);
+	cfg->pid_file = config_xstrdup(text);
+	config_resolve_path(ctx, &cfg->pid_file);
+	cfg->pid_file_mark = node->start_mark;
+}
+
 static void
 config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
@@ -1188,6 +1521,10 @@ config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		return;
 	free(cfg->access_log);
 	cfg->access_log = strcmp(text, "off") == 0 ? NULL : config_xstrdup(text);
+	if (cfg->access_log != NULL && strcmp(cfg->access_log, "stderr") != 0) {
+		config_resolve_path(ctx, &cfg->access_log);
+		cfg->access_log_mark = node->start_mark;
+	}
 }
 
 
@@ -1206,21 +1543,48 @@ config_list(struct config_parse *ctx, const yaml_node_t *node)
 	((size_t)((n)->data.sequence.items.top - (n)->data.sequence.items.start))
 #define config_list_item(ctx, n, i) config_node((ctx), (n)->data.sequence.items.start[(i)])
 
-/* ------------------------------------------------------------------ TLS */
-
-/* Make a relative file name relative to the configuration file's directory. */
-static void
-config_tls_path(struct config_parse *ctx, char **path)
+/* A dotted path of a request body field ($json.PATH); 0, or -1 after an error. */
+static int
+config_json_path(struct config_parse *ctx, const yaml_node_t *node, const char *text)
 {
-	const char *slash = strrchr(ctx->file, '/');
-	char *p;
+	struct jcond_seg segs[JPREFIX_MAX_PATH];
 
-	if (*path == NULL || (*path)[0] == '/' || slash == NULL)
-		return;
-	p = config_xasprintf("%.*s/%s", (int)(slash - ctx->file), ctx->file, *path);
-	free(*path);
-	*path = p;
+	if (jprefix_path(text, strlen(text), segs) != 0)
+		return 0;
+	config_error(ctx, node, "expected a field or a dotted path of at most %d keys such as "
+	    "user.id, got \"%s\"", JPREFIX_MAX_PATH, text);
+	return -1;
 }
+
+/* log.json_fields: paths of body fields for the access log; its json format only. */
+static void
+config_parse_json_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, n;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	if ((n = config_list_len(node)) > CONFIG_MAX_JSON_FIELDS) {
+		config_error(ctx, node, "at most %d fields", CONFIG_MAX_JSON_FIELDS);
+		return;
+	}
+	if (n != 0 && cfg->access_format != ACCESS_JSON) {
+		config_error(ctx, node, "only the json access log format has body fields");
+		return;
+	}
+	cfg->json_fields = config_xcalloc(n, sizeof(*cfg->json_fields));
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_string(ctx, item)) != NULL &&
+		    config_json_path(ctx, item, text) == 0)
+			cfg->json_fields[cfg->njson_fields++] = config_xstrdup(text);
+	}
+}
+
+/* ------------------------------------------------------------------ TLS */
 
 static void
 config_parse_certificates(struct config_parse *ctx, const yaml_node_t *node, void *obj)
@@ -1242,8 +1606,8 @@ config_parse_certificates(struct config_parse *ctx, const yaml_node_t *node, voi
 		config_parse_object(ctx, config_list_item(ctx, node, i), &config_tls_cert_section,
 		    &tls->certs[i]);
 		config_where_pop(ctx, saved);
-		config_tls_path(ctx, &tls->certs[i].cert);
-		config_tls_path(ctx, &tls->certs[i].key);
+		config_resolve_path(ctx, &tls->certs[i].cert);
+		config_resolve_path(ctx, &tls->certs[i].key);
 	}
 }
 
@@ -1370,7 +1734,7 @@ config_parse_listener_tls(struct config_parse *ctx, const yaml_node_t *node, voi
 		return;
 	tls = l->tls = config_xcalloc(1, sizeof(*tls));
 	config_parse_object(ctx, node, &config_listener_tls_section, tls);
-	config_tls_path(ctx, &tls->client_ca);
+	config_resolve_path(ctx, &tls->client_ca);
 	if (tls->verify_client != VERIFY_CLIENT_OFF && tls->client_ca == NULL) {
 		config_error(ctx, config_map_get(ctx, node, "verify_client") ?
 		    config_map_get(ctx, node, "verify_client") : node,
@@ -1394,9 +1758,9 @@ config_parse_upstream_tls(struct config_parse *ctx, const yaml_node_t *node, voi
 	tls = up->tls = config_xcalloc(1, sizeof(*tls));
 	tls->verify = 1;
 	config_parse_object(ctx, node, &config_upstream_tls_section, tls);
-	config_tls_path(ctx, &tls->ca);
-	config_tls_path(ctx, &tls->cert);
-	config_tls_path(ctx, &tls->key);
+	config_resolve_path(ctx, &tls->ca);
+	config_resolve_path(ctx, &tls->cert);
+	config_resolve_path(ctx, &tls->key);
 	if ((tls->cert == NULL) != (tls->key == NULL)) {
 		size_t saved = config_where_key(ctx, tls->cert ? "cert" : "key");
 
@@ -1447,13 +1811,276 @@ config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *
 	}
 }
 
+/* ------------------------------------------------------------------ servers by name */
+
+/*
+ * A DNS host name: dot-separated labels of 1 to 63 letters, digits, '-' or '_', 253
+ * characters at most, and not only digits and dots (that is a bad IPv4 address).
+ */
+static int
+config_host_is_name(const char *s, size_t len)
+{
+	size_t i, label = 0;
+	int alpha = 0;
+
+	if (len == 0 || len > 253)
+		return 0;
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '.') {
+			if (label == 0)
+				return 0;
+			label = 0;
+			continue;
+		}
+		if (!isalnum(c) && c != '-' && c != '_')
+			return 0;
+		alpha |= !isdigit(c);
+		if (++label > 63)
+			return 0;
+	}
+	return label > 0 && alpha;
+}
+
+/*
+ * A server's address: as config_addr_parse, or NAME:PORT with a host name other than
+ * localhost, left unresolved (out->name set, out->sslen 0).  NULL, or the reason it is
+ * neither.
+ */
+static const char *
+config_server_addr_parse(const char *text, struct config_addr *out)
+{
+	const char *colon = strrchr(text, ':'), *why;
+	size_t i, len = colon != NULL ? (size_t)(colon - text) : 0;
+	uint16_t port;
+
+	/* "api.internal.": the final dot only says the name is complete */
+	if (len > 1 && text[len - 1] == '.' && text[len - 2] != '.')
+		len--;
+	if (colon != NULL && config_host_is_name(text, len) &&
+	    !(len == 9 && strncasecmp(text, "localhost", 9) == 0)) {
+		memset(out, 0, sizeof(*out));
+		if ((why = config_port_parse(colon + 1, &port)) != NULL)
+			return why;
+		out->port = port;
+		out->text = config_xstrdup(text);
+		out->name = config_xcalloc(1, len + 1);
+		for (i = 0; i < len; i++)
+			out->name[i] = (char)tolower((unsigned char)text[i]);
+		return NULL;
+	}
+	why = config_addr_parse(text, out);
+	return why == config_addr_not_numeric ?
+	    "host must be an IPv4 address, [IPv6], localhost or a host name" : why;
+}
+
+/* Parse a server's address into srv; a name is queued for the lookups after the parse. */
+static void
+config_server_address(struct config_parse *ctx, const yaml_node_t *node,
+    struct config_server *srv, const char *expected)
+{
+	struct config_pending_name *p;
+	const char *text, *why;
+
+	if ((text = config_scalar(ctx, node, expected)) == NULL)
+		return;
+	if ((why = config_server_addr_parse(text, &srv->addr)) != NULL) {
+		config_error(ctx, node, "invalid address \"%s\": %s", text, why);
+		return;
+	}
+	if (srv->addr.name == NULL) {
+		if (config_addr_is_any(&srv->addr))
+			config_error(ctx, node, "%s is a wildcard address, not a server",
+			    srv->addr.text);
+		return;
+	}
+	if (ctx->npending == ctx->pendingcap) {
+		ctx->pendingcap = ctx->pendingcap ? ctx->pendingcap * 2 : 8;
+		ctx->pending = config_xreallocarray(ctx->pending, ctx->pendingcap,
+		    sizeof(*ctx->pending));
+	}
+	p = &ctx->pending[ctx->npending++];
+	p->srv = srv;
+	p->node = node;
+	p->where = config_xstrdup(ctx->where);
+}
+
+static void
+config_parse_server_address(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	if (node != NULL)
+		config_server_address(ctx, node, obj, "an address");
+}
+
+size_t
+config_servers_from_name(const struct config_server_name *entry,
+    const struct resolver_answer *ans, struct config_server **out)
+{
+	struct config_server *servers = config_xcalloc(ans->naddrs, sizeof(*servers));
+	char host[INET6_ADDRSTRLEN];
+	size_t i;
+
+	for (i = 0; i < ans->naddrs; i++) {
+		struct config_addr *a = &servers[i].addr;
+		const struct resolver_addr *ra = &ans->addrs[i];
+
+		servers[i] = entry->settings;
+		memset(a, 0, sizeof(*a));
+		resolver_addr_text(ra, host, sizeof(host));
+		if (ra->family == AF_INET) {
+			struct sockaddr_in *sin = (struct sockaddr_in *)&a->ss;
+			sin->sin_family = AF_INET;
+			sin->sin_port = htons(entry->port);
+			memcpy(&sin->sin_addr, ra->ip, 4);
+			a->sslen = sizeof(*sin);
+			a->text = config_xasprintf("%s:%u", host, (unsigned)entry->port);
+		} else {
+			struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&a->ss;
+			sin6->sin6_family = AF_INET6;
+			sin6->sin6_port = htons(entry->port);
+			memcpy(&sin6->sin6_addr, ra->ip, 16);
+			a->sslen = sizeof(*sin6);
+			a->text = config_xasprintf("[%s]:%u", host, (unsigned)entry->port);
+		}
+		a->host = config_xstrdup(host);
+		a->port = entry->port;
+		a->name = config_xstrdup(entry->host);
+	}
+	*out = servers;
+	return ans->naddrs;
+}
+
+void
+config_servers_free(struct config_server *servers, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		config_addr_free(&servers[i].addr);
+	free(servers);
+}
+
+/* Replace each named server of up by the servers of its name's answer (hosts[h] answered
+ * answers[h]; a name that failed leaves none). */
+static void
+config_expand_names(struct config_upstream *up, const char *const *hosts, size_t nhosts,
+    const struct resolver_answer *answers)
+{
+	struct config_server *servers, *made;
+	struct config_server_name *e;
+	size_t i, h, k, n = 0, total = 0, nnames = 0;
+
+	for (i = 0; i < up->nservers; i++) {
+		if (up->servers[i].addr.name == NULL) {
+			total++;
+			continue;
+		}
+		for (h = 0; h < nhosts && strcmp(hosts[h], up->servers[i].addr.name) != 0; h++)
+			;
+		total += h < nhosts ? answers[h].naddrs : 0;
+		nnames++;
+	}
+	if (nnames == 0)
+		return;
+	servers = config_xcalloc(total, sizeof(*servers));
+	up->names = config_xcalloc(nnames, sizeof(*up->names));
+	for (i = 0; i < up->nservers; i++) {
+		struct config_server *srv = &up->servers[i];
+
+		if (srv->addr.name == NULL) {
+			servers[n++] = *srv;
+			continue;
+		}
+		e = &up->names[up->nnames++];
+		e->host = srv->addr.name;
+		e->port = srv->addr.port;
+		e->entry = i;
+		e->settings = *srv;
+		memset(&e->settings.addr, 0, sizeof(e->settings.addr));
+		free(srv->addr.text);
+		for (h = 0; h < nhosts && strcmp(hosts[h], e->host) != 0; h++)
+			;
+		if (h == nhosts)
+			continue;
+		if (resolver_answer_copy(&e->answer, &answers[h]) < 0)
+			config_oom();
+		e->first = n;
+		e->count = config_servers_from_name(e, &e->answer, &made);
+		for (k = 0; k < e->count; k++)
+			servers[n++] = made[k];
+		free(made);
+	}
+	free(up->servers);
+	up->servers = servers;
+	up->nservers = n;
+}
+
+/*
+ * Resolve every server name at once with the configured resolver, reporting each one that
+ * does not resolve at the place it is written, and expand the named servers.
+ */
+static void
+config_resolve_names(struct config_parse *ctx, const yaml_node_t *root)
+{
+	struct config *cfg = ctx->cfg;
+	const yaml_node_t *rnode = config_map_get(ctx, root, "resolver");
+	const struct config_addr *ns = cfg->resolver;
+	struct resolver_answer *answers;
+	const char **hosts;
+	char err[256];
+	size_t i, h, nhosts = 0, saved;
+	int *errors;
+
+	if (ns != NULL && config_addr_is_any(ns)) {
+		saved = config_where_key(ctx, "resolver");
+		config_error(ctx, rnode, "%s is a wildcard address, not a nameserver", ns->text);
+		config_where_pop(ctx, saved);
+		return;
+	}
+	/* without the nameserver the user meant, the lookups would say nothing true */
+	if (ctx->npending == 0 || (ns == NULL && !config_is_null(rnode)))
+		return;
+	hosts = config_xcalloc(ctx->npending, sizeof(*hosts));
+	for (i = 0; i < ctx->npending; i++) {
+		for (h = 0; h < nhosts && strcmp(hosts[h], ctx->pending[i].srv->addr.name); h++)
+			;
+		if (h == nhosts)
+			hosts[nhosts++] = ctx->pending[i].srv->addr.name;
+	}
+	answers = config_xcalloc(nhosts, sizeof(*answers));
+	errors = config_xcalloc(nhosts, sizeof(*errors));
+	if (resolver_lookup_sync(ns ? (const struct sockaddr *)&ns->ss : NULL, ns ? ns->sslen : 0,
+	    hosts, nhosts, answers, errors, err, sizeof(err)) < 0) {
+		saved = config_where_key(ctx, "resolver");
+		config_error(ctx, rnode, "cannot set up the resolver: %s", err);
+		config_where_pop(ctx, saved);
+	} else {
+		for (i = 0; i < ctx->npending; i++) {
+			for (h = 0; strcmp(hosts[h], ctx->pending[i].srv->addr.name) != 0; h++)
+				;
+			if (errors[h] == 0)
+				continue;
+			saved = config_where_push(ctx, "%s", ctx->pending[i].where);
+			config_error(ctx, ctx->pending[i].node, "cannot resolve \"%s\": %s",
+			    hosts[h], resolver_strerror(errors[h]));
+			config_where_pop(ctx, saved);
+		}
+		for (i = 0; i < cfg->nupstreams; i++)
+			config_expand_names(&cfg->upstreams[i], hosts, nhosts, answers);
+	}
+	for (h = 0; h < nhosts; h++)
+		resolver_answer_free(&answers[h]);
+	free(answers);
+	free(errors);
+	free(hosts);
+}
+
 static void
 config_parse_servers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
 	struct config_upstream *up = obj;
 	struct config_server *srv;
 	const yaml_node_t *item;
-	const char *text, *why;
 	size_t i, n, saved;
 
 	if (node == NULL || config_list(ctx, node) == NULL)
@@ -1467,19 +2094,258 @@ config_parse_servers(struct config_parse *ctx, const yaml_node_t *node, void *ob
 	up->nservers = n;
 	for (i = 0; i < n; i++) {
 		srv = &up->servers[i];
+		srv->max_fails = srv->max_connections = CONFIG_UNSET;
 		item = config_list_item(ctx, node, i);
 		saved = config_where_push(ctx, "[%zu]", i);
-		if (item->type == YAML_MAPPING_NODE) {
+		if (item->type == YAML_MAPPING_NODE)
 			config_parse_map(ctx, item, &config_server_section, srv);
-			item = config_map_get(ctx, item, "address");
-		} else if ((text = config_scalar(ctx, item, "an address or a mapping")) != NULL) {
+		else {
 			srv->weight = 1;
-			if ((why = config_addr_parse(text, &srv->addr)) != NULL)
-				config_error(ctx, item, "invalid address \"%s\": %s", text, why);
+			config_server_address(ctx, item, srv, "an address or a mapping");
 		}
-		if (srv->addr.text != NULL && config_addr_is_any(&srv->addr))
-			config_error(ctx, item, "%s is a wildcard address, not a server",
-			    srv->addr.text);
+		config_where_pop(ctx, saved);
+	}
+}
+
+/* A list of failure names into FAIL_* bits; node NULL: the default, connect_error, timeout
+ * and reset. */
+static void
+config_parse_failures(struct config_parse *ctx, const yaml_node_t *node, unsigned *out)
+{
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, n;
+	unsigned k;
+
+	*out = FAIL_CONNECT | FAIL_TIMEOUT | FAIL_RESET;
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	*out = 0;
+	n = config_list_len(node);
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_scalar(ctx, item, "a failure name")) == NULL)
+			continue;
+		if (strcmp(text, "5xx") == 0) {
+			*out |= FAIL_5XX;
+			continue;
+		}
+		for (k = 0; config_failure_names[k] != NULL; k++)
+			if (strcmp(text, config_failure_names[k]) == 0)
+				break;
+		if (config_failure_names[k] == NULL) {
+			config_error(ctx, item, "unknown failure \"%s\"; expected connect_error, "
+			    "timeout, reset, invalid, 429, 500, 502, 503, 504 or 5xx", text);
+			continue;
+		}
+		*out |= 1u << k;
+	}
+}
+
+static void
+config_parse_fail_on(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_failures(ctx, node, &((struct config_upstream *)obj)->fail_on);
+}
+
+static void
+config_parse_retry_on(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_failures(ctx, node, &((struct config_upstream *)obj)->retry_on);
+}
+
+/* `retry_budget: 20` or `retry_budget: { percent: 20, min: 3 }`. */
+static void
+config_parse_retry_budget(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	static const struct config_field fields[] = {
+		F_UINT("percent", struct config_upstream, retry_budget, "20", 0, 100,
+		    "retries in flight as a percent of the requests in flight"),
+		F_UINT("min", struct config_upstream, retry_budget_min, "3", 0, UINT32_MAX,
+		    "retries in flight always allowed"),
+	};
+	static const struct config_section section = CONFIG_SECTION_OF(fields);
+	struct config_upstream *up = obj;
+	const char *text;
+
+	if (node != NULL && node->type == YAML_MAPPING_NODE) {
+		config_parse_map(ctx, node, &section, up);
+		return;
+	}
+	up->retry_budget = 20;
+	up->retry_budget_min = 3;
+	if (node != NULL && (text = config_scalar(ctx, node, "a percent")) != NULL &&
+	    config_parse_uint_text(text, 0, 100, &up->retry_budget) == -1)
+		config_error(ctx, node, "expected a percent from 0 to 100 or "
+		    "{ percent: P, min: N }, got \"%s\"", text);
+}
+
+/* A request variable the hash balancer can read. */
+static void
+config_parse_hash_key(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	static const char *const plain[] = {
+		"$remote_addr", "$request_uri", "$path", "$host", NULL
+	};
+	struct config_upstream *up = obj;
+	const char *text, *p;
+	size_t i;
+
+	if (node == NULL || (text = config_string(ctx, node)) == NULL)
+		return;
+	for (i = 0; plain[i] != NULL; i++)
+		if (strcmp(text, plain[i]) == 0)
+			break;
+	if (plain[i] == NULL && strncmp(text, "$header.", 8) == 0 && text[8] != '\0') {
+		for (p = text + 8; *p != '\0' && (isalnum((unsigned char)*p) || *p == '-' ||
+		    *p == '_'); p++)
+			;
+		if (*p == '\0')
+			i = 0;
+	}
+	if (plain[i] == NULL && strncmp(text, "$json.", 6) == 0) {
+		if (config_json_path(ctx, node, text + 6) != 0)
+			return;
+		i = 0;
+	}
+	if (plain[i] == NULL && i != 0) {
+		config_error(ctx, node, "expected $remote_addr, $request_uri, $path, $host, "
+		    "$header.NAME or $json.PATH, got \"%s\"", text);
+		return;
+	}
+	up->hash_key = config_xstrdup(text);
+}
+
+static void
+config_parse_health_path(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_health *h = obj;
+
+	if (node != NULL)
+		h->path = config_path_value(ctx, node);
+}
+
+/* Status codes (200) and classes (2xx) into the bit set h->status. */
+/* A list of status codes and classes (2xx) into set (bit code - 100); absent: all of 2xx. */
+static void
+config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint64_t *set)
+{
+	const yaml_node_t *item;
+	const char *text;
+	unsigned code, c, first, last;
+	size_t i, n;
+
+	memset(set, 0, CONFIG_STATUS_WORDS * sizeof(*set));
+	if (node == NULL) {
+		for (c = 200; c < 300; c++)
+			set[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
+		return;
+	}
+	if (config_list(ctx, node) == NULL)
+		return;
+	n = config_list_len(node);
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_scalar(ctx, item, "a status")) == NULL)
+			continue;
+		if (strlen(text) == 3 && text[0] >= '1' && text[0] <= '5' &&
+		    strcmp(text + 1, "xx") == 0) {
+			first = (unsigned)(text[0] - '0') * 100;
+			last = first + 99;
+		} else if (config_parse_uint_text(text, 100, 599, &code) == -1) {
+			config_error(ctx, item, "expected a status from 100 to 599 or a class like "
+			    "2xx, got \"%s\"", text);
+			continue;
+		} else {
+			first = last = code;
+		}
+		for (c = first; c <= last; c++)
+			set[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
+	}
+}
+
+static void
+config_parse_health_status(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_status_set(ctx, node, ((struct config_health *)obj)->status);
+}
+
+/* expect.json: { field: PATH, equals: VALUE }; VALUE a YAML scalar kept as JSON text. */
+static void
+config_parse_health_json(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_health *h = obj;
+	const yaml_node_t *field, *equals;
+	const char *text;
+
+	if (node == NULL)
+		return;
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected { field: PATH, equals: VALUE }, got %s",
+		    config_node_kind(node));
+		return;
+	}
+	field = config_map_get(ctx, node, "field");
+	equals = config_map_get(ctx, node, "equals");
+	if (field == NULL || equals == NULL ||
+	    (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start) != 2) {
+		config_error(ctx, node, "expected exactly { field: PATH, equals: VALUE }");
+		return;
+	}
+	if ((text = config_string(ctx, field)) != NULL)
+		h->json_field = config_xstrdup(text);
+	if ((text = config_scalar(ctx, equals, "a scalar")) == NULL)
+		return;
+	/* A quoted or non-JSON plain scalar is a string; numbers, true, false, null stay. */
+	if (equals->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+	    envelope_is_primitive(text, strlen(text)))
+		h->json_equals = config_xstrdup(text);
+	else
+		h->json_equals = config_xasprintf("\"%s\"", text);
+	h->json_equals_len = strlen(h->json_equals);
+}
+
+static void
+config_parse_health(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_upstream *up = obj;
+
+	if (node == NULL || config_is_null(node))
+		return;
+	up->health = config_xcalloc(1, sizeof(*up->health));
+	config_parse_object(ctx, node, &config_health_section, up->health);
+}
+
+/* Per-server settings left out take the upstream's; checks that need the whole upstream. */
+static void
+config_check_upstream(struct config_parse *ctx, const yaml_node_t *node,
+    struct config_upstream *up)
+{
+	size_t i, saved, primaries = 0;
+
+	for (i = 0; i < up->nservers; i++) {
+		struct config_server *srv = &up->servers[i];
+		if (srv->max_fails == CONFIG_UNSET)
+			srv->max_fails = up->max_fails;
+		if (srv->max_connections == CONFIG_UNSET)
+			srv->max_connections = up->max_connections;
+		primaries += !srv->backup;
+	}
+	if (up->nservers != 0 && primaries == 0) {
+		saved = config_where_key(ctx, "servers");
+		config_error(ctx, config_map_get(ctx, node, "servers"),
+		    "every server is a backup: at least one must not be");
+		config_where_pop(ctx, saved);
+	}
+	if (up->balance == BALANCE_HASH && up->hash_key == NULL) {
+		saved = config_where_key(ctx, "balance");
+		config_error(ctx, config_map_get(ctx, node, "balance"),
+		    "balance: hash needs hash_key");
+		config_where_pop(ctx, saved);
+	} else if (up->balance != BALANCE_HASH && up->hash_key != NULL) {
+		saved = config_where_key(ctx, "hash_key");
+		config_error(ctx, config_map_get(ctx, node, "hash_key"),
+		    "hash_key is used only with balance: hash");
 		config_where_pop(ctx, saved);
 	}
 }
@@ -1521,6 +2387,9 @@ config_parse_upstreams(struct config_parse *ctx, const yaml_node_t *node, void *
 		saved = config_where_push(ctx, ".%s", name);
 		config_parse_object(ctx, config_node(ctx, pair->value), &config_upstream_section,
 		    &cfg->upstreams[cfg->nupstreams]);
+		if (config_node(ctx, pair->value)->type == YAML_MAPPING_NODE)
+			config_check_upstream(ctx, config_node(ctx, pair->value),
+			    &cfg->upstreams[cfg->nupstreams]);
 		config_where_pop(ctx, saved);
 		cfg->nupstreams++;
 	}
@@ -1573,13 +2442,18 @@ config_parse_route_host(struct config_parse *ctx, const yaml_node_t *node, void 
 		route->host[i - 1] = '\0';
 }
 
+/* An exact path, or with a segment in braces a path template. */
 static void
 config_parse_route_path(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
 	struct config_route *route = obj;
+	const char *why;
 
-	if (node != NULL)
-		route->path = config_path_value(ctx, node);
+	if (node == NULL || (route->path = config_path_value(ctx, node)) == NULL ||
+	    strpbrk(route->path, "{}") == NULL)
+		return;
+	if ((route->pattern = route_pattern_new(route->path, &why)) == NULL)
+		config_error(ctx, node, "%s, got \"%s\"", why, route->path);
 }
 
 static void
@@ -1598,6 +2472,35 @@ config_parse_route_strip(struct config_parse *ctx, const yaml_node_t *node, void
 
 	if (node != NULL)
 		route->strip_prefix = config_path_value(ctx, node);
+}
+
+/* match.json: one condition (jcond.h), or a list of conditions that must all hold. */
+static void
+config_parse_route_json(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_route *route = obj;
+	const yaml_node_t *item;
+	struct jcond *c;
+	size_t i, n = 1;
+
+	if (node == NULL)
+		return;
+	if (node->type == YAML_SEQUENCE_NODE && (n = config_list_len(node)) == 0) {
+		config_error(ctx, node, "expected a condition or a non-empty list of conditions");
+		return;
+	}
+	route->json_match = config_xcalloc(n, sizeof(*route->json_match));
+	for (i = 0; i < n; i++) {
+		item = node->type == YAML_SEQUENCE_NODE ? config_list_item(ctx, node, i) : node;
+		if ((c = jcond_parse(ctx, ctx->doc, (yaml_node_t *)item)) == NULL)
+			continue;
+		if (jcond_uses_status(c)) {
+			config_error(ctx, item, "a request has no status: match.json tests fields");
+			jcond_free(c);
+			continue;
+		}
+		route->json_match[route->njson_match++] = c;
+	}
 }
 
 static void
@@ -1642,22 +2545,291 @@ config_parse_methods(struct config_parse *ctx, const yaml_node_t *node, void *ob
 		route->methods = METHOD_ANY;
 }
 
-static void
-config_parse_route_upstream(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+/* The upstream named by node, or NULL after reporting it unknown. */
+static struct config_upstream *
+config_find_upstream(struct config_parse *ctx, const yaml_node_t *node)
 {
-	struct config_route *route = obj;
 	const char *text;
 	size_t i;
 
 	if (node == NULL || (text = config_string(ctx, node)) == NULL)
-		return;
-	for (i = 0; i < ctx->cfg->nupstreams; i++) {
-		if (strcmp(ctx->cfg->upstreams[i].name, text) == 0) {
-			route->upstream = &ctx->cfg->upstreams[i];
-			return;
-		}
-	}
+		return NULL;
+	for (i = 0; i < ctx->cfg->nupstreams; i++)
+		if (strcmp(ctx->cfg->upstreams[i].name, text) == 0)
+			return &ctx->cfg->upstreams[i];
 	config_error(ctx, node, "unknown upstream '%s'", text);
+	return NULL;
+}
+
+static void
+config_parse_route_upstream(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	((struct config_route *)obj)->upstream = config_find_upstream(ctx, node);
+}
+
+static void
+config_parse_backend_upstream(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	((struct config_backend *)obj)->upstream = config_find_upstream(ctx, node);
+}
+
+/* The names a backend's templates may use: the route's captures, the answers it waits for. */
+static void
+config_backend_scope(struct config_parse *ctx, const struct config_backend *b,
+    struct template_scope *scope, const char **names, unsigned *index)
+{
+	size_t i;
+
+	memset(scope, 0, sizeof(*scope));
+	scope->pattern = ctx->route->pattern;
+	for (i = 0; i < b->nafter; i++) {
+		names[i] = ctx->route->backends[b->after[i]].name;
+		index[i] = (unsigned)b->after[i];
+	}
+	scope->backends = names;
+	scope->backend_index = index;
+	scope->nbackends = b->nafter;
+}
+
+static int
+config_template(struct config_parse *ctx, const yaml_node_t *node, const char *text,
+    int target, const struct config_backend *b, struct template *t)
+{
+	const char *names[CONFIG_MAX_BACKENDS];
+	unsigned index[CONFIG_MAX_BACKENDS];
+	struct template_scope scope;
+	char err[512];
+
+	config_backend_scope(ctx, b, &scope, names, index);
+	if (template_parse(t, text, target, &scope, err, sizeof(err)) < 0) {
+		config_error(ctx, node, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* A request-target with ${variables}: '/' first, then visible ASCII without a fragment. */
+static void
+config_parse_backend_path(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_backend *b = obj;
+
+	if (node == NULL || (b->path = config_path_value(ctx, node)) == NULL)
+		return;
+	config_template(ctx, node, b->path, 1, b, &b->target);
+}
+
+/* `after: user` or `after: [ user, account ]`: other backends of the route. */
+static void
+config_parse_backend_after(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_backend *b = obj;
+	const struct config_route *route = ctx->route;
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, j, n;
+
+	if (node == NULL)
+		return;
+	n = node->type == YAML_SEQUENCE_NODE ? config_list_len(node) : 1;
+	b->after = config_xcalloc(n, sizeof(*b->after));
+	for (i = 0; i < n; i++) {
+		item = node->type == YAML_SEQUENCE_NODE ? config_list_item(ctx, node, i) : node;
+		if ((text = config_string(ctx, item)) == NULL)
+			continue;
+		for (j = 0; j < route->nbackends && strcmp(route->backends[j].name, text); j++)
+			;
+		if (j == route->nbackends)
+			config_error(ctx, item, "no backend '%s' in this route", text);
+		else if (&route->backends[j] == b)
+			config_error(ctx, item, "a backend cannot wait for itself");
+		else
+			b->after[b->nafter++] = j;
+	}
+}
+
+/* Headers of a backend request: the ones jsongate frames or that are hop-by-hop are not
+ * the configuration's to set. */
+static void
+config_parse_backend_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	static const char *const reserved[] = {
+		"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
+		"content-length", "expect", NULL
+	};
+	struct config_backend *b = obj;
+	const yaml_node_pair_t *pair;
+	const yaml_node_t *k, *v;
+	const char *name, *value, *p;
+	size_t i, n;
+
+	if (node == NULL)
+		return;
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected a mapping of header name -> value, got %s",
+		    config_node_kind(node));
+		return;
+	}
+	n = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
+	b->headers = config_xcalloc(n ? n : 1, sizeof(*b->headers));
+	for (pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+		k = config_node(ctx, pair->key);
+		v = config_node(ctx, pair->value);
+		if ((name = config_string(ctx, k)) == NULL)
+			continue;
+		for (p = name; *p != '\0' && (isalnum((unsigned char)*p) ||
+		    strchr("!#$%&'*+-.^_`|~", *p) != NULL); p++)
+			;
+		if (*p != '\0') {
+			config_error(ctx, k, "\"%s\" is not a header name", name);
+			continue;
+		}
+		for (i = 0; reserved[i] != NULL && strcasecmp(reserved[i], name) != 0; i++)
+			;
+		if (reserved[i] != NULL || strncasecmp(name, "proxy-", 6) == 0) {
+			config_error(ctx, k, "%s is set by jsongate itself (hop-by-hop or framing)",
+			    name);
+			continue;
+		}
+		for (i = 0; i < b->nheaders && strcasecmp(b->headers[i].name, name) != 0; i++)
+			;
+		if (i < b->nheaders) {
+			config_error(ctx, k, "duplicate header '%s'", name);
+			continue;
+		}
+		if ((value = config_scalar(ctx, v, "a header value")) == NULL ||
+		    config_template(ctx, v, value, 0, b, &b->headers[b->nheaders].value) < 0)
+			continue;
+		b->headers[b->nheaders++].name = config_xstrdup(name);
+	}
+}
+
+/* The methods a backend answer comes with a body to: not HEAD, CONNECT or TRACE. */
+static void
+config_parse_backend_method(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	static const unsigned allowed = METHOD_GET | METHOD_POST | METHOD_PUT | METHOD_PATCH |
+	    METHOD_DELETE | METHOD_OPTIONS;
+	struct config_backend *b = obj;
+	const char *text = "GET";
+	char upper[16];
+	size_t i, len;
+
+	if (node != NULL && (text = config_string(ctx, node)) == NULL)
+		return;
+	len = strlen(text);
+	for (i = 0; i < len && i < sizeof(upper); i++)
+		upper[i] = (char)toupper((unsigned char)text[i]);
+	b->method_bit = len < sizeof(upper) ? config_method_bit(upper, len) : METHOD_OTHER;
+	if ((b->method_bit & allowed) == 0) {
+		config_error(ctx, node, "expected GET, POST, PUT, PATCH, DELETE or OPTIONS, got "
+		    "\"%s\" (a backend's answer must have a body to merge)", text);
+		return;
+	}
+	free(b->method);
+	b->method = config_xcalloc(1, len + 1);
+	memcpy(b->method, upper, len);
+}
+
+/* The name as the key of a JSON member, with its colon: "name": */
+static void
+config_backend_key(struct config_backend *b)
+{
+	size_t len = strlen(b->name);
+	char *p = config_xcalloc(1, 6 * len + 4);
+
+	p[0] = '"';
+	len = 1 + rewrite_json_escape(p + 1, b->name, len);
+	p[len++] = '"';
+	p[len++] = ':';
+	b->key_json = p;
+	b->key_json_len = len;
+}
+
+/* Report a backend that waits, through after, for itself. */
+static void
+config_check_after(struct config_parse *ctx, const yaml_node_t *node,
+    const struct config_route *route)
+{
+	size_t reach[CONFIG_MAX_BACKENDS], seen[CONFIG_MAX_BACKENDS];
+	const struct config_backend *b;
+	size_t i, j, k, n, saved;
+
+	for (i = 0; i < route->nbackends; i++) {
+		memset(seen, 0, sizeof(seen));
+		n = 0;
+		for (j = 0; j < route->backends[i].nafter; j++)
+			if (!seen[route->backends[i].after[j]]++)
+				reach[n++] = route->backends[i].after[j];
+		for (k = 0; k < n && !seen[i]; k++) {
+			b = &route->backends[reach[k]];
+			for (j = 0; j < b->nafter; j++)
+				if (!seen[b->after[j]]++)
+					reach[n++] = b->after[j];
+		}
+		if (!seen[i])
+			continue;
+		saved = config_where_push(ctx, ".%s.after", route->backends[i].name);
+		config_error(ctx, config_map_get(ctx, config_map_get(ctx, node,
+		    route->backends[i].name), "after"), "backend %s waits for itself, through "
+		    "the backends it waits for", route->backends[i].name);
+		config_where_pop(ctx, saved);
+	}
+}
+
+/* backends: a mapping of output key -> backend, in output order.  Every name is known
+ * before any backend is parsed: after may name a later one. */
+static void
+config_parse_backends(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_route *route = obj;
+	const yaml_node_pair_t *pair;
+	const yaml_node_t *k;
+	const yaml_node_t *vals[CONFIG_MAX_BACKENDS];
+	const char *name;
+	size_t i, n, saved;
+
+	if (node == NULL)
+		return;
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected a mapping of output key -> backend, got %s",
+		    config_node_kind(node));
+		return;
+	}
+	n = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
+	if (n == 0) {
+		config_error(ctx, node, "an aggregated route needs at least one backend");
+		return;
+	}
+	if (n > ctx->cfg->limits.max_backends) {
+		config_error(ctx, node, "%zu backends; limits.max_backends allows %u", n,
+		    ctx->cfg->limits.max_backends);
+		return;
+	}
+	route->backends = config_xcalloc(n, sizeof(*route->backends));
+	for (pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+		k = config_node(ctx, pair->key);
+		if ((name = config_string(ctx, k)) == NULL)
+			continue;
+		for (i = 0; i < route->nbackends; i++)
+			if (strcmp(route->backends[i].name, name) == 0)
+				break;
+		if (i < route->nbackends) {
+			config_error(ctx, k, "duplicate backend '%s'", name);
+			continue;
+		}
+		vals[route->nbackends] = config_node(ctx, pair->value);
+		route->backends[route->nbackends].name = config_xstrdup(name);
+		config_backend_key(&route->backends[route->nbackends++]);
+	}
+	ctx->route = route;
+	for (i = 0; i < route->nbackends; i++) {
+		saved = config_where_push(ctx, ".%s", route->backends[i].name);
+		config_parse_object(ctx, vals[i], &config_backend_section, &route->backends[i]);
+		config_where_pop(ctx, saved);
+	}
+	ctx->route = NULL;
+	config_check_after(ctx, node, route);
 }
 
 static void
@@ -1713,25 +2885,206 @@ config_parse_json_types(struct config_parse *ctx, const yaml_node_t *node, void 
 
 static void
 config_parse_ops(struct config_parse *ctx, const yaml_node_t *node,
-    struct rewrite_program **out)
+    enum rewrite_direction direction, struct rewrite_program **out)
 {
 	if (node == NULL)
 		return;
 	if (config_list(ctx, node) == NULL)
 		return;
-	rewrite_program_parse(ctx, ctx->doc, (yaml_node_t *)node, out);
+	rewrite_program_parse(ctx, ctx->doc, (yaml_node_t *)node, direction, out);
+}
+
+/* missing: omit, or null: YAML's null (as written in `missing: null`) is the value here. */
+static void
+config_parse_backend_missing(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_backend *b = obj;
+	const char *text;
+
+	b->missing = MISSING_OMIT;
+	if (node == NULL)
+		return;
+	if (config_is_null(node)) {
+		b->missing = MISSING_NULL;
+		return;
+	}
+	if ((text = config_scalar(ctx, node, "omit or null")) == NULL)
+		return;
+	if (strcmp(text, "null") == 0)
+		b->missing = MISSING_NULL;
+	else if (strcmp(text, "omit") != 0)
+		config_error(ctx, node, "expected one of omit, null; got \"%s\"", text);
+}
+
+/* A backend's ops: its answer's status is not the route's, so no status_from. */
+static void
+config_parse_backend_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_backend *b = obj;
+
+	config_parse_ops(ctx, node, REWRITE_RESPONSE, &b->response);
+	if (b->response != NULL && rewrite_program_sets_status(b->response))
+		config_error(ctx, node, "status_from has nothing to act on in a backend's ops: "
+		    "the route's status is its own (use it in the route's response)");
 }
 
 static void
 config_parse_request_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
-	config_parse_ops(ctx, node, &((struct config_route *)obj)->request);
+	config_parse_ops(ctx, node, REWRITE_REQUEST, &((struct config_route *)obj)->request);
 }
 
 static void
 config_parse_response_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
-	config_parse_ops(ctx, node, &((struct config_route *)obj)->response);
+	config_parse_ops(ctx, node, REWRITE_RESPONSE, &((struct config_route *)obj)->response);
+}
+
+static void
+config_parse_response_on(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_status_set(ctx, node, ((struct config_route *)obj)->response_on);
+}
+
+static void
+config_parse_error_response_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_ops(ctx, node, REWRITE_RESPONSE, &((struct config_route *)obj)->error_response);
+}
+
+/* The header ops being parsed, for the fields of config_header_ops_section. */
+struct config_headers {
+	struct header_ops **ops;
+	int request;
+};
+
+static void
+config_header_op(struct config_parse *ctx, struct config_headers *h, enum header_op_kind kind,
+    const yaml_node_t *name_node, const yaml_node_t *value_node)
+{
+	static const char *const verbs[] = { "set", "add", "remove" };
+	const char *name, *value = NULL, *why;
+	int in_value;
+
+	if ((name = config_string(ctx, name_node)) == NULL)
+		return;
+	if (value_node != NULL) {
+		if (config_is_null(value_node)) {
+			config_error(ctx, value_node, "'%s' needs a value ('' for an empty one)", name);
+			return;
+		}
+		if ((value = config_scalar(ctx, value_node, "a header value")) == NULL)
+			return;
+	}
+	why = header_ops_add(h->ops, h->request, kind, name, value, &in_value);
+	if (why != NULL)
+		config_error(ctx, in_value ? value_node : name_node, "cannot %s '%s': %s",
+		    verbs[kind], name, why);
+}
+
+static void
+config_parse_header_map(struct config_parse *ctx, const yaml_node_t *node, void *obj,
+    enum header_op_kind kind)
+{
+	const yaml_node_pair_t *pair;
+
+	if (node == NULL)
+		return;
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected a mapping of NAME: VALUE, got %s",
+		    config_node_kind(node));
+		return;
+	}
+	for (pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++)
+		config_header_op(ctx, obj, kind, config_node(ctx, pair->key),
+		    config_node(ctx, pair->value));
+}
+
+static void
+config_parse_header_set(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_header_map(ctx, node, obj, HEADER_OP_SET);
+}
+
+static void
+config_parse_header_add(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_header_map(ctx, node, obj, HEADER_OP_ADD);
+}
+
+static void
+config_parse_header_remove(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	size_t i;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	for (i = 0; i < config_list_len(node); i++)
+		config_header_op(ctx, obj, HEADER_OP_REMOVE, config_list_item(ctx, node, i), NULL);
+}
+
+static void
+config_parse_request_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_headers h = { &((struct config_route *)obj)->request_headers, 1 };
+
+	if (node != NULL)
+		config_parse_map(ctx, node, &config_header_ops_section, &h);
+}
+
+static void
+config_parse_response_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_headers h = { &((struct config_route *)obj)->response_headers, 0 };
+
+	if (node != NULL)
+		config_parse_map(ctx, node, &config_header_ops_section, &h);
+}
+
+/* An aggregated route makes requests of its own: keys about forwarding the client's
+ * request have nothing to act on. */
+static void
+config_check_aggregated(struct config_parse *ctx, const yaml_node_t *item,
+    struct config_route *route)
+{
+	static const char *const forwarding[] = { "upstream", "strip_prefix", "request", NULL };
+	size_t i, saved;
+
+	for (i = 0; forwarding[i] != NULL; i++) {
+		if (config_map_get(ctx, item, forwarding[i]) == NULL)
+			continue;
+		saved = config_where_key(ctx, forwarding[i]);
+		config_error(ctx, config_map_get(ctx, item, forwarding[i]),
+		    "%s cannot go with backends: an aggregated route forwards nothing of the "
+		    "client's request", forwarding[i]);
+		config_where_pop(ctx, saved);
+	}
+	if (route->errors_key != NULL) {
+		struct config_backend key = { .name = route->errors_key };
+
+		config_backend_key(&key);
+		route->errors_key_json = key.key_json;
+		route->errors_key_json_len = key.key_json_len;
+	}
+	for (i = 0; route->errors_key != NULL && i < route->nbackends; i++) {
+		if (route->merge == MERGE_KEYED && strcmp(route->backends[i].name,
+		    route->errors_key) == 0) {
+			saved = config_where_key(ctx, "errors_key");
+			config_error(ctx, config_map_get(ctx, item, "errors_key") != NULL ?
+			    config_map_get(ctx, item, "errors_key") : item, "'%s' is the key of a "
+			    "backend and of the errors of a partial answer: name one differently",
+			    route->errors_key);
+			config_where_pop(ctx, saved);
+		}
+		if (route->merge == MERGE_FLAT && route->backends[i].missing == MISSING_NULL) {
+			saved = config_where_push(ctx, ".backends.%s.missing",
+			    route->backends[i].name);
+			config_error(ctx, config_map_get(ctx, config_map_get(ctx, config_map_get(ctx,
+			    item, "backends"), route->backends[i].name), "missing"),
+			    "a flat merge has no key to set to null");
+			config_where_pop(ctx, saved);
+		}
+	}
 }
 
 /* Checks that need the whole route: exclusive keys, a strip_prefix that can apply. */
@@ -1742,6 +3095,25 @@ config_check_route(struct config_parse *ctx, const yaml_node_t *item, struct con
 	const char *path = route->path ? route->path : route->path_prefix;
 	size_t saved;
 
+	if (route->upstream == NULL && route->backends == NULL &&
+	    config_map_get(ctx, item, "upstream") == NULL &&
+	    config_map_get(ctx, item, "backends") == NULL)
+		config_error(ctx, item, "missing required key 'upstream' (or 'backends')");
+	if (config_map_get(ctx, item, "backends") != NULL) {
+		config_check_aggregated(ctx, item, route);
+	} else {
+		static const char *const aggregating[] = { "merge", "timeout", "errors_key", NULL };
+		size_t i;
+
+		for (i = 0; aggregating[i] != NULL; i++) {
+			if (config_map_get(ctx, item, aggregating[i]) == NULL)
+				continue;
+			saved = config_where_key(ctx, aggregating[i]);
+			config_error(ctx, config_map_get(ctx, item, aggregating[i]),
+			    "%s is for routes with backends", aggregating[i]);
+			config_where_pop(ctx, saved);
+		}
+	}
 	if (route->path != NULL && route->path_prefix != NULL) {
 		saved = config_where_key(ctx, "match");
 		config_error(ctx, config_map_get(ctx, match, "path_prefix"),
@@ -1777,6 +3149,9 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		route = &cfg->routes[i];
 		item = config_list_item(ctx, node, i);
 		rsaved = config_where_push(ctx, "[%zu]", i);
+		route->timeouts.upstream_connect = cfg->timeouts.upstream_connect;
+		route->timeouts.upstream_response = cfg->timeouts.upstream_response;
+		route->timeouts.upstream_try = cfg->timeouts.upstream_try;
 		config_parse_object(ctx, item, &config_route_section, route);
 		if (route->methods == 0)
 			route->methods = METHOD_ANY;
@@ -1804,6 +3179,80 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 	}
 }
 
+/* ------------------------------------------------------------------ files */
+
+/* An error about the file a key names, at the key's value: "FILE:LINE:COL: KEY: message". */
+static void
+config_file_error(struct config_parse *ctx, yaml_mark_t mark, const char *key, const char *fmt,
+    ...) __attribute__((format(printf, 4, 5)));
+static void
+config_file_error(struct config_parse *ctx, yaml_mark_t mark, const char *key, const char *fmt,
+    ...)
+{
+	yaml_node_t at;
+	size_t saved = config_where_key(ctx, key);
+	va_list ap;
+	char *msg;
+
+	va_start(ap, fmt);
+	msg = config_xvasprintf(fmt, ap);
+	va_end(ap);
+	memset(&at, 0, sizeof(at));
+	at.start_mark = mark;
+	config_error(ctx, &at, "%s", msg);
+	config_where_pop(ctx, saved);
+	free(msg);
+}
+
+/* A log file must open for appending (created if absent, as it will be at the start). */
+static void
+config_check_log(struct config_parse *ctx, const char *path, yaml_mark_t mark, const char *key)
+{
+	int fd;
+
+	if (path == NULL || strcmp(path, "stderr") == 0)
+		return;
+	if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0) {
+		config_file_error(ctx, mark, key, "cannot open %s: %s", path, strerror(errno));
+		return;
+	}
+	close(fd);
+}
+
+/* The pid file is written, and removed at exit, in its directory. */
+static void
+config_check_pid_file(struct config_parse *ctx, const char *path, yaml_mark_t mark)
+{
+	const char *slash;
+	char *dir;
+
+	if (path == NULL)
+		return;
+	slash = strrchr(path, '/');
+	dir = slash == NULL ? config_xstrdup(".") : slash == path ? config_xstrdup("/") :
+	    config_xasprintf("%.*s", (int)(slash - path), path);
+	if (access(dir, W_OK) < 0)
+		config_file_error(ctx, mark, "pid_file", "cannot create files in %s: %s", dir,
+		    strerror(errno));
+	free(dir);
+}
+
+int
+config_check_files(const struct config *cfg, char **errors)
+{
+	struct config_parse *ctx = config_parse_new(cfg->path);
+
+	config_check_pid_file(ctx, cfg->pid_file, cfg->pid_file_mark);
+
+	if (cfg->error_log != NULL && strcmp(cfg->error_log, "syslog") != 0 &&
+	    strncmp(cfg->error_log, "syslog:", 7) != 0)
+		config_check_log(ctx, cfg->error_log, cfg->error_log_mark, "log.error");
+	config_check_log(ctx, cfg->access_log, cfg->access_log_mark, "log.access");
+	*errors = config_parse_errors(ctx);
+	config_parse_free(ctx);
+	return *errors == NULL ? 0 : -1;
+}
+
 /* ------------------------------------------------------------------ load and free */
 
 static void
@@ -1811,11 +3260,22 @@ config_upstream_free(struct config_upstream *up)
 {
 	size_t i;
 
-	for (i = 0; i < up->nservers; i++)
-		config_addr_free(&up->servers[i].addr);
-	free(up->servers);
+	config_servers_free(up->servers, up->nservers);
+	for (i = 0; i < up->nnames; i++) {
+		free(up->names[i].host);
+		resolver_answer_free(&up->names[i].answer);
+	}
+	free(up->names);
 	free(up->name);
 	free(up->host_header);
+	free(up->hash_key);
+	if (up->health != NULL) {
+		free(up->health->path);
+		free(up->health->host);
+		free(up->health->json_field);
+		free(up->health->json_equals);
+		free(up->health);
+	}
 	if (up->tls != NULL) {
 		tls_client_free(up->tls->ctx);
 		free(up->tls->ca);
@@ -1848,14 +3308,41 @@ config_listener_free(struct config_listener *l)
 static void
 config_route_free(struct config_route *route)
 {
+	size_t i;
+
+	for (i = 0; i < route->nbackends; i++) {
+		struct config_backend *b = &route->backends[i];
+		free(b->name);
+		free(b->key_json);
+		free(b->after);
+		free(b->path);
+		template_free(&b->target);
+		free(b->method);
+		for (size_t j = 0; j < b->nheaders; j++) {
+			free(b->headers[j].name);
+			template_free(&b->headers[j].value);
+		}
+		free(b->headers);
+		rewrite_program_free(b->response);
+	}
+	free(route->backends);
+	free(route->errors_key);
+	free(route->errors_key_json);
 	free(route->name);
 	free(route->host);
 	free(route->path);
+	route_pattern_free(route->pattern);
 	free(route->path_prefix);
 	free(route->strip_prefix);
+	for (i = 0; i < route->njson_match; i++)
+		jcond_free(route->json_match[i]);
+	free(route->json_match);
 	config_json_types_free(route->json_types);
 	rewrite_program_free(route->request);
 	rewrite_program_free(route->response);
+	rewrite_program_free(route->error_response);
+	header_ops_free(route->request_headers);
+	header_ops_free(route->response_headers);
 }
 
 void
@@ -1867,9 +3354,16 @@ config_free(struct config *cfg)
 		return;
 	free(cfg->path);
 	free(cfg->user);
+	free(cfg->pid_file);
 	free(cfg->access_log);
+	for (i = 0; i < cfg->njson_fields; i++)
+		free(cfg->json_fields[i]);
+	free(cfg->json_fields);
+	free(cfg->error_log);
 	config_addr_free(cfg->admin_listen);
 	free(cfg->admin_listen);
+	config_addr_free(cfg->resolver);
+	free(cfg->resolver);
 	for (i = 0; i < cfg->nlisteners; i++)
 		config_listener_free(&cfg->listeners[i]);
 	free(cfg->listeners);
@@ -1961,11 +3455,13 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	}
 	ctx->doc = &doc;
 	root = yaml_document_get_root_node(&doc);
-	if (root == NULL)
+	/* A document of just ~ or null is as empty as no document: no listeners, nothing to do. */
+	if (root == NULL || config_is_null(root))
 		config_error(ctx, NULL, "the configuration is empty");
 	else {
 		config_parse_map(ctx, root, &config_top_section, ctx->cfg);
 		config_check_top(ctx, root);
+		config_resolve_names(ctx, root);
 	}
 
 	/* A second document would be silently ignored: say so instead. */
@@ -2043,6 +3539,8 @@ config_schema_write_section(FILE *fp, const char *prefix, const struct config_se
 			    &config_tls_cert_section);
 		else if (strcmp(path, "upstreams.NAME.tls.") == 0)
 			config_schema_write_section(fp, path, &config_upstream_tls_section);
+		else if (strcmp(path, "upstreams.NAME.health.") == 0)
+			config_schema_write_section(fp, path, &config_health_section);
 		else if (strcmp(path, "upstreams.") == 0)
 			config_schema_write_section(fp, "upstreams.NAME.", &config_upstream_section);
 		else if (strcmp(path, "upstreams.NAME.servers.") == 0)
@@ -2050,6 +3548,12 @@ config_schema_write_section(FILE *fp, const char *prefix, const struct config_se
 			    &config_server_section);
 		else if (strcmp(path, "routes.") == 0)
 			config_schema_write_section(fp, "routes[].", &config_route_section);
+		else if (strcmp(path, "routes[].request_headers.") == 0 ||
+		    strcmp(path, "routes[].response_headers.") == 0)
+			config_schema_write_section(fp, path, &config_header_ops_section);
+		else if (strcmp(path, "routes[].backends.") == 0)
+			config_schema_write_section(fp, "routes[].backends.NAME.",
+			    &config_backend_section);
 	}
 }
 

@@ -8,7 +8,13 @@
 #include <sys/socket.h>
 #include <yaml.h>
 
+#include "resolver.h"
+#include "template.h"
+
 struct rewrite_program;                 /* rewrite.h: a compiled list of envelope ops */
+struct header_ops;                      /* header_ops.h: a route's header ops */
+struct jcond;                           /* jcond.h: a compiled condition on JSON fields */
+struct route_pattern;                   /* route.h: a path template */
 struct tls_server;                      /* tls.h: a listener's TLS contexts */
 struct tls_client;                      /* tls.h: an upstream's TLS context */
 
@@ -19,6 +25,28 @@ enum on_error { ON_ERROR_PASS, ON_ERROR_FAIL };
 enum validate_mode { VALIDATE_ENVELOPE, VALIDATE_FULL };
 enum compress_mode { COMPRESS_OFF, COMPRESS_GZIP };
 enum verify_client { VERIFY_CLIENT_OFF, VERIFY_CLIENT_ON, VERIFY_CLIENT_OPTIONAL };
+enum merge_mode { MERGE_KEYED, MERGE_FLAT };
+enum missing_mode { MISSING_OMIT, MISSING_NULL };
+
+/* Most request body fields ($json.PATH) in an access log line. */
+#define CONFIG_MAX_JSON_FIELDS 16
+/* Most backends of one aggregated route (limits.max_backends is at most this). */
+#define CONFIG_MAX_BACKENDS 256
+/* Most tries of one request (the first included), and the most failures counted. */
+#define CONFIG_MAX_TRIES 16
+#define CONFIG_MAX_FAILS 1000
+/* A per-server setting left out (it takes the upstream's). */
+#define CONFIG_UNSET UINT32_MAX
+
+/* A set of HTTP status codes 100..599: bit (code - 100). */
+#define CONFIG_STATUS_WORDS 8
+
+static inline int
+config_status_in(const uint64_t *set, int status)
+{
+	return status >= 100 && status <= 599 &&
+	    (set[(status - 100) / 64] & (1ULL << ((status - 100) % 64))) != 0;
+}
 
 /* TLS protocol versions, as bits. */
 #define CONFIG_TLS_V1_2 0x1
@@ -39,15 +67,26 @@ struct config_addr {
 	uint16_t port;
 	struct sockaddr_storage ss;
 	socklen_t sslen;
+	char *name;                     /* the host name it was resolved from (TLS verifies and
+	                                 * sends it), lowercase; NULL: written as a number */
 };
+
+struct upstream_server_state;          /* upstream_state.h: shared by workers, kept on reload */
+struct upstream_set;                    /* upstream_set.h: one version of an upstream's servers */
+struct upstream_group_state;
 
 struct config_server {
 	struct config_addr addr;
 	unsigned weight;                /* >= 1, default 1 */
+	int backup;                     /* 1: takes requests only while no primary can */
+	unsigned max_fails;             /* the upstream's unless given */
+	unsigned max_connections;       /* requests in flight at once, 0: no limit; the
+	                                 * upstream's unless given */
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
+	struct upstream_server_state *state;    /* set by upstream_state_bind */
 };
 
-/* File paths below are as resolved at load: relative ones against the configuration's
+/* File names here are as resolved at load: relative ones against the configuration's
  * directory. */
 struct config_tls_cert {
 	char *cert;                     /* PEM: the certificate, then its chain */
@@ -74,14 +113,79 @@ struct config_upstream_tls {
 	struct tls_client *ctx;         /* built at load */
 };
 
+/* What makes a try fail: for passive health (fail_on) and for retries (retry_on). */
+enum config_failure {
+	FAIL_CONNECT = 1 << 0,          /* refused, unreachable, connect timeout, TLS handshake */
+	FAIL_TIMEOUT = 1 << 1,          /* no (complete) answer within the response timeouts */
+	FAIL_RESET = 1 << 2,            /* reset or closed before the answer was complete */
+	FAIL_INVALID = 1 << 3,          /* a malformed answer */
+	FAIL_429 = 1 << 4,
+	FAIL_500 = 1 << 5,
+	FAIL_502 = 1 << 6,
+	FAIL_503 = 1 << 7,
+	FAIL_504 = 1 << 8,
+	FAIL_5XX = FAIL_500 | FAIL_502 | FAIL_503 | FAIL_504
+};
+
+/* Active health checks of an upstream's servers. */
+struct config_health {
+	char *path;                     /* GET path */
+	char *host;                     /* Host header; NULL: the server's host */
+	uint64_t interval;              /* ms between checks of one server, default 5s */
+	uint64_t timeout;               /* ms for one check, default 2s */
+	unsigned fails;                 /* failed checks in a row that take a server out (3) */
+	unsigned passes;                /* passed checks in a row that bring it back (2) */
+	uint64_t status[CONFIG_STATUS_WORDS];   /* accepted statuses (config_status_in) */
+	char *json_field;               /* expect.json.field: dotted path, or NULL */
+	char *json_equals;              /* expect.json.equals: the value as JSON text */
+	size_t json_equals_len;
+};
+
+/*
+ * A servers: entry given by host name ("api.internal:8080").  At load it becomes one server
+ * per address of the name, in address order, each with the entry's settings; at run time the
+ * name is watched (resolver.h) and config_servers_from_name makes the new servers.
+ */
+struct config_server_name {
+	char *host;                     /* lowercase, as looked up */
+	uint16_t port;
+	size_t entry;                   /* its position in the servers: list as written */
+	struct config_server settings;  /* the entry's settings; addr unset */
+	struct resolver_answer answer;  /* what the name resolved to at load, with its TTL */
+	size_t first;                   /* its servers at load: servers[first..first+count) */
+	size_t count;
+};
+
 struct config_upstream {
 	char *name;
 	struct config_server *servers;
 	size_t nservers;
+	struct config_server_name *names;   /* the entries of servers: given by host name */
+	size_t nnames;
+	uint64_t resolve_interval;      /* ms between lookups of those names; default 30s */
 	enum balance balance;           /* default round_robin */
+	char *hash_key;                 /* balance hash: a request variable, e.g. $remote_addr or
+	                                 * $json.user_id */
 	unsigned keepalive;             /* idle pooled connections kept per worker, default 32 */
 	char *host_header;              /* NULL: pass the client's Host through */
 	struct config_upstream_tls *tls;    /* NULL: plain TCP */
+	unsigned max_fails;             /* failures in a row that eject a server, 0: never (1) */
+	uint64_t fail_timeout;          /* ms: window of those failures and the base ejection
+	                                 * time (10s) */
+	unsigned fail_on;               /* FAIL_* bits that count as failures */
+	unsigned max_ejected_percent;   /* share of servers that may be ejected at once (50) */
+	unsigned retries;               /* extra tries after a failed one (1) */
+	unsigned retry_on;              /* FAIL_* bits a request is tried again for */
+	unsigned retry_budget;          /* retries in flight: at most this % of requests (20) */
+	unsigned retry_budget_min;      /* ... but always this many (3) */
+	size_t retry_body;              /* largest request body kept for another try (64k) */
+	unsigned max_connections;       /* per server requests in flight, 0: no limit */
+	unsigned max_pending;           /* requests waiting for a server under max_connections */
+	struct config_health *health;   /* NULL: no active checks */
+	struct upstream_group_state *state;    /* set by upstream_state_bind */
+	struct upstream_set *initial;   /* its servers as loaded: what workers start from */
+	struct upstream_set *current;   /* main thread: the newest version (names resolved
+	                                 * again), which workers are given */
 };
 
 struct config_listener {
@@ -89,16 +193,60 @@ struct config_listener {
 	struct config_listener_tls *tls;    /* NULL: plain TCP */
 };
 
+/* A header a backend request carries, its value a template. */
+struct config_backend_header {
+	char *name;
+	struct template value;
+};
+
+/* One backend of an aggregated route: a request of its own, whose answer goes into the
+ * merged body under its name. */
+struct config_backend {
+	char *name;                     /* the key of its answer in the merged body */
+	char *key_json;                 /* the name as a JSON string and a colon: "name": */
+	size_t key_json_len;
+	struct config_upstream *upstream;
+	size_t *after;                  /* the backends whose answers it waits for (indexes) */
+	size_t nafter;
+	char *path;                     /* the request-target as written ... */
+	struct template target;         /* ... and compiled */
+	char *method;                   /* default GET */
+	unsigned method_bit;
+	struct config_backend_header *headers;
+	size_t nheaders;
+	uint64_t timeout;               /* ms for the whole backend request, 0: the upstream's */
+	struct rewrite_program *response;   /* ops on its answer, or NULL */
+	enum on_error on_error;         /* an answer that is not JSON or that its ops cannot
+	                                 * take: fail (default), or pass (as a JSON string, or
+	                                 * untouched) */
+	int required;                   /* 1 (default): its failure fails the route */
+	enum missing_mode missing;      /* an optional one that failed: its key left out
+	                                 * (default) or null */
+	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
+};
+
 struct config_route {
 	char *name;                     /* never NULL: unnamed routes are called "routes[N]" */
 	char *host;                     /* NULL: any host; lowercase, compared case-insensitively,
 	                                 * the request's :port ignored */
-	char *path;                     /* exact path match, or NULL */
+	char *path;                     /* exact path match or path template, or NULL */
+	struct route_pattern *pattern;  /* path as a template ({NAME} captures), or NULL */
 	char *path_prefix;              /* plain string prefix match (as nginx's location prefix:
 	                                 * "/api" matches "/api", "/api/x" and "/apix"), or NULL;
 	                                 * neither set: matches every path */
 	unsigned methods;               /* METHOD_* bits; METHOD_ANY when not given; GET implies HEAD */
-	struct config_upstream *upstream;
+	struct jcond **json_match;      /* match.json: conditions on the request body that must
+	                                 * all hold (route_scan.h), or NULL */
+	size_t njson_match;
+	struct config_upstream *upstream;   /* NULL for a route with backends */
+	struct config_backend *backends;    /* an aggregated route: its backends, in output
+	                                     * order; NULL otherwise */
+	size_t nbackends;
+	enum merge_mode merge;          /* default keyed */
+	uint64_t timeout;               /* ms for all the backends together, 0: none */
+	char *errors_key;               /* the member of a partial answer that says what failed */
+	char *errors_key_json;          /* as a JSON string and a colon */
+	size_t errors_key_json_len;
 	char *strip_prefix;             /* NULL or a prefix removed from the path before forwarding */
 	enum on_error on_error;         /* default pass */
 	enum validate_mode validate;    /* default envelope */
@@ -110,6 +258,15 @@ struct config_route {
 	                                 * (without the space) */
 	struct rewrite_program *request;   /* NULL when no request ops */
 	struct rewrite_program *response;  /* NULL when no response ops */
+	uint64_t response_on[CONFIG_STATUS_WORDS];  /* statuses `response` takes (2xx) */
+	struct rewrite_program *error_response;  /* ops for the other statuses, or NULL */
+	struct header_ops *request_headers;     /* NULL when none */
+	struct header_ops *response_headers;    /* NULL when none */
+	struct {                        /* ms; the global timeouts unless the route sets them */
+		uint64_t upstream_connect;
+		uint64_t upstream_response;
+		uint64_t upstream_try;      /* 0: none */
+	} timeouts;
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
@@ -117,18 +274,31 @@ struct config {
 	char *path;                     /* file it was loaded from */
 	unsigned workers;               /* resolved: "auto" becomes the CPU count */
 	char *user;                     /* NULL: do not drop privileges */
+	char *pid_file;                 /* NULL: none */
+	yaml_mark_t pid_file_mark;
 
 	enum log_level log_level;       /* default info */
-	char *access_log;               /* path, "stderr", or NULL for off; default stderr */
+	char *error_log;                /* "stderr", "syslog", "syslog:SOCKET" or a file; NULL:
+	                                 * stderr with -f, syslog without */
+	yaml_mark_t error_log_mark;
+	char *access_log;               /* file, "stderr", or NULL for off; default stderr */
+	yaml_mark_t access_log_mark;    /* where the file is named, for config_check_files */
 	enum access_format access_format;   /* default json */
+	char **json_fields;             /* log.json_fields: dotted paths of request body fields
+	                                 * in access log lines, or NULL */
+	size_t njson_fields;
 
 	struct config_addr *admin_listen;   /* NULL when no admin listener */
+	struct config_addr *resolver;   /* nameserver for server names; NULL: /etc/resolv.conf */
 
 	struct {
 		size_t max_header;      /* default 16k */
 		size_t max_body;        /* default 8m */
 		unsigned max_connections;   /* default 10000 */
 		unsigned max_depth;     /* default 1000 */
+		unsigned max_members;   /* default 100000 */
+		size_t route_scan;      /* default 64k: body bytes read to route by a field */
+		unsigned max_backends;  /* default 16 */
 	} limits;
 
 	struct {                        /* all in milliseconds */
@@ -137,6 +307,8 @@ struct config {
 		uint64_t keepalive;         /* 60s */
 		uint64_t upstream_connect;  /* 2s */
 		uint64_t upstream_response; /* 30s */
+		uint64_t upstream_try;      /* 0 (off): one try's limit until the answer's head */
+		uint64_t queue;             /* 5s: longest wait for a server under max_connections */
 		uint64_t shutdown_grace;    /* 30s */
 	} timeouts;
 
@@ -155,6 +327,9 @@ struct config {
  */
 struct config *config_load(const char *path, char **errors);
 void config_free(struct config *cfg);
+/* Check that the files the configuration writes can be written: 0, or -1 and *errors as
+ * config_load sets them.  Separate from loading: it creates the log files it opens. */
+int config_check_files(const struct config *cfg, char **errors);
 
 /* Parse "1.5k"-style sizes and "250ms"/"10s"/"2m" durations; 0 on success, -1 on bad input. */
 int config_parse_size(const char *text, size_t *out);
@@ -162,6 +337,16 @@ int config_parse_duration(const char *text, uint64_t *out_ms);
 /* Parse "host:port", "[v6]:port" into addr (numeric hosts only); 0 on success, -1 on error. */
 int config_parse_addr(const char *text, struct config_addr *out);
 void config_addr_free(struct config_addr *addr);
+
+/*
+ * The servers a named entry stands for when its name resolves to ans: one per address, in
+ * the answer's order, each a copy of the entry's settings with the address, the port and
+ * addr.name set.  Returns how many (ans->naddrs); *out is malloc'd, freed with
+ * config_servers_free.
+ */
+size_t config_servers_from_name(const struct config_server_name *entry,
+    const struct resolver_answer *ans, struct config_server **out);
+void config_servers_free(struct config_server *servers, size_t n);
 
 /* Method name -> METHOD_* bit (METHOD_OTHER for unknown tokens). */
 unsigned config_method_bit(const char *name, size_t len);

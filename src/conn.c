@@ -94,13 +94,13 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->fd = fd;
 	c->cb = cb;
 	c->arg = arg;
-	c->read_max = 256 * 1024;
+	c->read_max = CONN_READ_MAX;
 	c->write_low = 0;
 	c->read_timeout_ms = c->write_timeout_ms = 0;
 	c->error = 0;
 	c->readable = c->reading = c->connecting = c->eof = c->want_drained = 0;
 	c->handshaking = c->tls_read_wants_write = c->tls_write_wants_read = 0;
-	c->tls_failed = c->tls_fatal = c->tls_holding = 0;
+	c->tls_failed = c->tls_fatal = c->tls_holding = c->tls_sniffed = c->tls_plain = 0;
 	c->ssl = NULL;
 	c->tls_err = 0;
 	c->tls_held = NULL;
@@ -109,6 +109,7 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
 	c->peer_closed = 0;
+	c->recheck = 0;
 	c->rtimer_ms = c->wtimer_ms = 0;
 	c->sink = NULL;
 	c->sink_left = 0;
@@ -202,7 +203,7 @@ static int
 conn_fill(struct conn *c)
 {
 	struct evbuffer_iovec vec[2];
-	size_t want;
+	size_t want, room;
 	ssize_t n;
 	int nvec, what = 0;
 
@@ -218,6 +219,15 @@ conn_fill(struct conn *c)
 				break;
 			if (nvec < 0)
 				return what | CONN_ERROR;
+			/* The space reserved may be larger than asked for: never read past
+			 * read_max (an owner lowers it to see a head before the body comes). */
+			room = c->read_max - evbuffer_get_length(c->in);
+			if (vec[0].iov_len >= room) {
+				vec[0].iov_len = room;
+				nvec = 1;
+			} else if (nvec == 2 && vec[0].iov_len + vec[1].iov_len > room) {
+				vec[1].iov_len = room - vec[0].iov_len;
+			}
 			if (nvec == 2 && vec[0].iov_len >= want)
 				nvec = 1;
 		}
@@ -278,6 +288,7 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 			c->cb(c, CONN_TIMEOUT, c->arg);
 		return;
 	}
+	c->recheck = 0;
 	c->readable = 1;
 	if (events & EV_CLOSED)
 		c->peer_closed = 1;
@@ -304,6 +315,16 @@ conn_read_start(struct conn *c)
 	/* Data (or EOF) may have arrived while we were not reading: its edge is gone. */
 	if (c->readable || (c->ssl != NULL && conn_tls_has_input(c)))
 		event_active(c->rev, EV_READ, 0);
+}
+
+void
+conn_read_again(struct conn *c)
+{
+	if (c->ssl != NULL || !c->reading || c->eof || c->recheck)
+		return;
+	c->recheck = 1;
+	c->readable = 1;
+	event_active(c->rev, EV_READ, 0);
 }
 
 void
@@ -618,6 +639,33 @@ conn_tls_handshake(struct conn *c)
 	}
 }
 
+/*
+ * Before a server's handshake, its client's first byte: a TLS record starts with its content
+ * type (22 for a handshake), a plain HTTP request with a method's letter or an empty line.
+ * For plain HTTP, TLS is dropped and 1 returned: the owner reads the request and answers it
+ * in clear text, as nginx does.  0 otherwise, also while nothing has come yet.
+ */
+static int
+conn_tls_sniff(struct conn *c)
+{
+	unsigned char b;
+	ssize_t n;
+
+	do
+		n = recv(c->fd, &b, 1, MSG_PEEK);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	c->tls_sniffed = 1;
+	if (n != 1 || !((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z') || b == '\r'))
+		return 0;       /* TLS, or what the handshake will report (EOF, an error) */
+	SSL_free(c->ssl);
+	c->ssl = NULL;
+	c->handshaking = 0;
+	c->tls_plain = 1;
+	return 1;
+}
+
 /* Input to decrypt: the socket had an edge not yet read to its end, or OpenSSL holds bytes
  * it read already.  It reads whatever the socket has whenever it needs to read, also in a
  * handshake or SSL_write run from the write edge: those bytes are then in its buffer and
@@ -742,6 +790,10 @@ conn_tls_run(struct conn *c)
 		goto report;
 	what = 0;
 	if (c->handshaking) {
+		if (!c->tls_sniffed && SSL_is_server(c->ssl) && conn_tls_sniff(c)) {
+			event_active(c->rev, EV_READ, 0);       /* read on as plain TCP */
+			return;
+		}
 		what = conn_tls_handshake(c);
 		if (c->handshaking || (what & CONN_ERROR))
 			goto report;

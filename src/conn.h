@@ -26,6 +26,9 @@ enum conn_what {
 
 typedef void (*conn_cb)(struct conn *c, int what, void *arg);
 
+/* A connection's read_max unless its owner sets another. */
+#define CONN_READ_MAX (256 * 1024)
+
 struct conn {
 	int fd;
 	struct event *rev;
@@ -49,6 +52,7 @@ struct conn {
 	unsigned eof : 1;
 	unsigned want_drained : 1;
 	unsigned peer_closed : 1;       /* the peer's FIN was signalled: read until end of stream */
+	unsigned recheck : 1;           /* conn_read_again asked for one more read */
 	/* TLS (ssl non-NULL): the same flags, plus what a stalled SSL call waits for. */
 	unsigned handshaking : 1;
 	unsigned tls_read_wants_write : 1;  /* SSL_read must write first: retry when writable */
@@ -59,6 +63,10 @@ struct conn {
 	unsigned tls_holding : 1;       /* TLS records written now are held for the next ones;
 	                                 * held while not holding: what a full socket did not
 	                                 * take, sent on its next edge */
+	unsigned tls_sniffed : 1;       /* server side: the client's first byte was looked at */
+	unsigned tls_plain : 1;         /* a TLS server whose client spoke plain HTTP: TLS is
+	                                 * dropped (ssl is NULL) so that the owner can answer it
+	                                 * in clear text */
 	struct ssl_st *ssl;             /* NULL: plain TCP */
 	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */
 	char *tls_held;                 /* records held back to go out with the next ones */
@@ -85,6 +93,13 @@ int conn_start_tls(struct conn *c, struct ssl_st *ssl);
  * reached the socket while stopped is read and reported from the loop. */
 void conn_read_start(struct conn *c);
 void conn_read_stop(struct conn *c);
+/*
+ * The owner took the input and still waits for more: read once more from the loop.  A peer
+ * that sends data and resets at once gets one EPOLLERR edge, which libevent reports as a
+ * plain read (no EV_CLOSED): without a second read the reset would show only when the read
+ * timeout runs out.  Plain TCP only.
+ */
+void conn_read_again(struct conn *c);
 /* Write as much of the output as the socket takes now; the rest goes when it is writable. */
 void conn_flush(struct conn *c);
 /* Ask (on) or stop asking for CONN_DRAINED once the output holds at most low bytes. */

@@ -2,14 +2,17 @@
  * jsmn is stepped over the envelope only.  Before each step the scanner finds the next
  * bracket outside strings; jsmn is given the bytes up to it (keys and scalar values), and a
  * container found there is skipped by the scanner and handed to jsmn as a finished token.
- * jsmn's parser state is public and resumable, which is what makes this possible.  jsmn
- * accepts a lot that is not JSON, so the token sequence and the bytes between tokens are
- * checked afterwards: '{' key ':' value (',' key ':' value)* '}'.
+ * jsmn's parser state is public and resumable, which is what makes this possible.  When the
+ * token window is full, the complete key/value pairs in it become members and leave it
+ * (jsmn scans its whole token array on every call: a growing array made many containers
+ * quadratic).  jsmn accepts a lot that is not JSON, so each pair and the bytes between tokens
+ * are checked as they leave: '{' key ':' value (',' key ':' value)* '}'.
  */
 #include "envelope.h"
 #include "jscan.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +21,13 @@
 #define JSMN_PARENT_LINKS               /* keeps jsmn linear: no backward search per ',' */
 #include <jsmn.h>
 
+#define ENVELOPE_WINDOW 64              /* jsmn tokens at once: room for 31 members */
+
 void
 envelope_init(struct envelope *env)
 {
 	memset(env, 0, sizeof(*env));
+	env->max_members = SIZE_MAX;
 }
 
 void
@@ -144,75 +150,60 @@ envelope_gap(const char *buf, size_t from, size_t to, char sep)
 }
 
 static int
-envelope_grow_toks(struct envelope *env, size_t need)
+envelope_add_member(struct envelope *env, const struct envelope_member *m)
 {
-	size_t n = env->ntoks ? env->ntoks : 64;
-	void *p;
-
-	while (n < need)
-		n *= 2;
-	if (n == env->ntoks)
-		return 0;
-	if ((p = realloc(env->toks, n * sizeof(jsmntok_t))) == NULL)
-		return -1;
-	env->toks = p;
-	env->ntoks = n;
-	return 0;
-}
-
-static int
-envelope_add_member(struct envelope *env, const char *buf, const jsmntok_t *k,
-    size_t vstart, size_t vend, unsigned char type)
-{
-	struct envelope_member *m;
+	struct envelope_member *grown;
 	size_t n;
 
-	if (env->nmembers == env->members_cap) {
+	if (env->nmembers >= env->max_members)
+		return ENVELOPE_ERR_MEMBERS;
+	env->nmembers++;
+	if (env->member_cb != NULL)
+		return env->member_cb(env->member_arg, m);
+	if (env->nmembers > env->members_cap) {
 		n = env->members_cap ? env->members_cap * 2 : 32;
-		if ((m = realloc(env->members, n * sizeof(*m))) == NULL)
-			return -1;
-		env->members = m;
+		if ((grown = realloc(env->members, n * sizeof(*grown))) == NULL)
+			return ENVELOPE_ERR_NOMEM;
+		env->members = grown;
 		env->members_cap = n;
 	}
-	m = &env->members[env->nmembers++];
-	m->key = buf + k->start - 1;
-	m->keylen = (size_t)(k->end - k->start) + 2;
-	m->val = buf + vstart;
-	m->vallen = vend - vstart;
-	m->type = type;
+	env->members[env->nmembers - 1] = *m;
 	return 0;
 }
 
-/* Check the token sequence and the separators between tokens; fill the member list. */
+/*
+ * Check the complete key/value pairs of the window and hand them on as members; what is left
+ * (a key still waiting for its value) moves to the front.  *prev is where the last member's
+ * value ended; at the closing brace (last) nothing may be left.
+ */
 static int
-envelope_members(struct envelope *env, const char *buf, size_t pos, size_t close,
-    unsigned ntok)
+envelope_flush(struct envelope *env, const char *buf, jsmn_parser *p, size_t *prev, int last)
 {
-	const jsmntok_t *toks = env->toks, *k, *v;
-	size_t prev = pos + 1, vstart, vend;
+	jsmntok_t *toks = env->toks;
+	const jsmntok_t *k, *v;
+	struct envelope_member m;
+	size_t vstart, vend;
 	unsigned i;
-	unsigned char type;
+	int r;
 
-	env->nmembers = 0;
-	for (i = 1; i < ntok; i += 2) {
+	for (i = 1; i + 1 < p->toknext; i += 2) {
 		k = &toks[i];
-		if (k->type != JSMN_STRING || k->parent != 0 || k->size != 1 || i + 1 >= ntok)
-			return ENVELOPE_ERR_SYNTAX;
-		if (envelope_gap(buf, prev, (size_t)k->start - 1, i == 1 ? 0 : ',') != 0)
-			return ENVELOPE_ERR_SYNTAX;
 		v = &toks[i + 1];
-		if (v->parent != (int)i)
+		if (k->type != JSMN_STRING || k->parent != 0 || k->size != 1 ||
+		    v->parent != (int)i)
+			return ENVELOPE_ERR_SYNTAX;
+		if (envelope_gap(buf, *prev, (size_t)k->start - 1, env->nmembers == 0 ? 0 : ',') != 0)
 			return ENVELOPE_ERR_SYNTAX;
 		switch (v->type) {
 		case JSMN_STRING:
 			vstart = (size_t)v->start - 1;
 			vend = (size_t)v->end + 1;
-			type = ENVELOPE_STRING;
+			m.type = ENVELOPE_STRING;
 			break;
 		case JSMN_PRIMITIVE:
 			vstart = (size_t)v->start;
 			vend = (size_t)v->end;
-			type = ENVELOPE_PRIMITIVE;
+			m.type = ENVELOPE_PRIMITIVE;
 			if (!envelope_is_primitive(buf + vstart, vend - vstart))
 				return ENVELOPE_ERR_SYNTAX;
 			break;
@@ -220,19 +211,32 @@ envelope_members(struct envelope *env, const char *buf, size_t pos, size_t close
 		case JSMN_ARRAY:
 			vstart = (size_t)v->start;
 			vend = (size_t)v->end;
-			type = v->type == JSMN_OBJECT ? ENVELOPE_OBJECT : ENVELOPE_ARRAY;
+			m.type = v->type == JSMN_OBJECT ? ENVELOPE_OBJECT : ENVELOPE_ARRAY;
 			break;
 		default:
 			return ENVELOPE_ERR_SYNTAX;
 		}
 		if (envelope_gap(buf, (size_t)k->end + 1, vstart, ':') != 0)
 			return ENVELOPE_ERR_SYNTAX;
-		if (envelope_add_member(env, buf, k, vstart, vend, type) != 0)
-			return ENVELOPE_ERR_NOMEM;
-		prev = vend;
+		m.key = buf + k->start - 1;
+		m.keylen = (size_t)(k->end - k->start) + 2;
+		m.val = buf + vstart;
+		m.vallen = vend - vstart;
+		if ((r = envelope_add_member(env, &m)) != 0)
+			return r;
+		*prev = vend;
 	}
-	if (envelope_gap(buf, prev, close, 0) != 0)
+	/* jsmn's current parent must be the object or the key that stays. */
+	if (p->toksuper > 0 && (unsigned)p->toksuper != i)
 		return ENVELOPE_ERR_SYNTAX;
+	if (i < p->toknext) {
+		if (last)
+			return ENVELOPE_ERR_SYNTAX;
+		toks[1] = toks[i];
+		if (p->toksuper > 0)
+			p->toksuper = 1;
+	}
+	p->toknext = 1 + (p->toknext - i);
 	return 0;
 }
 
@@ -243,7 +247,7 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 	jsmn_parser p;
 	jsmntok_t *t;
 	ssize_t stop, e;
-	size_t jlen;
+	size_t jlen, prev = pos + 1;
 	int r;
 
 	env->nmembers = 0;
@@ -251,7 +255,8 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 		return ENVELOPE_ERR_SYNTAX;
 	if (max_depth < 1)
 		return ENVELOPE_ERR_DEPTH;
-	if (env->ntoks < 2 && envelope_grow_toks(env, 64) != 0)
+	if (env->toks == NULL &&
+	    (env->toks = malloc(ENVELOPE_WINDOW * sizeof(jsmntok_t))) == NULL)
 		return ENVELOPE_ERR_NOMEM;
 	jsmn_init(&p);
 	p.pos = (unsigned)pos;
@@ -266,10 +271,11 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 			continue;
 		else
 			jlen = (size_t)stop;
-		while ((r = jsmn_parse(&p, buf, jlen, env->toks, (unsigned)env->ntoks)) ==
+		/* jsmn gives back NOMEM before taking the token: it resumes at that token. */
+		while ((r = jsmn_parse(&p, buf, jlen, env->toks, ENVELOPE_WINDOW)) ==
 		    JSMN_ERROR_NOMEM)
-			if (envelope_grow_toks(env, env->ntoks * 2) != 0)
-				return ENVELOPE_ERR_NOMEM;
+			if ((r = envelope_flush(env, buf, &p, &prev, 0)) != 0)
+				return r;
 		if (r == JSMN_ERROR_INVAL || p.pos != jlen)
 			return ENVELOPE_ERR_SYNTAX;
 		if (jlen == (size_t)stop + 1)
@@ -281,8 +287,9 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 			return ENVELOPE_ERR_SYNTAX;
 		if ((e = jscan_skip(buf, len, (size_t)stop, max_depth - 1)) < 0)
 			return e == JSCAN_ERR_DEPTH ? ENVELOPE_ERR_DEPTH : ENVELOPE_ERR_SYNTAX;
-		if (p.toknext >= env->ntoks && envelope_grow_toks(env, env->ntoks * 2) != 0)
-			return ENVELOPE_ERR_NOMEM;
+		if (p.toknext >= ENVELOPE_WINDOW &&
+		    (r = envelope_flush(env, buf, &p, &prev, 0)) != 0)
+			return r;
 		t = &((jsmntok_t *)env->toks)[p.toknext];
 		t->type = buf[stop] == '{' ? JSMN_OBJECT : JSMN_ARRAY;
 		t->start = (int)stop;
@@ -297,8 +304,12 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 	t = env->toks;
 	if (p.toknext < 1 || t[0].type != JSMN_OBJECT || t[0].end != stop + 1)
 		return ENVELOPE_ERR_SYNTAX;
+	if ((r = envelope_flush(env, buf, &p, &prev, 1)) != 0)
+		return r;
+	if (envelope_gap(buf, prev, (size_t)stop, 0) != 0)
+		return ENVELOPE_ERR_SYNTAX;
 	*end = (size_t)stop + 1;
-	return envelope_members(env, buf, pos, (size_t)stop, p.toknext);
+	return 0;
 }
 
 int
@@ -354,66 +365,118 @@ envelope_hex4(const char *s, unsigned *out)
 	return 0;
 }
 
-int
-envelope_string_eq(const char *s, size_t len, const char *name, size_t nlen)
+/*
+ * Decode the character or escape at *pp (before e) into tmp[0..*n) and step past it: a
+ * surrogate pair is one character, a lone surrogate its own three bytes.  -1 on a bad escape.
+ */
+static int
+envelope_string_unit(const char **pp, const char *e, unsigned char tmp[4], size_t *n)
+{
+	const char *p = *pp;
+	unsigned cp, lo;
+
+	if (*p != '\\') {
+		tmp[0] = (unsigned char)*p;
+		*n = 1;
+		*pp = p + 1;
+		return 0;
+	}
+	if (e - p < 2)
+		return -1;
+	*n = 1;
+	switch (p[1]) {
+	case '"': case '\\': case '/':
+		tmp[0] = (unsigned char)p[1]; *pp = p + 2; return 0;
+	case 'b': tmp[0] = '\b'; *pp = p + 2; return 0;
+	case 'f': tmp[0] = '\f'; *pp = p + 2; return 0;
+	case 'n': tmp[0] = '\n'; *pp = p + 2; return 0;
+	case 'r': tmp[0] = '\r'; *pp = p + 2; return 0;
+	case 't': tmp[0] = '\t'; *pp = p + 2; return 0;
+	case 'u':
+		break;
+	default:
+		return -1;
+	}
+	if (e - p < 6 || envelope_hex4(p + 2, &cp) != 0)
+		return -1;
+	p += 6;
+	if (cp >= 0xd800 && cp <= 0xdbff && e - p >= 6 && p[0] == '\\' && p[1] == 'u' &&
+	    envelope_hex4(p + 2, &lo) == 0 && lo >= 0xdc00 && lo <= 0xdfff) {
+		cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+		p += 6;
+	}
+	*pp = p;
+	if (cp < 0x80) {
+		tmp[0] = (unsigned char)cp;
+	} else if (cp < 0x800) {
+		tmp[0] = (unsigned char)(0xc0 | cp >> 6);
+		tmp[1] = (unsigned char)(0x80 | (cp & 0x3f)); *n = 2;
+	} else if (cp < 0x10000) {
+		tmp[0] = (unsigned char)(0xe0 | cp >> 12);
+		tmp[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+		tmp[2] = (unsigned char)(0x80 | (cp & 0x3f)); *n = 3;
+	} else {
+		tmp[0] = (unsigned char)(0xf0 | cp >> 18);
+		tmp[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
+		tmp[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+		tmp[3] = (unsigned char)(0x80 | (cp & 0x3f)); *n = 4;
+	}
+	return 0;
+}
+
+/* name[0..nlen) equals the decoded string s, or with prefix only begins it. */
+static int
+envelope_string_match(const char *s, size_t len, const char *name, size_t nlen, int prefix)
 {
 	const char *p = s + 1, *e = s + len - 1;
 	unsigned char tmp[4];
-	unsigned cp, lo;
 	size_t j = 0, n;
 
 	if (len < 2)
 		return 0;
-	if (memchr(p, '\\', (size_t)(e - p)) == NULL)
+	if (memchr(p, '\\', (size_t)(e - p)) == NULL) {
+		if (prefix)
+			return (size_t)(e - p) >= nlen && memcmp(p, name, nlen) == 0;
 		return (size_t)(e - p) == nlen && memcmp(p, name, nlen) == 0;
+	}
 	while (p < e) {
-		if (*p != '\\') {
-			if (j >= nlen || name[j++] != *p++)
-				return 0;
-			continue;
-		}
-		if (e - p < 2)
-			return 0;
-		switch (p[1]) {
-		case '"': case '\\': case '/':
-			tmp[0] = (unsigned char)p[1]; n = 1; p += 2; break;
-		case 'b': tmp[0] = '\b'; n = 1; p += 2; break;
-		case 'f': tmp[0] = '\f'; n = 1; p += 2; break;
-		case 'n': tmp[0] = '\n'; n = 1; p += 2; break;
-		case 'r': tmp[0] = '\r'; n = 1; p += 2; break;
-		case 't': tmp[0] = '\t'; n = 1; p += 2; break;
-		case 'u':
-			if (e - p < 6 || envelope_hex4(p + 2, &cp) != 0)
-				return 0;
-			p += 6;
-			if (cp >= 0xd800 && cp <= 0xdbff && e - p >= 6 && p[0] == '\\' &&
-			    p[1] == 'u' && envelope_hex4(p + 2, &lo) == 0 &&
-			    lo >= 0xdc00 && lo <= 0xdfff) {
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-				p += 6;
-			}
-			if (cp < 0x80) {
-				tmp[0] = (unsigned char)cp; n = 1;
-			} else if (cp < 0x800) {
-				tmp[0] = (unsigned char)(0xc0 | cp >> 6);
-				tmp[1] = (unsigned char)(0x80 | (cp & 0x3f)); n = 2;
-			} else if (cp < 0x10000) {
-				tmp[0] = (unsigned char)(0xe0 | cp >> 12);
-				tmp[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-				tmp[2] = (unsigned char)(0x80 | (cp & 0x3f)); n = 3;
-			} else {
-				tmp[0] = (unsigned char)(0xf0 | cp >> 18);
-				tmp[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-				tmp[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-				tmp[3] = (unsigned char)(0x80 | (cp & 0x3f)); n = 4;
-			}
-			break;
-		default:
-			return 0;
-		}
-		if (j + n > nlen || memcmp(name + j, tmp, n) != 0)
+		if (prefix && j == nlen)
+			return 1;
+		if (envelope_string_unit(&p, e, tmp, &n) != 0 || j + n > nlen ||
+		    memcmp(name + j, tmp, n) != 0)
 			return 0;
 		j += n;
 	}
 	return j == nlen;
+}
+
+int
+envelope_string_decode(const char *s, size_t len, char *out, size_t *out_len)
+{
+	const char *p = s + 1, *e = s + len - 1;
+	unsigned char tmp[4];
+	size_t j = 0, n;
+
+	if (len < 2)
+		return -1;
+	while (p < e) {
+		if (envelope_string_unit(&p, e, tmp, &n) != 0)
+			return -1;
+		memcpy(out + j, tmp, n);
+		j += n;
+	}
+	*out_len = j;
+	return 0;
+}
+
+int
+envelope_string_eq(const char *s, size_t len, const char *name, size_t nlen)
+{
+	return envelope_string_match(s, len, name, nlen, 0);
+}
+
+int
+envelope_string_prefix(const char *s, size_t len, const char *prefix, size_t plen)
+{
+	return envelope_string_match(s, len, prefix, plen, 1);
 }

@@ -8,10 +8,15 @@
 	X(METHOD_NOT_ALLOWED,   405, "method_not_allowed",   "method not allowed on this route") \
 	X(PAYLOAD_TOO_LARGE,    413, "payload_too_large",    "request body exceeds limits.max_body") \
 	X(INVALID_JSON,         400, "invalid_json",         "request body is not valid JSON") \
+	X(UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", \
+	    "request body has a Content-Encoding the gateway cannot decode") \
 	X(HEADER_TOO_LARGE,     431, "header_too_large",     "request header exceeds limits.max_header") \
+	X(NOT_IMPLEMENTED,      501, "not_implemented",      "only the chunked transfer coding is implemented") \
 	X(UPSTREAM_UNAVAILABLE, 502, "upstream_unavailable", "upstream unavailable") \
 	X(UPSTREAM_INVALID,     502, "upstream_invalid",     "upstream response is invalid") \
 	X(UPSTREAM_TLS,         502, "upstream_tls",         "upstream TLS handshake failed") \
+	X(UPSTREAM_STATUS,      502, "upstream_status",      "upstream answered with an error status") \
+	X(UPSTREAM_OVERLOADED,  503, "upstream_overloaded",  "every upstream server is at its limit") \
 	X(SHUTTING_DOWN,        503, "shutting_down",        "gateway is shutting down") \
 	X(UPSTREAM_TIMEOUT,     504, "upstream_timeout",     "upstream did not answer in time") \
 	X(VERSION_NOT_SUPPORTED, 505, "version_not_supported", "only HTTP/1.0 and HTTP/1.1 are supported")

@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 
 #include "headers.h"
+#include "header_ops.h"
 
 enum headers_kind {
 	HK_KEEP,                /* end-to-end: forwarded unless Connection lists it */
@@ -24,39 +25,22 @@ enum headers_kind {
 
 #define HEADERS_MAX_LISTED 32   /* Connection tokens remembered; beyond, rescan */
 
-static inline unsigned char
-headers_lc(unsigned char c)
-{
-	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
-}
-
-/* Case-insensitive compare of s[0..n) with a lowercase literal of the same length. */
-static int
-headers_lower_eq(const char *s, const char *lower, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (headers_lc((unsigned char)s[i]) != (unsigned char)lower[i])
-			return 0;
-	return 1;
-}
-
+/* Two strings equal but for ASCII case. */
 static int
 headers_ieq(struct http_str a, struct http_str b)
 {
 	if (a.len != b.len)
 		return 0;
 	for (size_t i = 0; i < a.len; i++)
-		if (headers_lc((unsigned char)a.p[i]) != headers_lc((unsigned char)b.p[i]))
+		if (http_lc((unsigned char)a.p[i]) != http_lc((unsigned char)b.p[i]))
 			return 0;
 	return 1;
 }
 
-#define HEADERS_IS(n, lit) \
-	((n).len == sizeof(lit) - 1 && headers_lower_eq((n).p, (lit), sizeof(lit) - 1))
+#define HEADERS_IS(n, lit) HTTP_IEQ((n).p, (n).len, lit)
 
-/* Headers dropped in both directions: hop-by-hop (RFC 9110 7.6.1) and Content-Length. */
-static int
-headers_hop_by_hop(struct http_str n)
+int
+headers_is_hop_by_hop(struct http_str n)
 {
 	switch (n.len) {
 	case 2:
@@ -70,13 +54,13 @@ headers_hop_by_hop(struct http_str n)
 	case 17:
 		return HEADERS_IS(n, "transfer-encoding");
 	}
-	return n.len > 6 && headers_lower_eq(n.p, "proxy-", 6);
+	return n.len > 6 && http_lower_eq(n.p, "proxy-", 6);
 }
 
 static enum headers_kind
 headers_request_kind(struct http_str n)
 {
-	if (headers_hop_by_hop(n))
+	if (headers_is_hop_by_hop(n))
 		return HK_DROP;
 	switch (n.len) {
 	case 4:
@@ -102,7 +86,7 @@ headers_request_kind(struct http_str n)
 static enum headers_kind
 headers_response_kind(struct http_str n)
 {
-	if (headers_hop_by_hop(n))
+	if (headers_is_hop_by_hop(n))
 		return HK_DROP;
 	if (HEADERS_IS(n, "x-request-id"))
 		return HK_REQUEST_ID;
@@ -122,21 +106,13 @@ static int
 headers_connection_lists(const struct http_header *h, struct http_str name)
 {
 	const char *p = h->value.p, *end = p + h->value.len;
+	struct http_str tok;
 
-	while (p < end) {
-		const char *comma = memchr(p, ',', (size_t)(end - p));
-		const char *e = comma ? comma : end;
-		const char *s = p, *t = e;
-
-		while (s < t && (*s == ' ' || *s == '\t'))
-			s++;
-		while (t > s && (t[-1] == ' ' || t[-1] == '\t'))
-			t--;
-		struct http_str tok = { s, (size_t)(t - s) };
+	do {
+		p = http_list_next(p, end, &tok);
 		if (headers_ieq(tok, name))
 			return 1;
-		p = e + 1;
-	}
+	} while (p != NULL);
 	return 0;
 }
 
@@ -151,26 +127,18 @@ headers_listed_collect(struct headers_listed *l, const struct http_header *hs, s
 		if (!HEADERS_IS(hs[i].name, "connection"))
 			continue;
 		const char *p = hs[i].value.p, *end = p + hs[i].value.len;
-		while (p < end) {
-			const char *comma = memchr(p, ',', (size_t)(end - p));
-			const char *e = comma ? comma : end;
-			const char *s = p, *t = e;
+		struct http_str tok;
 
-			while (s < t && (*s == ' ' || *s == '\t'))
-				s++;
-			while (t > s && (t[-1] == ' ' || t[-1] == '\t'))
-				t--;
-			p = e + 1;
-			if (s == t)
+		do {
+			p = http_list_next(p, end, &tok);
+			if (tok.len == 0)
 				continue;
 			if (l->n == HEADERS_MAX_LISTED) {
 				l->overflow = 1;
 				return;
 			}
-			l->names[l->n].p = s;
-			l->names[l->n].len = (size_t)(t - s);
-			l->n++;
-		}
+			l->names[l->n++] = tok;
+		} while (p != NULL);
 	}
 }
 
@@ -237,10 +205,12 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 {
 	unsigned char kind[HTTP_MAX_HEADERS];
 	struct headers_listed listed;
-	struct http_str target1, target2, host;
+	struct http_str target1, target2, host, method = fw->method.len ? fw->method : req->method;
 	size_t size, nxff = 0;
 	size_t n = req->nheaders < HTTP_MAX_HEADERS ? req->nheaders : HTTP_MAX_HEADERS;
 	size_t clen = fw->client_addr != NULL ? strlen(fw->client_addr) : 0;
+	const struct header_ops *ops = fw->ops;
+	unsigned own = ops != NULL ? ops->own : 0;
 
 	/* Without a rewritten target, send the origin-form of the received one. */
 	if (fw->target.p != NULL) {
@@ -257,7 +227,7 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 	} else
 		host = req->host;
 
-	size = req->method.len + 1 + target1.len + target2.len + sizeof(" HTTP/1.1\r\n") +
+	size = method.len + 1 + target1.len + target2.len + sizeof(" HTTP/1.1\r\n") +
 	    sizeof("Host: \r\n") + host.len;
 	headers_listed_collect(&listed, req->headers, n);
 	for (size_t i = 0; i < n; i++) {
@@ -266,6 +236,9 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 		kind[i] = (unsigned char)headers_request_kind(h->name);
 		if (kind[i] == HK_KEEP && headers_is_listed(&listed, h->name))
 			kind[i] = HK_DROP;
+		if ((kind[i] == HK_KEEP && ops != NULL && header_ops_drops(ops, h->name)) ||
+		    (kind[i] == HK_XFF && (own & HEADER_OPS_XFF)))
+			kind[i] = HK_DROP;
 		if (kind[i] == HK_KEEP)
 			size += h->name.len + h->value.len + 4;
 		else if (kind[i] == HK_XFF && h->value.len > 0) {
@@ -273,18 +246,20 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 			nxff++;
 		}
 	}
-	if (nxff > 0 || clen > 0)
+	if ((nxff > 0 || clen > 0) && !(own & HEADER_OPS_XFF))
 		size += sizeof("X-Forwarded-For: \r\n") + clen;
 	size += sizeof("X-Forwarded-Proto: https\r\n");
 	if (fw->request_id.len > 0)
 		size += sizeof("X-Request-Id: \r\n") + fw->request_id.len;
+	if (ops != NULL)
+		size += header_ops_size(ops, fw->vars);
 
 	struct evbuffer_iovec vec;
 	char *start = headers_reserve(out, size, &vec), *w = start;
 	if (start == NULL)
 		return -1;
 
-	w = headers_put(w, req->method.p, req->method.len);
+	w = headers_put(w, method.p, method.len);
 	*w++ = ' ';
 	w = headers_put(w, target1.p, target1.len);
 	if (target2.len > 0)
@@ -302,7 +277,7 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 	}
 
 	/* Every X-Forwarded-For received, in order, merged into one, then the client. */
-	if (nxff > 0 || clen > 0) {
+	if ((nxff > 0 || clen > 0) && !(own & HEADER_OPS_XFF)) {
 		const char *sep = "";
 
 		w = HEADERS_PUT_LIT(w, "X-Forwarded-For: ");
@@ -322,57 +297,24 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 		*w++ = '\r';
 		*w++ = '\n';
 	}
-	if (fw->tls)
+	if (!(own & HEADER_OPS_XFP) && fw->tls)
 		w = HEADERS_PUT_LIT(w, "X-Forwarded-Proto: https\r\n");
-	else
+	else if (!(own & HEADER_OPS_XFP))
 		w = HEADERS_PUT_LIT(w, "X-Forwarded-Proto: http\r\n");
-	if (fw->request_id.len > 0) {
+	if (fw->request_id.len > 0 && !(own & HEADER_OPS_REQUEST_ID)) {
 		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");
 		w = headers_put(w, fw->request_id.p, fw->request_id.len);
 		*w++ = '\r';
 		*w++ = '\n';
 	}
+	if (ops != NULL)
+		w = header_ops_put(w, ops, fw->vars);
 	return headers_commit(out, &vec, start, w, size);
-}
-
-/* Standard reason phrases (RFC 9110 15), for upstreams that send none. */
-#define HEADERS_REASONS(X) \
-	X(100, "Continue") X(101, "Switching Protocols") X(103, "Early Hints") \
-	X(200, "OK") X(201, "Created") X(202, "Accepted") \
-	X(203, "Non-Authoritative Information") X(204, "No Content") X(205, "Reset Content") \
-	X(206, "Partial Content") X(300, "Multiple Choices") X(301, "Moved Permanently") \
-	X(302, "Found") X(303, "See Other") X(304, "Not Modified") \
-	X(307, "Temporary Redirect") X(308, "Permanent Redirect") X(400, "Bad Request") \
-	X(401, "Unauthorized") X(402, "Payment Required") X(403, "Forbidden") \
-	X(404, "Not Found") X(405, "Method Not Allowed") X(406, "Not Acceptable") \
-	X(407, "Proxy Authentication Required") X(408, "Request Timeout") X(409, "Conflict") \
-	X(410, "Gone") X(411, "Length Required") X(412, "Precondition Failed") \
-	X(413, "Content Too Large") X(414, "URI Too Long") X(415, "Unsupported Media Type") \
-	X(416, "Range Not Satisfiable") X(417, "Expectation Failed") \
-	X(421, "Misdirected Request") X(422, "Unprocessable Content") \
-	X(425, "Too Early") X(426, "Upgrade Required") X(428, "Precondition Required") \
-	X(429, "Too Many Requests") X(431, "Request Header Fields Too Large") \
-	X(451, "Unavailable For Legal Reasons") X(500, "Internal Server Error") \
-	X(501, "Not Implemented") X(502, "Bad Gateway") X(503, "Service Unavailable") \
-	X(504, "Gateway Timeout") X(505, "HTTP Version Not Supported")
-
-static struct http_str
-headers_reason(int status)
-{
-	struct http_str r = { "", 0 };
-
-	switch (status) {
-#define HEADERS_REASON_CASE(code, text) \
-	case code: r.p = text; r.len = sizeof(text) - 1; break;
-	HEADERS_REASONS(HEADERS_REASON_CASE)
-#undef HEADERS_REASON_CASE
-	}
-	return r;
 }
 
 int
 headers_response_out(struct evbuffer *out, const struct http_response *resp,
-    struct http_str request_id)
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars)
 {
 	unsigned char kind[HTTP_MAX_HEADERS];
 	struct headers_listed listed;
@@ -384,7 +326,7 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	if (status < 100 || status > 999)
 		status = 502;   /* never produced by the parser */
 	if (reason.len == 0)
-		reason = headers_reason(status);
+		reason = http_reason(status);       /* the upstream sent none */
 
 	size_t size = sizeof("HTTP/1.1 000 \r\n") + reason.len;
 	headers_listed_collect(&listed, resp->headers, n);
@@ -394,14 +336,20 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 		kind[i] = (unsigned char)headers_response_kind(h->name);
 		if (kind[i] != HK_DROP && headers_is_listed(&listed, h->name))
 			kind[i] = HK_DROP;
+		if (kind[i] != HK_DROP && ops != NULL && header_ops_drops(ops, h->name))
+			kind[i] = HK_DROP;
 		if (kind[i] == HK_DROP)
 			continue;
 		if (kind[i] == HK_REQUEST_ID)
 			has_id = 1;
 		size += h->name.len + h->value.len + 4;
 	}
+	if (ops != NULL && (ops->own & HEADER_OPS_REQUEST_ID))
+		has_id = 1;     /* the ops set or remove it */
 	if (!has_id && request_id.len > 0)
 		size += sizeof("X-Request-Id: \r\n") + request_id.len;
+	if (ops != NULL)
+		size += header_ops_size(ops, vars);
 
 	struct evbuffer_iovec vec;
 	char *start = headers_reserve(out, size, &vec), *w = start;
@@ -428,6 +376,8 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 		*w++ = '\r';
 		*w++ = '\n';
 	}
+	if (ops != NULL)
+		w = header_ops_put(w, ops, vars);
 	return headers_commit(out, &vec, start, w, size);
 }
 
@@ -515,9 +465,13 @@ headers_request_id_generate(char out[REQUEST_ID_LEN])
 	if (!headers_rng_ready)
 		headers_rng_seed();
 	uint64_t v[2] = { headers_rng_next(), headers_rng_next() };
+	/* Two digits a byte: an id is written on every request. */
 	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 16; j++)
-			out[i * 16 + j] = hex[(v[i] >> (60 - 4 * j)) & 0xf];
+		for (int j = 0; j < 8; j++) {
+			unsigned b = (unsigned)(v[i] >> (56 - 8 * j)) & 0xff;
+			out[i * 16 + 2 * j] = hex[b >> 4];
+			out[i * 16 + 2 * j + 1] = hex[b & 0xf];
+		}
 }
 
 int

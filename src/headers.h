@@ -6,6 +6,8 @@
 #include "http.h"
 
 struct evbuffer;
+struct header_ops;
+struct rewrite_vars;
 
 #define REQUEST_ID_LEN 32               /* generated ids: 128 random bits as lowercase hex */
 
@@ -16,6 +18,9 @@ struct headers_forward {
 	struct http_str request_id;     /* the id to send in X-Request-Id (kept or generated) */
 	const char *host_override;      /* upstream host_header, or NULL to pass Host through */
 	struct http_str target;         /* request-target to send (after strip_prefix) */
+	struct http_str method;         /* method to send instead of the request's, or empty */
+	const struct header_ops *ops;   /* the route's request_headers, or NULL */
+	const struct rewrite_vars *vars;    /* their variables' values (ops only) */
 };
 
 /*
@@ -23,6 +28,8 @@ struct headers_forward {
  * headers (Connection and the names it lists, Keep-Alive, TE, Trailer, Transfer-Encoding,
  * Upgrade, Proxy-*) and Content-Length are dropped, X-Forwarded-For is extended (or added),
  * X-Forwarded-Proto and X-Request-Id are replaced (or added), Host is passed or overridden.
+ * Then the route's header ops: the headers they set or remove (ours included) are left out,
+ * and the ones they set or add are written last.
  * The caller appends framing (Content-Length or Transfer-Encoding), Connection, and "\r\n".
  * Returns 0, or -1 on allocation failure.
  */
@@ -32,10 +39,15 @@ int headers_request_out(struct evbuffer *out, const struct http_request *req,
 /*
  * Append "HTTP/1.1 STATUS REASON\r\n" and the end-to-end response headers (hop-by-hop and
  * Content-Length dropped as above); when request_id is not empty and the upstream did not send
- * X-Request-Id, it is added.  The caller appends framing, Connection, and "\r\n".
+ * X-Request-Id, it is added.  Then ops (the route's response_headers, or NULL) as for requests,
+ * with the values of vars.  The caller appends framing, Connection, and "\r\n".
  */
 int headers_response_out(struct evbuffer *out, const struct http_response *resp,
-    struct http_str request_id);
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars);
+
+/* 1 for the headers every message loses on its way through: hop-by-hop ones (RFC 9110 7.6.1)
+ * and Content-Length (jsongate frames each message itself). */
+int headers_is_hop_by_hop(struct http_str name);
 
 /* Fill out[0..REQUEST_ID_LEN) with a fresh random id (no NUL written).  Thread-safe. */
 void headers_request_id_generate(char out[REQUEST_ID_LEN]);

@@ -1,5 +1,6 @@
 /*
- * HTTP/1.1 heads (RFC 9112) parsed in place, and an incremental chunked decoder.
+ * HTTP/1.1 heads (RFC 9112) parsed in place, an incremental chunked decoder, and the reason
+ * phrases of RFC 9110.
  *
  * Strictness follows nginx and HAProxy where they are strict, and is stricter on line endings:
  * every line of a head and of the chunked framing must end in CRLF.  A bare LF is an error
@@ -44,13 +45,6 @@ static const unsigned char http_ctype[256] = {
 	[0x80 ... 0xff] = C_VT,
 };
 
-/* ASCII lowercase without locale. */
-static inline unsigned char
-http_lc(unsigned char c)
-{
-	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
-}
-
 #define HTTP_ONES  0x0101010101010101ULL
 #define HTTP_HIGHS 0x8080808080808080ULL
 
@@ -93,24 +87,6 @@ http_scan(const char *p, const char *end, unsigned cls, unsigned lo)
 			return p;
 	}
 }
-
-/* Case-insensitive compare of n bytes of s with a lowercase literal. */
-static inline int
-http_lower_eq(const char *s, const char *lower, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (http_lc((unsigned char)s[i]) != (unsigned char)lower[i])
-			return 0;
-	return 1;
-}
-
-static inline int
-http_str_ieq(const char *s, size_t len, const char *lower, size_t llen)
-{
-	return len == llen && http_lower_eq(s, lower, len);
-}
-
-#define HTTP_IEQ(s, len, lit) http_str_ieq((s), (len), (lit), sizeof(lit) - 1)
 
 struct http_str
 http_find_header(const struct http_header *h, size_t n, const char *lower_name)
@@ -215,6 +191,7 @@ struct http_acc {
 	unsigned cl_seen : 1;
 	unsigned cl_bad : 1;            /* unparsable, or values that disagree */
 	unsigned te_seen : 1;
+	unsigned te_only_chunked : 1;   /* one Transfer-Encoding line, and it says "chunked" */
 	unsigned te_last_chunked : 1;   /* the last coding listed so far is chunked */
 	unsigned te_bad : 1;            /* chunked listed more than once */
 	unsigned host_count : 2;
@@ -222,8 +199,7 @@ struct http_acc {
 	struct http_str request_id;
 };
 
-/* Next element of a comma list, OWS trimmed; empty elements are returned as such. */
-static const char *
+const char *
 http_list_next(const char *p, const char *end, struct http_str *elem)
 {
 	const char *comma = memchr(p, ',', (size_t)(end - p));
@@ -278,6 +254,7 @@ http_acc_te(struct http_acc *a, const char *v, size_t len)
 	const char *p = v, *end = v + len;
 	struct http_str e;
 
+	a->te_only_chunked = !a->te_seen && HTTP_IEQ(v, len, "chunked");
 	a->te_seen = 1;
 	do {
 		p = http_list_next(p, end, &e);
@@ -597,8 +574,11 @@ http_parse_request(const char *buf, size_t len, struct http_request *req)
 	struct http_framing *f = &req->framing;
 	f->content_length = -1;
 	if (a.te_seen) {
-		if (a.cl_seen || !a.te_last_chunked || a.te_bad)
+		if (a.cl_seen)
 			return HTTP_ERR_FRAMING;
+		/* Another coding would reach the upstream undecoded and unannounced (nginx: 501). */
+		if (!a.te_only_chunked)
+			return HTTP_ERR_NOT_IMPLEMENTED;
 		f->chunked = 1;
 		if (req->version_minor == 0)
 			f->conn_close = 1;      /* TE in HTTP/1.0: serve it, then close */
@@ -683,11 +663,46 @@ http_parse_response(const char *buf, size_t len, struct http_response *resp)
 	return r;
 }
 
+/* Reason phrases of RFC 9110 15. */
+#define HTTP_REASONS(X) \
+	X(100, "Continue") X(101, "Switching Protocols") X(103, "Early Hints") \
+	X(200, "OK") X(201, "Created") X(202, "Accepted") \
+	X(203, "Non-Authoritative Information") X(204, "No Content") X(205, "Reset Content") \
+	X(206, "Partial Content") X(300, "Multiple Choices") X(301, "Moved Permanently") \
+	X(302, "Found") X(303, "See Other") X(304, "Not Modified") \
+	X(307, "Temporary Redirect") X(308, "Permanent Redirect") X(400, "Bad Request") \
+	X(401, "Unauthorized") X(402, "Payment Required") X(403, "Forbidden") \
+	X(404, "Not Found") X(405, "Method Not Allowed") X(406, "Not Acceptable") \
+	X(407, "Proxy Authentication Required") X(408, "Request Timeout") X(409, "Conflict") \
+	X(410, "Gone") X(411, "Length Required") X(412, "Precondition Failed") \
+	X(413, "Content Too Large") X(414, "URI Too Long") X(415, "Unsupported Media Type") \
+	X(416, "Range Not Satisfiable") X(417, "Expectation Failed") \
+	X(421, "Misdirected Request") X(422, "Unprocessable Content") \
+	X(425, "Too Early") X(426, "Upgrade Required") X(428, "Precondition Required") \
+	X(429, "Too Many Requests") X(431, "Request Header Fields Too Large") \
+	X(451, "Unavailable For Legal Reasons") X(500, "Internal Server Error") \
+	X(501, "Not Implemented") X(502, "Bad Gateway") X(503, "Service Unavailable") \
+	X(504, "Gateway Timeout") X(505, "HTTP Version Not Supported")
+
+struct http_str
+http_reason(int status)
+{
+	struct http_str r = { "", 0 };
+
+	switch (status) {
+#define HTTP_REASON_CASE(code, text) \
+	case code: r.p = text; r.len = sizeof(text) - 1; break;
+	HTTP_REASONS(HTTP_REASON_CASE)
+#undef HTTP_REASON_CASE
+	}
+	return r;
+}
+
 /* ------------------------------------------------------------------ chunked decoder */
 
 enum http_chunked_state {
 	CH_SIZE,                /* chunk-size hex digits */
-	CH_SIZE_WS,             /* BWS after the size, before ';' or CR */
+	CH_SIZE_WS,             /* BWS after the size: only an extension may follow */
 	CH_EXT,                 /* chunk extensions, skipped up to CR */
 	CH_SIZE_LF,             /* LF ending the size line */
 	CH_DATA,
@@ -756,11 +771,10 @@ http_chunked_feed(struct http_chunked *c, const char *p, size_t n, size_t *consu
 				goto error;
 			break;
 		case CH_SIZE_WS:
+			/* RFC 9112 7.1.1: BWS belongs to a chunk-ext, so "5 \r\n" is malformed. */
 			if (++c->line_len > HTTP_CHUNKED_MAX_LINE)
 				goto error;
-			if (ch == '\r')
-				c->state = CH_SIZE_LF;
-			else if (ch == ';')
+			if (ch == ';')
 				c->state = CH_EXT;
 			else if (ch != ' ' && ch != '\t')
 				goto error;

@@ -22,7 +22,7 @@ struct http_header {
 /* Fields common to requests and responses, derived from the headers while parsing. */
 struct http_framing {
 	int64_t content_length;         /* -1 when absent */
-	unsigned chunked : 1;           /* Transfer-Encoding ends in "chunked" */
+	unsigned chunked : 1;           /* Transfer-Encoding: chunked (a response's: ends in it) */
 	unsigned conn_close : 1;        /* Connection: close; also set for a response framed by
 					 * both TE and CL, and for TE in HTTP/1.0: do not reuse */
 	unsigned conn_keepalive : 1;    /* Connection: keep-alive (matters for HTTP/1.0) */
@@ -62,14 +62,47 @@ enum http_parse_result {
 	HTTP_INCOMPLETE = 0,            /* need more bytes */
 	HTTP_ERR_MALFORMED = -1,        /* 400: syntax, bare LF in the request line, obs-fold, ... */
 	HTTP_ERR_TOO_MANY_HEADERS = -2, /* 431 */
-	HTTP_ERR_FRAMING = -3,          /* 400: CL with TE, conflicting CLs, bad CL, TE not ending in chunked (request) */
-	HTTP_ERR_VERSION = -4           /* 505: not HTTP/1.x */
+	HTTP_ERR_FRAMING = -3,          /* 400: CL with TE (request), conflicting CLs, bad CL,
+					 * chunked applied twice (response) */
+	HTTP_ERR_VERSION = -4,          /* 505: not HTTP/1.x */
+	HTTP_ERR_NOT_IMPLEMENTED = -5   /* 501: request Transfer-Encoding other than "chunked" */
 };
 
 /* Parse a request head from buf[0..len).  Does not look past the blank line. */
 ssize_t http_parse_request(const char *buf, size_t len, struct http_request *req);
 /* Parse a response head.  1xx responses are returned like any other; the caller skips them. */
 ssize_t http_parse_response(const char *buf, size_t len, struct http_response *resp);
+
+/* ASCII lowercase, without locale. */
+static inline unsigned char
+http_lc(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
+}
+
+/* Case-insensitive compare of n bytes of s with a lowercase literal. */
+static inline int
+http_lower_eq(const char *s, const char *lower, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (http_lc((unsigned char)s[i]) != (unsigned char)lower[i])
+			return 0;
+	return 1;
+}
+
+/* s[0..len) is the lowercase literal lit, ignoring case. */
+#define HTTP_IEQ(s, len, lit) \
+	((len) == sizeof(lit) - 1 && http_lower_eq((s), (lit), sizeof(lit) - 1))
+
+/*
+ * Next element of a comma-separated list (RFC 9110 5.6.1) in p[0..end), OWS trimmed; empty
+ * elements are returned as such.  Returns where the following element starts, or NULL after
+ * the last one.
+ */
+const char *http_list_next(const char *p, const char *end, struct http_str *elem);
+
+/* The reason phrase of RFC 9110 for status ("Content Too Large"), or an empty string. */
+struct http_str http_reason(int status);
 
 /* Case-insensitive header name compare against a NUL-terminated lowercase name. */
 int http_header_is(const struct http_header *h, const char *lower_name);
@@ -79,7 +112,9 @@ struct http_str http_find_header(const struct http_header *h, size_t n, const ch
 /*
  * Incremental chunked-body decoder.  Works on arbitrary fragments (bytes may arrive one at a
  * time) so the caller can feed evbuffer segments without pulling them up.  Chunk extensions are
- * skipped; trailers are parsed and discarded.  Sizes over 2^62 and malformed lines are errors.
+ * skipped; trailers are parsed and discarded: the proxy sends a request's payload upstream in
+ * chunks of its own, without either, as nginx does.  Sizes over 2^62 and malformed lines are
+ * errors.
  */
 struct http_chunked {
 	int state;                      /* private */

@@ -339,16 +339,26 @@ jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
 	return jscan_impl_fn(impl)(buf, len, pos, max_depth);
 }
 
+/* Resolved on first use; a racing first call stores the same value. */
+static jscan_fn jscan_chosen;
+
+int
+jscan_use(enum jscan_impl impl)
+{
+	if (!jscan_impl_available(impl))
+		return -1;
+	__atomic_store_n(&jscan_chosen, jscan_impl_fn(impl), __ATOMIC_RELAXED);
+	return 0;
+}
+
 ssize_t
 jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth)
 {
-	/* Resolved once; a racing first call stores the same value. */
-	static jscan_fn best;
-	jscan_fn fn = __atomic_load_n(&best, __ATOMIC_RELAXED);
+	jscan_fn fn = __atomic_load_n(&jscan_chosen, __ATOMIC_RELAXED);
 
 	if (fn == NULL) {
 		fn = jscan_impl_fn(jscan_impl_best());
-		__atomic_store_n(&best, fn, __ATOMIC_RELAXED);
+		__atomic_store_n(&jscan_chosen, fn, __ATOMIC_RELAXED);
 	}
 	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
 		return JSCAN_ERR_SYNTAX;

@@ -28,6 +28,9 @@ ssize_t jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth);
 ssize_t jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
     unsigned max_depth);
 int jscan_impl_available(enum jscan_impl impl);
+/* Make jscan_skip use impl from now on, in every thread (tests, fuzzers); -1 if the CPU
+ * lacks it.  By default it uses jscan_impl_best(). */
+int jscan_use(enum jscan_impl impl);
 /* The implementation jscan_skip uses on this CPU, and its name. */
 enum jscan_impl jscan_impl_best(void);
 const char *jscan_impl_name(enum jscan_impl impl);

@@ -20,12 +20,13 @@ jvalid_is_hex(unsigned char c)
 	return jvalid_is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* Length of the valid UTF-8 sequence at s[0..len) starting with a byte >= 0x80, or 0. */
-static size_t
-jvalid_utf8(const unsigned char *s, size_t len)
+size_t
+jvalid_utf8_len(const unsigned char *s, size_t len)
 {
 	unsigned char c = s[0];
 
+	if (c < 0x80)
+		return 1;
 	if (c >= 0xc2 && c <= 0xdf)
 		return len >= 2 && (s[1] & 0xc0) == 0x80 ? 2 : 0;
 	if (c >= 0xe0 && c <= 0xef) {
@@ -80,7 +81,7 @@ jvalid_string(const unsigned char *s, size_t len, size_t *i)
 			}
 			break;
 		}
-		if (c < 0x20 || (n = jvalid_utf8(s + p, len - p)) == 0)
+		if (c < 0x20 || (n = jvalid_utf8_len(s + p, len - p)) == 0)
 			break;
 		p += n;
 	}

@@ -22,4 +22,10 @@ enum jvalid_result {
  */
 int jvalid_check(const char *buf, size_t len, unsigned max_depth, size_t *where);
 
+/*
+ * Length of the valid UTF-8 sequence at s[0..len) (RFC 3629: no overlongs, no encoded
+ * surrogates, nothing above U+10FFFF), or 0.  len must be at least 1.
+ */
+size_t jvalid_utf8_len(const unsigned char *s, size_t len);
+
 #endif

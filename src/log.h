@@ -1,4 +1,4 @@
-/* Error log: leveled, thread-safe lines to stderr or a file. */
+/* Error log: leveled, thread-safe lines to stderr, a file or syslog. */
 #ifndef JG_LOG_H
 #define JG_LOG_H
 
@@ -6,6 +6,16 @@
 
 void log_init(enum log_level level);
 void log_set_level(enum log_level level);
+/* Send the lines to target: "stderr", "syslog" (/dev/log), "syslog:SOCKET", or a file opened
+ * for appending.  0, or -1 with errno (the log stays where it was).  Until log_started(),
+ * errors and warnings go to stderr as well, so that whoever starts jsongate sees why it
+ * could not start. */
+int log_open(const char *target);
+/* The start is over (or stderr is about to be /dev/null): stderr only if it is the target. */
+void log_started(void);
+/* Open the log file again after a rotation renamed it: 1, or -1 with errno (the old file
+ * stays in use); 0 for stderr and syslog. */
+int log_reopen(void);
 /* Route libevent's own messages into this log. */
 void log_hook_libevent(void);
 

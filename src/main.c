@@ -14,12 +14,18 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 #include <yaml.h>
+#include <zlib.h>
 
 #include "admin.h"
+#include "health.h"
 #include "log.h"
+#include "mempool.h"
 #include "metrics.h"
 #include "notify.h"
+#include "resolver.h"
 #include "server.h"
+#include "upstream_set.h"
+#include "upstream_state.h"
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
@@ -27,9 +33,14 @@
 #define DEFAULT_CONFIG SYSCONFDIR "/jsongate/jsongate.yaml"
 
 static const char *config_path = DEFAULT_CONFIG;
+static int foreground;
+static char *error_log;                 /* where the error log goes, as opened at the start */
+static char *pid_file;                  /* as written at the start, or NULL */
 static struct runtime *current;
 static struct event_base *main_base;
 static struct event *grace_timer;
+static struct health *health;
+static struct resolver_watches *names;  /* the server names of the current configuration */
 static unsigned workers_ended;
 static int draining;
 
@@ -40,7 +51,7 @@ usage(FILE *out)
 	    "usage: jsongate [-c FILE] [-t] [-f] [-V] [-h]\n"
 	    "  -c FILE   configuration (default: %s)\n"
 	    "  -t        check the configuration and exit\n"
-	    "  -f        stay in the foreground, log to stderr\n"
+	    "  -f        stay in the foreground; errors to stderr unless log.error is set\n"
 	    "  -V        print version and library versions\n"
 	    "  -h        print this help\n", DEFAULT_CONFIG);
 }
@@ -52,6 +63,9 @@ print_version(void)
 	printf("libevent %s\n", event_get_version());
 	printf("%s\n", OpenSSL_version(OPENSSL_VERSION));
 	printf("libyaml %s\n", yaml_get_version_string());
+	printf("zlib %s\n", zlibVersion());
+	/* jsmn is a header compiled in: it has no version to report. */
+	printf("jsmn header-only\n");
 }
 
 /* Print each "FILE:LINE:COL: message" line of errors to stderr or the log. */
@@ -71,6 +85,85 @@ report_errors(const char *errors, int to_log)
 	}
 }
 
+/* A server name resolves to other addresses: every worker follows the upstream's new servers,
+ * keeping the connections to addresses that stay, and health checks check the new ones. */
+static void
+names_changed_cb(struct config_upstream *up, struct config_server_name *entry,
+    const struct resolver_answer *ans, void *arg)
+{
+	struct upstream_set *set, *old = up->current;
+
+	(void)arg;
+	if ((set = upstream_set_renamed(up, entry, ans)) == NULL)
+		return;
+	if (metrics_bind_servers(up->name, set->servers, set->nservers) < 0 ||
+	    upstream_state_bind_servers(up, set->servers, set->nservers) < 0) {
+		log_errorx("upstream %s: out of memory for its new servers: keeping the old ones",
+		    up->name);
+		upstream_set_unref(set);
+		return;
+	}
+	health_stop(health);
+	up->current = set;
+	upstream_state_configured(current->cfg);
+	server_publish_set(set);
+	health = health_start(main_base, current->cfg);
+	upstream_set_unref(old);
+	log_info("upstream %s: now %zu server%s", up->name, set->nservers,
+	    set->nservers == 1 ? "" : "s");
+}
+
+static void
+pid_file_remove(void)
+{
+	if (pid_file != NULL && unlink(pid_file) < 0)
+		log_warn("cannot remove the pid file %s", pid_file);
+}
+
+/* Written once the listeners are bound and jsongate detached, so it holds the pid that stays,
+ * under another name first so that no reader sees it empty; removed at every exit after that,
+ * fatal ones included. */
+static void
+pid_file_write(const char *path)
+{
+	char tmp[4096];
+	FILE *fp;
+
+	if (path == NULL)
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((fp = fopen(tmp, "we")) == NULL ||
+	    fprintf(fp, "%ld\n", (long)getpid()) < 0 || fclose(fp) != 0 || rename(tmp, path) < 0) {
+		log_error("cannot write the pid file %s", path);
+		unlink(tmp);
+		exit(1);
+	}
+	if ((pid_file = strdup(path)) == NULL)
+		fatal("pid file");
+	atexit(pid_file_remove);
+}
+
+/* log.error, else stderr in the foreground and syslog in the background, as nginx and
+ * HAProxy users expect. */
+static const char *
+error_log_target(const struct config *cfg)
+{
+	return cfg->error_log != NULL ? cfg->error_log : foreground ? "stderr" : "syslog";
+}
+
+/* The configuration, with the files it names checked: NULL and *errors on failure. */
+static struct config *
+load_config(char **errors)
+{
+	struct config *cfg = config_load(config_path, errors);
+
+	if (cfg != NULL && config_check_files(cfg, errors) < 0) {
+		config_free(cfg);
+		cfg = NULL;
+	}
+	return cfg;
+}
+
 static void
 reload(void)
 {
@@ -80,7 +173,7 @@ reload(void)
 
 	log_info("reloading %s", config_path);
 	notify_reloading();
-	if ((cfg = config_load(config_path, &errors)) == NULL) {
+	if ((cfg = load_config(&errors)) == NULL) {
 		report_errors(errors, 1);
 		log_errorx("reload failed: keeping the running configuration");
 		free(errors);
@@ -88,7 +181,8 @@ reload(void)
 		notify_send("READY=1\nSTATUS=reload failed: keeping the running configuration");
 		return;
 	}
-	if ((rt = runtime_new(cfg, current, &errors)) == NULL || metrics_bind(cfg) < 0) {
+	if ((rt = runtime_new(cfg, current, server_nworkers(), &errors)) == NULL ||
+	    metrics_bind(cfg) < 0 || upstream_state_bind(cfg) < 0 || upstream_sets_init(cfg) < 0) {
 		report_errors(errors, 1);
 		log_errorx("reload failed: keeping the running configuration");
 		free(errors);
@@ -103,10 +197,25 @@ reload(void)
 	if (cfg->workers != server_nworkers())
 		log_warnx("workers: %u takes effect at restart; running %u", cfg->workers,
 		    server_nworkers());
+	if (strcmp(error_log_target(cfg), error_log) != 0)
+		log_warnx("log.error: %s takes effect at restart; logging to %s",
+		    error_log_target(cfg), error_log);
+	if ((cfg->pid_file == NULL) != (pid_file == NULL) ||
+	    (pid_file != NULL && strcmp(cfg->pid_file, pid_file) != 0))
+		log_warnx("pid_file: %s takes effect at restart; the pid is in %s",
+		    cfg->pid_file != NULL ? cfg->pid_file : "none",
+		    pid_file != NULL ? pid_file : "no file");
 	log_set_level(cfg->log_level);
 	server_swap(rt);
+	health_stop(health);
+	health = health_start(main_base, cfg);
+	resolver_watches_free(names);
+	/* A listener the new file removes refuses clients now, not when the last request
+	 * on the old configuration ends. */
+	runtime_stop_listening(current, rt);
 	runtime_release(current);
 	current = rt;
+	names = resolver_watch_config(main_base, cfg, names_changed_cb, NULL);
 	admin_reconfigure(cfg);
 	metrics_reload(1);
 	log_info("configuration reloaded");
@@ -135,6 +244,8 @@ shutdown_begin(void)
 		return;
 	}
 	draining = 1;
+	/* New clients are refused at once and go elsewhere, as with nginx. */
+	runtime_stop_listening(current, NULL);
 	notify_send("STOPPING=1");
 	admin_set_draining();
 	log_info("shutting down: finishing requests in flight");
@@ -160,6 +271,14 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 		shutdown_begin();
 		break;
 	case SIGUSR1:
+		switch (log_reopen()) {
+		case -1:
+			log_error("cannot reopen error log %s", error_log);
+			break;
+		case 1:
+			log_info("error log %s reopened", error_log);
+			break;
+		}
 		if (current->access.owned) {
 			if (access_log_reopen(&current->access, current->cfg->access_log) < 0)
 				log_error("cannot reopen access log %s", current->cfg->access_log);
@@ -184,13 +303,9 @@ worker_exit_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-drop_privileges(const char *user)
+drop_privileges(const char *user, uid_t uid, gid_t gid)
 {
-	struct passwd *pw;
-
-	if ((pw = getpwnam(user)) == NULL)
-		fatalx("user %s not found", user);
-	if (setgroups(1, &pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+	if (setgroups(1, &gid) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
 		fatal("cannot drop privileges to %s", user);
 	if (setuid(0) == 0)
 		fatalx("privileges of root could be regained after dropping to %s", user);
@@ -202,9 +317,14 @@ main(int argc, char **argv)
 	struct config *cfg;
 	struct event *sigev[4], *exit_ev;
 	static const int sigs[4] = { SIGHUP, SIGTERM, SIGINT, SIGUSR1 };
+	sigset_t handled;
+	struct passwd *pw;
+	uid_t uid = 0;
+	gid_t gid = 0;
 	char *errors = NULL;
-	int ch, test_only = 0, foreground = 0, i;
+	int ch, test_only = 0, i;
 
+	mempool_init();
 	while ((ch = getopt(argc, argv, "c:tfVh")) != -1) {
 		switch (ch) {
 		case 'c': config_path = optarg; break;
@@ -220,7 +340,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 
-	if ((cfg = config_load(config_path, &errors)) == NULL) {
+	if ((cfg = load_config(&errors)) == NULL) {
 		report_errors(errors, 0);
 		free(errors);
 		return 1;
@@ -232,7 +352,18 @@ main(int argc, char **argv)
 	}
 
 	log_init(cfg->log_level);
+	if ((error_log = strdup(error_log_target(cfg))) == NULL || log_open(error_log) < 0) {
+		fprintf(stderr, "jsongate: cannot open the error log %s: %s\n",
+		    error_log_target(cfg), strerror(errno));
+		return 1;
+	}
 	log_hook_libevent();
+	if (!foreground && cfg->access_log != NULL && strcmp(cfg->access_log, "stderr") == 0)
+		log_warnx("log.access: stderr is /dev/null once in the background: "
+		    "name a file, or use -f");
+	if (!foreground && strcmp(error_log, "stderr") == 0)
+		log_warnx("log.error: stderr is /dev/null once in the background: "
+		    "name a file or syslog, or use -f");
 	/* Read buffers are taken and given back every request.  glibc hands a freed 64 KB one
 	 * back to the kernel (trim threshold 128 KB) and faults the pages in again on the next
 	 * read, 0.8 page faults a request over TLS: keep up to 32 MB free per arena instead.
@@ -241,19 +372,40 @@ main(int argc, char **argv)
 	mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 	mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
 	signal(SIGPIPE, SIG_IGN);
-	if ((current = runtime_new(cfg, NULL, &errors)) == NULL) {
+	/* The listeners accept from runtime_new() on, so a client can signal before the handlers
+	 * exist: keep these signals pending until then.  Threads inherit the mask. */
+	sigemptyset(&handled);
+	for (i = 0; i < 4; i++)
+		sigaddset(&handled, sigs[i]);
+	sigprocmask(SIG_BLOCK, &handled, NULL);
+	/* The admin endpoint first: whoever finds the listeners open finds it open too. */
+	if (admin_open(cfg) < 0) {
+		config_free(cfg);
+		return 1;
+	}
+	if ((current = runtime_new(cfg, NULL, cfg->workers, &errors)) == NULL) {
 		report_errors(errors, 1);
 		free(errors);
 		config_free(cfg);
 		return 1;
 	}
-	if (notify_init() < 0 || admin_open(cfg) < 0 || metrics_init(cfg->workers) < 0 ||
-	    metrics_bind(cfg) < 0)
-		fatalx("cannot set up the admin endpoint, metrics or notification socket");
-	if (cfg->user != NULL)
-		drop_privileges(cfg->user);
-	if (!foreground && daemon(1, 1) < 0)
+	if (notify_init() < 0 || metrics_init(cfg->workers) < 0 || metrics_bind(cfg) < 0 ||
+	    upstream_state_bind(cfg) < 0 || upstream_sets_init(cfg) < 0)
+		fatalx("cannot set up metrics, upstream state or the notification socket");
+	/* Looked up before detaching, so that a wrong name is seen by whoever starts us. */
+	if (cfg->user != NULL) {
+		if ((pw = getpwnam(cfg->user)) == NULL)
+			fatalx("user %s not found", cfg->user);
+		uid = pw->pw_uid;
+		gid = pw->pw_gid;
+	}
+	/* Started: from here on stderr is /dev/null (in the background) or the log itself. */
+	log_started();
+	if (!foreground && daemon(1, 0) < 0)
 		fatal("daemon");
+	pid_file_write(cfg->pid_file);
+	if (cfg->user != NULL)
+		drop_privileges(cfg->user, uid, gid);
 
 	if ((main_base = event_base_new()) == NULL)
 		fatalx("cannot create the main event loop");
@@ -261,10 +413,13 @@ main(int argc, char **argv)
 		sigev[i] = evsignal_new(main_base, sigs[i], signal_cb, NULL);
 		evsignal_add(sigev[i], NULL);
 	}
+	sigprocmask(SIG_UNBLOCK, &handled, NULL);
 	if (server_start(current, cfg->workers) < 0)
 		fatal("cannot start workers");
 	if (admin_start(main_base) < 0)
 		fatalx("cannot serve the admin endpoint");
+	health = health_start(main_base, cfg);
+	names = resolver_watch_config(main_base, cfg, names_changed_cb, NULL);
 	exit_ev = event_new(main_base, server_exit_fd(), EV_READ | EV_PERSIST, worker_exit_cb, NULL);
 	event_add(exit_ev, NULL);
 	for (i = 0; i < (int)cfg->nlisteners; i++)
@@ -275,6 +430,7 @@ main(int argc, char **argv)
 
 	event_base_dispatch(main_base);
 
+	health_stop(health);
 	server_join();
 	admin_close();
 	log_info("stopped");
@@ -283,10 +439,15 @@ main(int argc, char **argv)
 	event_free(exit_ev);
 	if (grace_timer != NULL)
 		event_free(grace_timer);
+	resolver_watches_free(names);
+	event_base_loop(main_base, EVLOOP_NONBLOCK);    /* the last lookups end */
 	runtime_release(current);
 	metrics_free();
+	upstream_state_free_all();
 	notify_close();
 	event_base_free(main_base);
 	libevent_global_shutdown();
+	mempool_thread_release();
+	free(error_log);
 	return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "errors.h"
 #include "server.h"
+#include "upstream_state.h"
 
 /* A worker is the only writer of its counters: a relaxed load and store (a plain add on
  * x86-64, no lock prefix) keeps the main thread's concurrent reads well defined. */
@@ -31,7 +32,7 @@ struct metrics_route {
 	uint64_t codes[NCODES];
 	uint64_t buckets[NBUCKETS];     /* not cumulative */
 	uint64_t duration_us;
-	uint64_t envelope[2][3];        /* direction, result */
+	uint64_t envelope[2][METRICS_ENVELOPE__COUNT][METRICS_REASON__COUNT];    /* direction, result, reason */
 };
 
 struct metrics_server {
@@ -39,22 +40,36 @@ struct metrics_server {
 	int64_t active, idle;
 };
 
+struct metrics_backend {
+	uint64_t outcomes[METRICS_BACKEND__COUNT];
+	uint64_t buckets[NBUCKETS];     /* not cumulative */
+	uint64_t duration_us;
+};
+
 /* Series live in blocks the main thread allocates before publishing the ids they hold. */
 #define ROUTE_BLOCK 16
 #define SERVER_BLOCK 64
+#define BACKEND_BLOCK 64
 #define MAX_BLOCKS 1024
 
 struct metrics_worker {
 	int64_t clients;                /* open client connections */
+	uint64_t accepted;              /* client connections accepted */
 	int64_t clients_active;         /* of those, serving a request */
 	uint64_t bytes_spliced, bytes_copied;
 	struct metrics_route *routes[MAX_BLOCKS];
 	struct metrics_server *servers[MAX_BLOCKS];
+	struct metrics_backend *backends[MAX_BLOCKS];
 };
 
 struct series_server {
 	char *upstream;
 	char *address;
+};
+
+struct series_backend {
+	char *route;
+	char *backend;
 };
 
 static struct metrics_worker *workers;
@@ -64,12 +79,33 @@ static char **route_names;
 static unsigned nroutes, route_cap;
 static struct series_server *servers;
 static unsigned nservers, server_cap;
+static struct series_backend *backends;
+static unsigned nbackends, backend_cap;
 static uint64_t reloads[2];             /* failed, ok */
+/* Main thread only: lookups of server names, by name. */
+struct series_name {
+	char *name;
+	uint64_t lookups[2];            /* success, failure */
+};
+static struct series_name *names;
+static unsigned nnames, name_cap;
 static double start_time;
+
+static const char *const reason_names[] = {
+#define X(id, name) name,
+	METRICS_ENVELOPE_REASONS(X)
+#undef X
+};
 
 static const char *const outcome_names[] = {
 #define X(id, name) name,
 	METRICS_OUTCOMES(X)
+#undef X
+};
+
+const char *const metrics_backend_outcome_names[METRICS_BACKEND__COUNT] = {
+#define X(id, name) name,
+	METRICS_BACKEND_OUTCOMES(X)
 #undef X
 };
 
@@ -95,6 +131,7 @@ metrics_free(void)
 		for (b = 0; b < MAX_BLOCKS; b++) {
 			free(workers[i].routes[b]);
 			free(workers[i].servers[b]);
+			free(workers[i].backends[b]);
 		}
 	free(workers);
 	workers = NULL;
@@ -111,23 +148,39 @@ metrics_free(void)
 	free(servers);
 	servers = NULL;
 	nservers = server_cap = 0;
+	for (i = 0; i < nbackends; i++) {
+		free(backends[i].route);
+		free(backends[i].backend);
+	}
+	free(backends);
+	backends = NULL;
+	nbackends = backend_cap = 0;
+	for (i = 0; i < nnames; i++)
+		free(names[i].name);
+	free(names);
+	names = NULL;
+	nnames = name_cap = 0;
 }
 
-/* Make sure every worker has the block holding series id. */
+enum metrics_series { SERIES_ROUTE, SERIES_SERVER, SERIES_BACKEND };
+
+/* Make sure every worker has the block holding series id of its kind. */
 static int
-metrics_blocks(unsigned id, int route)
+metrics_blocks(unsigned id, enum metrics_series kind)
 {
-	unsigned b = id / (route ? ROUTE_BLOCK : SERVER_BLOCK), i;
+	static const unsigned per[] = { ROUTE_BLOCK, SERVER_BLOCK, BACKEND_BLOCK };
+	static const size_t size[] = { sizeof(struct metrics_route),
+	    sizeof(struct metrics_server), sizeof(struct metrics_backend) };
+	unsigned b = id / per[kind], i;
+	void **block;
 
 	if (b >= MAX_BLOCKS)
 		return -1;
 	for (i = 0; i < nworkers; i++) {
-		if (route && workers[i].routes[b] == NULL &&
-		    (workers[i].routes[b] = calloc(ROUTE_BLOCK, sizeof(struct metrics_route))) == NULL)
-			return -1;
-		if (!route && workers[i].servers[b] == NULL &&
-		    (workers[i].servers[b] = calloc(SERVER_BLOCK,
-		    sizeof(struct metrics_server))) == NULL)
+		block = kind == SERIES_ROUTE ? (void **)&workers[i].routes[b] :
+		    kind == SERIES_SERVER ? (void **)&workers[i].servers[b] :
+		    (void **)&workers[i].backends[b];
+		if (*block == NULL && (*block = calloc(per[kind], size[kind])) == NULL)
 			return -1;
 	}
 	return 0;
@@ -150,7 +203,8 @@ metrics_route_id(const char *name, unsigned *id)
 			return -1;
 		route_names = p;
 	}
-	if (metrics_blocks(nroutes, 1) < 0 || (route_names[nroutes] = strdup(name)) == NULL)
+	if (metrics_blocks(nroutes, SERIES_ROUTE) < 0 ||
+	    (route_names[nroutes] = strdup(name)) == NULL)
 		return -1;
 	*id = nroutes++;
 	return 0;
@@ -174,7 +228,7 @@ metrics_server_id(const char *upstream, const char *address, unsigned *id)
 			return -1;
 		servers = p;
 	}
-	if (metrics_blocks(nservers, 0) < 0)
+	if (metrics_blocks(nservers, SERIES_SERVER) < 0)
 		return -1;
 	servers[nservers].upstream = strdup(upstream);
 	servers[nservers].address = strdup(address);
@@ -184,6 +238,37 @@ metrics_server_id(const char *upstream, const char *address, unsigned *id)
 		return -1;
 	}
 	*id = nservers++;
+	return 0;
+}
+
+static int
+metrics_backend_id(const char *route, const char *backend, unsigned *id)
+{
+	struct series_backend *p;
+	unsigned i;
+
+	for (i = 0; i < nbackends; i++)
+		if (strcmp(backends[i].route, route) == 0 &&
+		    strcmp(backends[i].backend, backend) == 0) {
+			*id = i;
+			return 0;
+		}
+	if (nbackends == backend_cap) {
+		backend_cap = backend_cap ? backend_cap * 2 : 16;
+		if ((p = realloc(backends, backend_cap * sizeof(*p))) == NULL)
+			return -1;
+		backends = p;
+	}
+	if (metrics_blocks(nbackends, SERIES_BACKEND) < 0)
+		return -1;
+	backends[nbackends].route = strdup(route);
+	backends[nbackends].backend = strdup(backend);
+	if (backends[nbackends].route == NULL || backends[nbackends].backend == NULL) {
+		free(backends[nbackends].route);
+		free(backends[nbackends].backend);
+		return -1;
+	}
+	*id = nbackends++;
 	return 0;
 }
 
@@ -197,16 +282,29 @@ metrics_bind(struct config *cfg)
 		return 0;
 	if (metrics_route_id("-", &none) < 0)
 		return -1;
-	for (i = 0; i < cfg->nroutes; i++)
+	for (i = 0; i < cfg->nroutes; i++) {
 		if (metrics_route_id(cfg->routes[i].name, &cfg->routes[i].metrics_id) < 0)
 			return -1;
-	for (i = 0; i < cfg->nupstreams; i++) {
-		struct config_upstream *up = &cfg->upstreams[i];
-		for (j = 0; j < up->nservers; j++)
-			if (metrics_server_id(up->name, up->servers[j].addr.text,
-			    &up->servers[j].metrics_id) < 0)
+		for (j = 0; j < cfg->routes[i].nbackends; j++)
+			if (metrics_backend_id(cfg->routes[i].name, cfg->routes[i].backends[j].name,
+			    &cfg->routes[i].backends[j].metrics_id) < 0)
 				return -1;
 	}
+	for (i = 0; i < cfg->nupstreams; i++)
+		if (metrics_bind_servers(cfg->upstreams[i].name, cfg->upstreams[i].servers,
+		    cfg->upstreams[i].nservers) < 0)
+			return -1;
+	return 0;
+}
+
+int
+metrics_bind_servers(const char *upstream, struct config_server *list, size_t n)
+{
+	size_t j;
+
+	for (j = 0; workers != NULL && j < n; j++)
+		if (metrics_server_id(upstream, list[j].addr.text, &list[j].metrics_id) < 0)
+			return -1;
 	return 0;
 }
 
@@ -252,6 +350,27 @@ metrics_outcome(int status, int gateway_error)
 	}
 }
 
+static size_t
+metrics_bucket(uint64_t us)
+{
+	size_t b;
+
+	for (b = 0; b < NBUCKETS - 1 && us > bucket_us[b]; b++)
+		;
+	return b;
+}
+
+void
+metrics_upstream_request(struct worker *w, const struct config_server *server, int status,
+    int gateway_error)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	struct metrics_server *ms;
+
+	if (mw != NULL && server != NULL && (ms = metrics_server_of(mw, server)) != NULL)
+		COUNT(&ms->outcomes[metrics_outcome(status, gateway_error)], 1);
+}
+
 void
 metrics_request(struct worker *w, const struct config_route *route,
     const struct config_server *server, int status, int gateway_error,
@@ -259,9 +378,7 @@ metrics_request(struct worker *w, const struct config_route *route,
 {
 	struct metrics_worker *mw = metrics_of(w);
 	struct metrics_route *mr;
-	struct metrics_server *ms;
 	int64_t us;
-	size_t b;
 
 	if (mw == NULL)
 		return;
@@ -270,15 +387,30 @@ metrics_request(struct worker *w, const struct config_route *route,
 		    (now->tv_nsec - start->tv_nsec) / 1000;
 		if (us < 0)
 			us = 0;
-		for (b = 0; b < NBUCKETS - 1 && (uint64_t)us > bucket_us[b]; b++)
-			;
-		COUNT(&mr->buckets[b], 1);
+		COUNT(&mr->buckets[metrics_bucket((uint64_t)us)], 1);
 		COUNT(&mr->duration_us, (uint64_t)us);
 		if (status >= CODE_MIN && status < CODE_MIN + NCODES)
 			COUNT(&mr->codes[status - CODE_MIN], 1);
 	}
-	if (server != NULL && (ms = metrics_server_of(mw, server)) != NULL)
-		COUNT(&ms->outcomes[metrics_outcome(status, gateway_error)], 1);
+	metrics_upstream_request(w, server, status, gateway_error);
+}
+
+void
+metrics_backend(struct worker *w, const struct config_backend *backend,
+    enum metrics_backend_outcome outcome, int sent, uint64_t us)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	struct metrics_backend *mb;
+	unsigned id = backend->metrics_id;
+
+	if (mw == NULL || mw->backends[id / BACKEND_BLOCK] == NULL)
+		return;
+	mb = &mw->backends[id / BACKEND_BLOCK][id % BACKEND_BLOCK];
+	COUNT(&mb->outcomes[outcome], 1);
+	if (sent) {
+		COUNT(&mb->buckets[metrics_bucket(us)], 1);
+		COUNT(&mb->duration_us, us);
+	}
 }
 
 void
@@ -299,8 +431,11 @@ metrics_client(struct worker *w, int delta)
 {
 	struct metrics_worker *mw = metrics_of(w);
 
-	if (mw != NULL)
-		COUNT(&mw->clients, delta);
+	if (mw == NULL)
+		return;
+	COUNT(&mw->clients, delta);
+	if (delta > 0)
+		COUNT(&mw->accepted, 1);
 }
 
 void
@@ -314,13 +449,14 @@ metrics_client_active(struct worker *w, int delta)
 
 void
 metrics_envelope(struct worker *w, const struct config_route *route,
-    enum metrics_direction direction, enum metrics_envelope_result result)
+    enum metrics_direction direction, enum metrics_envelope_result result,
+    enum metrics_envelope_reason reason)
 {
 	struct metrics_worker *mw = metrics_of(w);
 	struct metrics_route *mr;
 
 	if (mw != NULL && (mr = metrics_route_of(mw, route)) != NULL)
-		COUNT(&mr->envelope[direction & 1][result % 3], 1);
+		COUNT(&mr->envelope[direction & 1][result % METRICS_ENVELOPE__COUNT][reason % METRICS_REASON__COUNT], 1);
 }
 
 void
@@ -340,6 +476,30 @@ void
 metrics_reload(int ok)
 {
 	reloads[ok ? 1 : 0]++;
+}
+
+void
+metrics_resolver_lookup(const char *name, int ok)
+{
+	struct series_name *p;
+	unsigned i;
+
+	for (i = 0; i < nnames; i++)
+		if (strcmp(names[i].name, name) == 0)
+			break;
+	if (i == nnames) {
+		if (nnames == name_cap) {
+			if ((p = realloc(names, (name_cap ? name_cap * 2 : 8) * sizeof(*p))) == NULL)
+				return;
+			names = p;
+			name_cap = name_cap ? name_cap * 2 : 8;
+		}
+		if ((names[i].name = strdup(name)) == NULL)
+			return;
+		names[i].lookups[0] = names[i].lookups[1] = 0;
+		nnames++;
+	}
+	names[i].lookups[ok ? 0 : 1]++;
 }
 
 static const char *const metric_names[] = {
@@ -409,16 +569,81 @@ sum_server(unsigned id, size_t off)
 	return n;
 }
 
+static uint64_t
+sum_backend(unsigned id, size_t off)
+{
+	uint64_t n = 0;
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++) {
+		const struct metrics_backend *mb =
+		    &workers[i].backends[id / BACKEND_BLOCK][id % BACKEND_BLOCK];
+		n += READ((const uint64_t *)((const char *)mb + off));
+	}
+	return n;
+}
+
 #define ROUTE_OFF(field) offsetof(struct metrics_route, field)
 #define SERVER_OFF(field) offsetof(struct metrics_server, field)
+#define BACKEND_OFF(field) offsetof(struct metrics_backend, field)
+
+static void
+metrics_backend_labels(struct evbuffer *out, const char *suffix, enum metrics_id id, unsigned s)
+{
+	evbuffer_add_printf(out, "%s%s{route=\"", metric_names[id], suffix);
+	metrics_label(out, backends[s].route);
+	evbuffer_add(out, "\",backend=\"", 11);
+	metrics_label(out, backends[s].backend);
+	evbuffer_add(out, "\"", 1);
+}
+
+static void
+metrics_write_backends(struct evbuffer *out)
+{
+	uint64_t n, cum;
+	unsigned s, k;
+
+	metrics_head(out, METRIC_BACKEND_REQUESTS);
+	for (s = 0; s < nbackends; s++)
+		for (k = 0; k < METRICS_BACKEND__COUNT; k++) {
+			if ((n = sum_backend(s, BACKEND_OFF(outcomes[k]))) == 0)
+				continue;
+			metrics_backend_labels(out, "", METRIC_BACKEND_REQUESTS, s);
+			evbuffer_add_printf(out, ",outcome=\"%s\"} %llu\n",
+			    metrics_backend_outcome_names[k], (unsigned long long)n);
+		}
+	metrics_head(out, METRIC_BACKEND_DURATION);
+	for (s = 0; s < nbackends; s++) {
+		cum = 0;
+		for (k = 0; k < NBUCKETS; k++) {
+			cum += sum_backend(s, BACKEND_OFF(buckets[k]));
+			metrics_backend_labels(out, "_bucket", METRIC_BACKEND_DURATION, s);
+			if (k < NBUCKETS - 1)
+				evbuffer_add_printf(out, ",le=\"%g\"} %llu\n",
+				    (double)bucket_us[k] / 1e6, (unsigned long long)cum);
+			else
+				evbuffer_add_printf(out, ",le=\"+Inf\"} %llu\n",
+				    (unsigned long long)cum);
+		}
+		metrics_backend_labels(out, "_sum", METRIC_BACKEND_DURATION, s);
+		evbuffer_add_printf(out, "} %.6f\n",
+		    (double)sum_backend(s, BACKEND_OFF(duration_us)) / 1e6);
+		metrics_backend_labels(out, "_count", METRIC_BACKEND_DURATION, s);
+		evbuffer_add_printf(out, "} %llu\n", (unsigned long long)cum);
+	}
+}
 
 static void
 metrics_write_requests(struct evbuffer *out)
 {
 	static const char *const dirs[] = { "request", "response" };
-	static const char *const results[] = { "applied", "passed", "failed" };
+	static const char *const results[] = {
+#define X(id, name) name,
+		METRICS_ENVELOPE_RESULTS(X)
+#undef X
+	};
 	uint64_t n, cum;
-	unsigned r, k, d;
+	unsigned r, k, d, why;
 
 	metrics_head(out, METRIC_REQUESTS);
 	for (r = 0; r < nroutes; r++)
@@ -455,17 +680,27 @@ metrics_write_requests(struct evbuffer *out)
 		evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)cum);
 	}
 
+	metrics_write_backends(out);
+
+	/* An applied body has no reason label. */
 	metrics_head(out, METRIC_ENVELOPE);
 	for (r = 0; r < nroutes; r++)
 		for (d = 0; d < 2; d++)
-			for (k = 0; k < 3; k++) {
-				if ((n = sum_route(r, ROUTE_OFF(envelope[d][k]))) == 0)
-					continue;
-				evbuffer_add_printf(out, "%s{route=\"", metric_names[METRIC_ENVELOPE]);
-				metrics_label(out, route_names[r]);
-				evbuffer_add_printf(out, "\",direction=\"%s\",result=\"%s\"} %llu\n",
-				    dirs[d], results[k], (unsigned long long)n);
-			}
+			for (k = 0; k < METRICS_ENVELOPE__COUNT; k++)
+				for (why = 0; why < METRICS_REASON__COUNT; why++) {
+					n = sum_route(r, ROUTE_OFF(envelope[d][k][why]));
+					if (n == 0)
+						continue;
+					evbuffer_add_printf(out, "%s{route=\"",
+					    metric_names[METRIC_ENVELOPE]);
+					metrics_label(out, route_names[r]);
+					evbuffer_add_printf(out, "\",direction=\"%s\",result=\"%s\"",
+					    dirs[d], results[k]);
+					if (why != METRICS_REASON_NONE)
+						evbuffer_add_printf(out, ",reason=\"%s\"",
+						    reason_names[why]);
+					evbuffer_add_printf(out, "} %llu\n", (unsigned long long)n);
+				}
 }
 
 static void
@@ -508,6 +743,87 @@ metrics_write_upstreams(struct evbuffer *out)
 		evbuffer_add_printf(out, "%s{upstream=\"", metric_names[METRIC_UPSTREAM_CONNECTIONS]);
 		metrics_label(out, servers[first].upstream);
 		evbuffer_add_printf(out, "\",state=\"idle\"} %lld\n", (long long)idle);
+	}
+}
+
+static void
+metrics_server_labels(struct evbuffer *out, enum metrics_id id,
+    const struct upstream_server_state *st)
+{
+	evbuffer_add_printf(out, "%s{upstream=\"", metric_names[id]);
+	metrics_label(out, st->upstream);
+	evbuffer_add(out, "\",server=\"", 10);
+	metrics_label(out, st->address);
+	evbuffer_add(out, "\"", 1);
+}
+
+static void
+metrics_group_labels(struct evbuffer *out, enum metrics_id id,
+    const struct upstream_group_state *g)
+{
+	evbuffer_add_printf(out, "%s{upstream=\"", metric_names[id]);
+	metrics_label(out, g->name);
+	evbuffer_add(out, "\"", 1);
+}
+
+#define LOAD(p) ((unsigned long long)atomic_load_explicit((p), memory_order_relaxed))
+
+/* Health, ejections and retries, from the state the workers share. */
+static void
+metrics_write_upstream_health(struct evbuffer *out)
+{
+	static const char *const results[2] = { "passed", "failed" };
+	struct upstream_server_state **st;
+	struct upstream_group_state **g;
+	size_t n = upstream_state_servers(&st), ng = upstream_state_groups(&g), i, k;
+
+	metrics_head(out, METRIC_UPSTREAM_SERVER_UP);
+	for (i = 0; i < n; i++) {
+		if (!st[i]->configured)
+			continue;
+		metrics_server_labels(out, METRIC_UPSTREAM_SERVER_UP, st[i]);
+		evbuffer_add_printf(out, "} %d\n", !LOAD(&st[i]->check_down) &&
+		    !LOAD(&st[i]->ejected_until));
+	}
+	metrics_head(out, METRIC_UPSTREAM_IN_FLIGHT);
+	for (i = 0; i < n; i++) {
+		if (!st[i]->configured)
+			continue;
+		metrics_server_labels(out, METRIC_UPSTREAM_IN_FLIGHT, st[i]);
+		evbuffer_add_printf(out, "} %llu\n", LOAD(&st[i]->in_flight));
+	}
+	metrics_head(out, METRIC_UPSTREAM_EJECTIONS);
+	for (i = 0; i < n; i++) {
+		metrics_server_labels(out, METRIC_UPSTREAM_EJECTIONS, st[i]);
+		evbuffer_add_printf(out, "} %llu\n", LOAD(&st[i]->ejections_total));
+	}
+	metrics_head(out, METRIC_UPSTREAM_HEALTH_CHECKS);
+	for (i = 0; i < n; i++)
+		for (k = 0; k < 2; k++) {
+			if (LOAD(&st[i]->checks_total[k]) == 0)
+				continue;
+			metrics_server_labels(out, METRIC_UPSTREAM_HEALTH_CHECKS, st[i]);
+			evbuffer_add_printf(out, ",result=\"%s\"} %llu\n", results[k],
+			    LOAD(&st[i]->checks_total[k]));
+		}
+	metrics_head(out, METRIC_UPSTREAM_RETRIES);
+	for (i = 0; i < ng; i++)
+		for (k = 0; k < UPSTREAM_RETRY__COUNT; k++) {
+			if (LOAD(&g[i]->retries_total[k]) == 0)
+				continue;
+			metrics_group_labels(out, METRIC_UPSTREAM_RETRIES, g[i]);
+			evbuffer_add_printf(out, ",reason=\"%s\"} %llu\n",
+			    upstream_retry_reason_names[k], LOAD(&g[i]->retries_total[k]));
+		}
+	metrics_head(out, METRIC_UPSTREAM_RETRY_BUDGET_EXHAUSTED);
+	for (i = 0; i < ng; i++) {
+		metrics_group_labels(out, METRIC_UPSTREAM_RETRY_BUDGET_EXHAUSTED, g[i]);
+		evbuffer_add_printf(out, "} %llu\n", LOAD(&g[i]->budget_exhausted_total));
+	}
+	metrics_head(out, METRIC_UPSTREAM_OVERLOADED);
+	for (i = 0; i < ng; i++) {
+		metrics_group_labels(out, METRIC_UPSTREAM_OVERLOADED, g[i]);
+		evbuffer_add_printf(out, "} %llu\n", LOAD(&g[i]->overloaded_total));
 	}
 }
 
@@ -577,6 +893,7 @@ metrics_write(struct evbuffer *out)
 	}
 	metrics_write_requests(out);
 	metrics_write_upstreams(out);
+	metrics_write_upstream_health(out);
 	metrics_head(out, METRIC_BYTES_SPLICED);
 	evbuffer_add_printf(out, "%s %llu\n", metric_names[METRIC_BYTES_SPLICED],
 	    (unsigned long long)spliced);
@@ -587,10 +904,28 @@ metrics_write(struct evbuffer *out)
 	evbuffer_add_printf(out, "%s{state=\"active\"} %lld\n%s{state=\"idle\"} %lld\n",
 	    metric_names[METRIC_CONNECTIONS], (long long)active,
 	    metric_names[METRIC_CONNECTIONS], (long long)(clients - active));
+	metrics_head(out, METRIC_CONNECTIONS_ACCEPTED);
+	for (i = 0; i < nworkers; i++)
+		evbuffer_add_printf(out, "%s{worker=\"%u\"} %llu\n",
+		    metric_names[METRIC_CONNECTIONS_ACCEPTED], i,
+		    (unsigned long long)READ(&workers[i].accepted));
 	metrics_head(out, METRIC_CONFIG_RELOADS);
 	evbuffer_add_printf(out, "%s{result=\"success\"} %llu\n",
 	    metric_names[METRIC_CONFIG_RELOADS], (unsigned long long)reloads[1]);
 	evbuffer_add_printf(out, "%s{result=\"failure\"} %llu\n",
 	    metric_names[METRIC_CONFIG_RELOADS], (unsigned long long)reloads[0]);
+	metrics_head(out, METRIC_RESOLVER_LOOKUPS);
+	for (i = 0; i < nnames; i++) {
+		static const char *const results[] = { "success", "failure" };
+		unsigned k;
+
+		for (k = 0; k < 2; k++) {
+			evbuffer_add_printf(out, "%s{name=\"",
+			    metric_names[METRIC_RESOLVER_LOOKUPS]);
+			metrics_label(out, names[i].name);
+			evbuffer_add_printf(out, "\",result=\"%s\"} %llu\n", results[k],
+			    (unsigned long long)names[i].lookups[k]);
+		}
+	}
 	metrics_write_process(out);
 }

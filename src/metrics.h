@@ -2,9 +2,9 @@
  *
  * Every worker has its own counters and is the only thread writing them, so counting takes
  * no lock and no atomic read-modify-write.  The main thread reads them to answer /metrics.
- * Label values are bounded: route names and upstream servers of the configurations loaded
- * (each gets a series id when its configuration is bound, before any worker sees it), status
- * codes 100-599, and the fixed sets below. */
+ * Label values are bounded: route, backend and upstream server names of the configurations loaded
+ * (each gets a series id when its configuration is bound, before any worker sees it), the
+ * server names they resolve, status codes 100-599, and the fixed sets below. */
 #ifndef JG_METRICS_H
 #define JG_METRICS_H
 
@@ -12,6 +12,7 @@
 #include <time.h>
 
 struct config;
+struct config_backend;
 struct config_route;
 struct config_server;
 struct evbuffer;
@@ -29,17 +30,45 @@ struct worker;
 	X(UPSTREAM_CONNECTIONS, "jsongate_upstream_connections", "gauge", \
 	    "Upstream connections: active (serving a request) or idle (pooled).", \
 	    "upstream,state") \
+	X(UPSTREAM_SERVER_UP, "jsongate_upstream_server_up", "gauge", \
+	    "1 while a configured server is in service: not ejected, not failing health checks.", \
+	    "upstream,server") \
+	X(UPSTREAM_IN_FLIGHT, "jsongate_upstream_requests_in_flight", "gauge", \
+	    "Requests in flight to a configured server, over all workers.", "upstream,server") \
+	X(UPSTREAM_EJECTIONS, "jsongate_upstream_ejections_total", "counter", \
+	    "Times a server was ejected by passive health checks.", "upstream,server") \
+	X(UPSTREAM_HEALTH_CHECKS, "jsongate_upstream_health_checks_total", "counter", \
+	    "Active health checks of a server, by result.", "upstream,server,result") \
+	X(UPSTREAM_RETRIES, "jsongate_upstream_retries_total", "counter", \
+	    "Requests tried again on another server, by the failure of the try before.", \
+	    "upstream,reason") \
+	X(UPSTREAM_RETRY_BUDGET_EXHAUSTED, "jsongate_upstream_retry_budget_exhausted_total", \
+	    "counter", "Retries not made because the retry budget was used up.", "upstream") \
+	X(UPSTREAM_OVERLOADED, "jsongate_upstream_overloaded_total", "counter", \
+	    "Requests answered 503 upstream_overloaded (max_connections, max_pending).", \
+	    "upstream") \
+	X(BACKEND_REQUESTS, "jsongate_backend_requests_total", "counter", \
+	    "Backend requests of aggregated routes, by route, backend and how they ended.", \
+	    "route,backend,outcome") \
+	X(BACKEND_DURATION, "jsongate_backend_duration_seconds", "histogram", \
+	    "Time from the start of a backend request to its answer, by route and backend.", \
+	    "route,backend") \
 	X(ENVELOPE, "jsongate_envelope_total", "counter", \
-	    "JSON bodies given to envelope ops, by route, direction and result.", \
-	    "route,direction,result") \
+	    "Bodies on routes with envelope ops, by route, direction, result and (unless applied) " \
+	    "reason.", "route,direction,result,reason") \
 	X(BYTES_SPLICED, "jsongate_bytes_spliced_total", "counter", \
 	    "Rewritten body bytes sent as references to the received bytes.", "") \
 	X(BYTES_COPIED, "jsongate_bytes_copied_total", "counter", \
 	    "Rewritten body bytes that had to be copied.", "") \
 	X(CONNECTIONS, "jsongate_connections", "gauge", \
 	    "Client connections: active (serving a request) or idle (keep-alive).", "state") \
+	X(CONNECTIONS_ACCEPTED, "jsongate_connections_accepted_total", "counter", \
+	    "Client connections accepted, by worker thread.", "worker") \
 	X(CONFIG_RELOADS, "jsongate_config_reloads_total", "counter", \
 	    "Configuration reloads, by result.", "result") \
+	X(RESOLVER_LOOKUPS, "jsongate_resolver_lookups_total", "counter", \
+	    "Lookups of upstream server names after the load, by name and result.", \
+	    "name,result") \
 	X(PROCESS_CPU, "process_cpu_seconds_total", "counter", \
 	    "Total user and system CPU time spent in seconds.", "") \
 	X(PROCESS_RSS, "process_resident_memory_bytes", "gauge", \
@@ -77,8 +106,58 @@ enum metrics_outcome {
 	METRICS_OUTCOME__COUNT
 };
 
+/* How a backend of an aggregated route ended. */
+#define METRICS_BACKEND_OUTCOMES(X) \
+	X(OK, "ok")                     /* its answer is in the merged body */ \
+	X(STATUS, "status")             /* an answer with a status other than 2xx */ \
+	X(INVALID, "invalid")           /* not JSON, too large, malformed, ops failed */ \
+	X(TIMEOUT, "timeout") \
+	X(UNAVAILABLE, "unavailable")   /* no connection, reset, closed, TLS */ \
+	X(OVERLOADED, "overloaded")     /* max_connections, max_pending */ \
+	X(SKIPPED, "skipped")           /* a backend it waits for failed */ \
+	X(CANCELLED, "cancelled")       /* the request ended first (a required backend
+	                                 * failed, the client went away) */
+
+enum metrics_backend_outcome {
+#define X(id, name) METRICS_BACKEND_##id,
+	METRICS_BACKEND_OUTCOMES(X)
+#undef X
+	METRICS_BACKEND__COUNT
+};
+
+extern const char *const metrics_backend_outcome_names[METRICS_BACKEND__COUNT];
+
 enum metrics_direction { METRICS_REQUEST, METRICS_RESPONSE };
-enum metrics_envelope_result { METRICS_APPLIED, METRICS_PASSED, METRICS_FAILED };
+/* What became of a body given to envelope ops. */
+#define METRICS_ENVELOPE_RESULTS(X) \
+	X(APPLIED, "applied") \
+	X(PASSED, "passed")             /* on_error: pass */ \
+	X(FAILED, "failed")             /* on_error: fail */
+
+enum metrics_envelope_result {
+#define X(id, name) METRICS_##id,
+	METRICS_ENVELOPE_RESULTS(X)
+#undef X
+	METRICS_ENVELOPE__COUNT
+};
+
+/* Why a body went on untouched (passed) or was answered with an error (failed). */
+#define METRICS_ENVELOPE_REASONS(X) \
+	X(NONE, "")                     /* applied */ \
+	X(EMPTY, "empty")               /* no body: HEAD, 204, 304, a length of 0 */ \
+	X(NOT_JSON, "not_json")         /* a Content-Type not in json_types */ \
+	X(ENCODING, "encoding")         /* a Content-Encoding other than gzip or deflate */ \
+	X(STATUS, "status")             /* a status outside response_on, no error_response */ \
+	X(OVER_LIMIT, "over_limit")     /* larger than limits.max_body */ \
+	X(OP_ERROR, "op_error")         /* the ops could not apply: invalid JSON, a missing key, \
+	                                 * not an object, a body that does not inflate */
+
+enum metrics_envelope_reason {
+#define X(id, name) METRICS_REASON_##id,
+	METRICS_ENVELOPE_REASONS(X)
+#undef X
+	METRICS_REASON__COUNT
+};
 
 /* Main thread, before the workers start: counters for n workers. */
 int metrics_init(unsigned nworkers);
@@ -86,27 +165,39 @@ void metrics_free(void);
 /* Main thread: give every route and upstream server of cfg its series id.  Call before the
  * configuration reaches a worker; ids of names seen before are kept (counters never reset). */
 int metrics_bind(struct config *cfg);
+/* The same for servers made at run time (a name resolving to new addresses). */
+int metrics_bind_servers(const char *upstream, struct config_server *servers, size_t n);
 
 /* Worker threads.  A request ended: its route (NULL: none matched), the server it went to
  * (NULL: none), the status sent, the gateway error answered (-1: none), when it started. */
 void metrics_request(struct worker *w, const struct config_route *route,
     const struct config_server *server, int status, int gateway_error,
     const struct timespec *start, const struct timespec *now);
+/* A request to an upstream server ended (not the client's: a backend's): as
+ * metrics_request counts the server of a client's request. */
+void metrics_upstream_request(struct worker *w, const struct config_server *server, int status,
+    int gateway_error);
+/* A backend of an aggregated route ended; sent: it went out, taking us microseconds. */
+void metrics_backend(struct worker *w, const struct config_backend *backend,
+    enum metrics_backend_outcome outcome, int sent, uint64_t us);
 /* Upstream connections to server: d_active and d_idle are +1, -1 or 0. */
 void metrics_upstream_conns(struct worker *w, const struct config_server *server, int d_active,
     int d_idle);
-/* A client connection opened (+1) or closed (-1). */
+/* A client connection opened (+1: accepted) or closed (-1). */
 void metrics_client(struct worker *w, int delta);
 /* A client connection starts (+1) or ends (-1) serving a request; the rest are idle. */
 void metrics_client_active(struct worker *w, int delta);
-/* The envelope engine handled a body of route. */
+/* A body on a route with envelope ops: applied (reason NONE), or passed or failed and why. */
 void metrics_envelope(struct worker *w, const struct config_route *route,
-    enum metrics_direction direction, enum metrics_envelope_result result);
+    enum metrics_direction direction, enum metrics_envelope_result result,
+    enum metrics_envelope_reason reason);
 /* Rewritten body bytes: sent as references (spliced) and copied. */
 void metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied);
 
 /* Main thread. */
 void metrics_reload(int ok);
+/* A lookup of a configured server name ended (ok: a good answer, else a failure). */
+void metrics_resolver_lookup(const char *name, int ok);
 /* Append every metric in Prometheus text format 0.0.4. */
 void metrics_write(struct evbuffer *out);
 

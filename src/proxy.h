@@ -8,8 +8,9 @@
 struct worker;
 struct tls_server;
 
-/* Take ownership of an accepted socket; tls: run TLS over it (NULL: plain). */
-void proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
+/* Take ownership of an accepted socket; tls: run TLS over it (NULL: plain).  -1: it could
+ * not be set up and is closed already. */
+int proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
     struct tls_server *tls);
 /* Drain: close idle keep-alive clients now, let busy ones finish and close. */
 void proxy_drain_idle(struct worker *w);

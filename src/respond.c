@@ -6,27 +6,6 @@
 
 #include <event2/buffer.h>
 
-const char *
-respond_reason(int status)
-{
-	switch (status) {
-	case 100: return "Continue";
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 413: return "Payload Too Large";
-	case 431: return "Request Header Fields Too Large";
-	case 500: return "Internal Server Error";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	case 505: return "HTTP Version Not Supported";
-	default: return "Unknown";
-	}
-}
-
 void
 respond_json_escape(struct evbuffer *out, const char *s, size_t len)
 {
@@ -57,12 +36,14 @@ respond_json_escape(struct evbuffer *out, const char *s, size_t len)
 
 size_t
 respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
-    struct http_str request_id, enum respond_connection conn)
+    struct http_str request_id, enum respond_connection conn, int head_only, size_t *head_len)
 {
 	const struct gateway_error_info *info = &gateway_errors[err];
+	struct http_str reason = http_reason(info->status);
 	struct evbuffer *body = evbuffer_new();
 	size_t before = evbuffer_get_length(out), body_len;
 
+	*head_len = 0;
 	if (body == NULL)
 		return 0;
 	if (message == NULL)
@@ -75,13 +56,15 @@ respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
 	evbuffer_add(body, "\"}}", 3);
 	body_len = evbuffer_get_length(body);
 
-	evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+	evbuffer_add_printf(out, "HTTP/1.1 %d %.*s\r\nContent-Type: application/json\r\n"
 	    "Content-Length: %zu\r\nX-Request-Id: %.*s\r\n%s\r\n",
-	    info->status, respond_reason(info->status), body_len,
+	    info->status, (int)reason.len, reason.p, body_len,
 	    (int)request_id.len, request_id.p,
 	    conn == RESPOND_CONN_CLOSE ? "Connection: close\r\n" :
 	    conn == RESPOND_CONN_KEEPALIVE ? "Connection: keep-alive\r\n" : "");
-	evbuffer_add_buffer(out, body);
+	*head_len = evbuffer_get_length(out) - before;
+	if (!head_only)
+		evbuffer_add_buffer(out, body);
 	evbuffer_free(body);
 	return evbuffer_get_length(out) - before;
 }

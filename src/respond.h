@@ -14,13 +14,11 @@ enum respond_connection {
 	RESPOND_CONN_CLOSE
 };
 
-/* Append a complete error response to out; message NULL uses the table's text.
- * Returns the number of bytes appended, or 0 on allocation failure. */
+/* Append a complete error response to out (head_only: its head, for a HEAD request); message
+ * NULL uses the table's text.  Returns the number of bytes appended, or 0 on allocation
+ * failure; *head_len is set to those of the head (the rest is the body). */
 size_t respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
-    struct http_str request_id, enum respond_connection conn);
-
-/* Reason phrase of a status code ("OK", "Bad Gateway", ...); "Unknown" for others. */
-const char *respond_reason(int status);
+    struct http_str request_id, enum respond_connection conn, int head_only, size_t *head_len);
 
 /* Append s to out as the inside of a JSON string (quotes not included), escaping as needed. */
 void respond_json_escape(struct evbuffer *out, const char *s, size_t len);

@@ -10,36 +10,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no surrogates), or 0. */
-static size_t
-rewrite_utf8_len(const unsigned char *s, size_t len)
-{
-	unsigned char c = s[0];
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		return len >= 2 && (s[1] & 0xc0) == 0x80 ? 2 : 0;
-	if (c >= 0xe0 && c <= 0xef) {
-		if (len < 3 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80)
-			return 0;
-		if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f))
-			return 0;
-		return 3;
-	}
-	if (c >= 0xf0 && c <= 0xf4) {
-		if (len < 4 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 ||
-		    (s[3] & 0xc0) != 0x80)
-			return 0;
-		if ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
-			return 0;
-		return 4;
-	}
-	return 0;
-}
+/* Arrays kept between bodies up to this size each; larger ones are one large body's. */
+#define REWRITE_WARM_BYTES (256 * 1024)
+/* Spans handed to a sink at once. */
+#define REWRITE_SINK_BATCH 256
 
 size_t
 rewrite_json_escape(char *dst, const char *src, size_t len)
@@ -78,7 +54,7 @@ rewrite_json_escape(char *dst, const char *src, size_t len)
 			i++;
 			continue;
 		}
-		if ((n = rewrite_utf8_len(s + i, len - i)) == 0) {
+		if ((n = jvalid_utf8_len(s + i, len - i)) == 0) {
 			/* An invalid byte becomes U+FFFD so the output stays valid UTF-8. */
 			memcpy(d, "\xef\xbf\xbd", 3);
 			d += 3;
@@ -112,15 +88,18 @@ struct rw_node {
 	int head, tail;                 /* OBJ members */
 };
 
+/* A member costs this much and no node while it is the input's: nodes are made on use. */
 struct rw_member {
 	const char *key;                /* quoted key: input span or program literal */
-	size_t keylen;
-	const char *src;                /* input: start of "key": value, or NULL */
-	const char *vsrc;               /* input: start of the original value, or NULL */
-	int value;
+	const char *vsrc;               /* input: the original value, or NULL once replaced */
+	uint32_t keylen;
+	uint32_t vlen;                  /* of vsrc */
+	int value;                      /* node of the value; -1 while it is the input's vsrc */
 	int next;
 	unsigned seq;                   /* consecutive in one input object: may splice as one */
 	unsigned renamed;               /* op number that renamed it */
+	unsigned char vtype;            /* enum envelope_type of vsrc */
+	unsigned char input_key;        /* the key is the input's: the member starts there */
 };
 
 struct rw_work {
@@ -140,7 +119,13 @@ struct rw_frame {
 
 struct rewrite_ctx {
 	unsigned max_depth;
+	size_t max_members;             /* tokenized in one body, all objects together */
+	size_t tokenized;
 	struct envelope env;
+	struct jcond_scratch *scratch;  /* when: inside set literals */
+	int (*sink)(void *arg, const struct rewrite_span *spans, size_t n);
+	void *sink_arg;
+	size_t total;                   /* output bytes so far */
 	const char *body;
 	size_t len;
 	const char *error;
@@ -161,7 +146,7 @@ struct rewrite_ctx {
 	size_t frames_cap;
 };
 
-/* Grow *arr to hold need elements; arrays live as long as the ctx. */
+/* Grow *arr to hold need elements; arrays live until rewrite_ctx_release finds them large. */
 static int
 rewrite_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
 {
@@ -179,16 +164,55 @@ rewrite_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
 	return 0;
 }
 
+static int rewrite_member_cb(void *arg, const struct envelope_member *em);
+
 struct rewrite_ctx *
-rewrite_ctx_new(unsigned max_depth)
+rewrite_ctx_new(unsigned max_depth, size_t max_members)
 {
 	struct rewrite_ctx *ctx;
 
 	if ((ctx = calloc(1, sizeof(*ctx))) == NULL)
 		return NULL;
 	ctx->max_depth = max_depth;
+	ctx->max_members = max_members;
 	envelope_init(&ctx->env);
+	ctx->env.member_cb = rewrite_member_cb;
+	ctx->env.member_arg = ctx;
 	return ctx;
+}
+
+void
+rewrite_ctx_sink(struct rewrite_ctx *ctx,
+    int (*cb)(void *arg, const struct rewrite_span *spans, size_t n), void *arg)
+{
+	ctx->sink = cb;
+	ctx->sink_arg = arg;
+}
+
+/* Free *arr when it holds more than REWRITE_WARM_BYTES. */
+static void
+rewrite_shrink(void *arrp, size_t *cap, size_t elsize)
+{
+	void **arr = arrp;
+
+	if (*cap * elsize <= REWRITE_WARM_BYTES)
+		return;
+	free(*arr);
+	*arr = NULL;
+	*cap = 0;
+}
+
+void
+rewrite_ctx_release(struct rewrite_ctx *ctx)
+{
+	rewrite_shrink(&ctx->nodes, &ctx->nodes_cap, sizeof(*ctx->nodes));
+	rewrite_shrink(&ctx->members, &ctx->members_cap, sizeof(*ctx->members));
+	rewrite_shrink(&ctx->lit, &ctx->lit_cap, 1);
+	rewrite_shrink(&ctx->spans, &ctx->spans_cap, sizeof(*ctx->spans));
+	rewrite_shrink(&ctx->work, &ctx->work_cap, sizeof(*ctx->work));
+	rewrite_shrink(&ctx->targets, &ctx->targets_cap, sizeof(*ctx->targets));
+	rewrite_shrink(&ctx->frames, &ctx->frames_cap, sizeof(*ctx->frames));
+	ctx->nnodes = ctx->nmembers = ctx->litlen = ctx->nspans = 0;
 }
 
 void
@@ -197,6 +221,7 @@ rewrite_ctx_free(struct rewrite_ctx *ctx)
 	if (ctx == NULL)
 		return;
 	envelope_free(&ctx->env);
+	jcond_scratch_free(ctx->scratch);
 	free(ctx->nodes);
 	free(ctx->members);
 	free(ctx->lit);
@@ -257,7 +282,7 @@ rewrite_member_add(struct rewrite_ctx *ctx, int obj, const char *key, size_t key
 	m = &ctx->members[idx];
 	memset(m, 0, sizeof(*m));
 	m->key = key;
-	m->keylen = keylen;
+	m->keylen = (uint32_t)keylen;
 	m->value = value;
 	m->next = -1;
 	n = &ctx->nodes[obj];
@@ -271,6 +296,28 @@ rewrite_member_add(struct rewrite_ctx *ctx, int obj, const char *key, size_t key
 	return 0;
 }
 
+/* The node of member mi's value (mi is in object obj), made on first use. */
+static int
+rewrite_member_node(struct rewrite_ctx *ctx, int obj, int mi)
+{
+	struct rw_node *n;
+	int v;
+
+	if (ctx->members[mi].value >= 0)
+		return ctx->members[mi].value;
+	if ((v = rewrite_node_new(ctx, RW_RAW)) < 0)
+		return -1;
+	n = &ctx->nodes[v];
+	n->type = ctx->members[mi].vtype;
+	n->checked = 1;
+	n->depth = ctx->nodes[obj].depth + 1;
+	n->parent = obj;
+	n->p = ctx->members[mi].vsrc;
+	n->len = ctx->members[mi].vlen;
+	ctx->members[mi].value = v;
+	return v;
+}
+
 static int
 rewrite_envelope_err(struct rewrite_ctx *ctx, int r)
 {
@@ -279,9 +326,29 @@ rewrite_envelope_err(struct rewrite_ctx *ctx, int r)
 		return rewrite_fail(ctx, "JSON nested too deep");
 	case ENVELOPE_ERR_NOMEM:
 		return rewrite_fail(ctx, "out of memory");
+	case ENVELOPE_ERR_MEMBERS:
+		return rewrite_fail(ctx, "more members to edit than limits.max_members");
 	default:
 		return rewrite_fail(ctx, "invalid JSON");
 	}
+}
+
+/* Members of the object being tokenized go straight into the ctx's member list. */
+static int
+rewrite_member_cb(void *arg, const struct envelope_member *em)
+{
+	struct rewrite_ctx *ctx = arg;
+
+	if (rewrite_grow(&ctx->members, &ctx->members_cap, ctx->nmembers + 1,
+	    sizeof(*ctx->members)) != 0)
+		return ENVELOPE_ERR_NOMEM;
+	ctx->members[ctx->nmembers] = (struct rw_member){
+		.key = em->key, .keylen = (uint32_t)em->keylen, .vsrc = em->val,
+		.vlen = (uint32_t)em->vallen, .value = -1, .next = (int)ctx->nmembers + 1,
+		.seq = ctx->seq++, .vtype = em->type, .input_key = 1,
+	};
+	ctx->nmembers++;
+	return 0;
 }
 
 /*
@@ -292,10 +359,8 @@ static int
 rewrite_object(struct rewrite_ctx *ctx, int idx)
 {
 	struct rw_node *n = &ctx->nodes[idx];
-	const struct envelope_member *em;
-	struct rw_member *m;
-	size_t start, end, i, first;
-	int r, v;
+	size_t start, end, first;
+	int r;
 
 	if (n->kind == RW_OBJ)
 		return 0;
@@ -304,10 +369,14 @@ rewrite_object(struct rewrite_ctx *ctx, int idx)
 	start = (size_t)(n->p - ctx->body);
 	if (n->depth > ctx->max_depth)
 		return rewrite_fail(ctx, "JSON nested too deep");
+	first = ctx->nmembers;
+	ctx->env.max_members = ctx->max_members - ctx->tokenized;
 	r = envelope_parse(&ctx->env, ctx->body, n->checked ? start + n->len : ctx->len, start,
 	    ctx->max_depth - n->depth + 1, &end);
 	if (r != 0)
 		return rewrite_envelope_err(ctx, r);
+	ctx->tokenized += ctx->env.nmembers;
+	n = &ctx->nodes[idx];
 	if (!n->checked) {
 		/* The body's own value: only whitespace may follow it. */
 		if (envelope_skip_ws(ctx->body, ctx->len, end) != ctx->len)
@@ -318,34 +387,13 @@ rewrite_object(struct rewrite_ctx *ctx, int idx)
 	n->kind = RW_OBJ;
 	n->dirty = 0;
 	ctx->seq++;                     /* members of different objects are never consecutive */
-	first = ctx->nmembers;
-	if (rewrite_grow(&ctx->members, &ctx->members_cap, first + ctx->env.nmembers,
-	    sizeof(*m)) != 0 ||
-	    rewrite_grow(&ctx->nodes, &ctx->nodes_cap, ctx->nnodes + ctx->env.nmembers,
-	    sizeof(struct rw_node)) != 0)
-		return rewrite_fail(ctx, "out of memory");
-	for (i = 0; i < ctx->env.nmembers; i++) {
-		em = &ctx->env.members[i];
-		v = rewrite_node_new(ctx, RW_RAW);
-		ctx->nodes[v].type = em->type;
-		ctx->nodes[v].checked = 1;
-		ctx->nodes[v].depth = ctx->nodes[idx].depth + 1;
-		ctx->nodes[v].parent = idx;
-		ctx->nodes[v].p = em->val;
-		ctx->nodes[v].len = em->vallen;
-		m = &ctx->members[ctx->nmembers++];
-		m->key = em->key;
-		m->keylen = em->keylen;
-		m->src = em->key;
-		m->vsrc = em->val;
-		m->value = v;
-		m->next = i + 1 < ctx->env.nmembers ? (int)ctx->nmembers : -1;
-		m->seq = ctx->seq++;
-		m->renamed = 0;
+	if (ctx->nmembers == first) {
+		n->head = n->tail = -1;
+		return 0;
 	}
-	n = &ctx->nodes[idx];
-	n->head = ctx->env.nmembers ? (int)first : -1;
-	n->tail = ctx->env.nmembers ? (int)ctx->nmembers - 1 : -1;
+	ctx->members[ctx->nmembers - 1].next = -1;
+	n->head = (int)first;
+	n->tail = (int)ctx->nmembers - 1;
 	return 0;
 }
 
@@ -360,23 +408,84 @@ rewrite_key_is(const struct rw_member *m, const struct rewrite_key *k)
  * Returns the node, -1 on invalid input, -2 when absent or below a non-object.
  */
 static int
+rewrite_child(struct rewrite_ctx *ctx, int node, const char *name, size_t len)
+{
+	int m, found = -1, r;
+
+	if ((r = rewrite_object(ctx, node)) != 0)
+		return r < 0 ? -1 : -2;
+	for (m = ctx->nodes[node].head; m >= 0; m = ctx->members[m].next)
+		if (envelope_string_eq(ctx->members[m].key, ctx->members[m].keylen, name, len))
+			found = m;
+	if (found < 0)
+		return -2;
+	return rewrite_member_node(ctx, node, found) < 0 ? -1 : ctx->members[found].value;
+}
+
+static int
 rewrite_find(struct rewrite_ctx *ctx, int node, const struct rewrite_path *path)
 {
 	size_t level;
-	int m, found, r;
 
-	for (level = 0; level < path->nseg; level++) {
-		if ((r = rewrite_object(ctx, node)) != 0)
-			return r < 0 ? -1 : -2;
-		found = -1;
-		for (m = ctx->nodes[node].head; m >= 0; m = ctx->members[m].next)
-			if (rewrite_key_is(&ctx->members[m], &path->seg[level]))
-				found = m;
-		if (found < 0)
-			return -2;
-		node = ctx->members[found].value;
-	}
+	for (level = 0; level < path->nseg && node >= 0; level++)
+		node = rewrite_child(ctx, node, path->seg[level].name, path->seg[level].len);
 	return node;
+}
+
+/* A node's JSON text and type; the text is NULL for an object edited since it was read. */
+static const char *
+rewrite_node_json(struct rewrite_ctx *ctx, int v, size_t *len, unsigned char *type)
+{
+	const struct rw_node *n = &ctx->nodes[v];
+	const char *p = n->kind == RW_CTXLIT ? ctx->lit + n->off : n->p;
+
+	*len = n->len;
+	switch (n->kind) {
+	case RW_RAW:
+		*type = n->type;
+		return p;
+	case RW_OBJ:
+		*type = ENVELOPE_OBJECT;
+		return n->dirty ? NULL : p;
+	default:
+		*type = p[0] == '{' || p[0] == '[' || p[0] == '"' ? (unsigned char)p[0] :
+		    ENVELOPE_PRIMITIVE;
+		return p;
+	}
+}
+
+struct rewrite_look {
+	struct rewrite_ctx *ctx;
+	int root;
+};
+
+/* when: reads the envelope as the ops before have left it. */
+static int
+rewrite_lookup_cb(void *arg, const struct jcond_seg *path, size_t nseg, const char **json,
+    size_t *len, unsigned char *type)
+{
+	struct rewrite_look *lk = arg;
+	struct rewrite_ctx *ctx = lk->ctx;
+	int node = lk->root, next;
+	size_t i;
+
+	*type = 0;
+	for (i = 0; i < nseg; i++, node = next) {
+		if ((next = rewrite_child(ctx, node, path[i].name, path[i].len)) == -1)
+			return -1;
+		if (next >= 0)
+			continue;
+		/* Not an input object: a literal a set op put there holds the rest, or nothing. */
+		if (ctx->nodes[node].kind != RW_LIT && ctx->nodes[node].kind != RW_CTXLIT)
+			return 0;
+		if (ctx->scratch == NULL &&
+		    (ctx->scratch = jcond_scratch_new(ctx->max_depth, ctx->max_members)) == NULL)
+			return rewrite_fail(ctx, "out of memory");
+		*json = rewrite_node_json(ctx, node, len, type);
+		return jcond_find(ctx->scratch, *json, *len, path + i, nseg - i, json, len, type);
+	}
+	*json = rewrite_node_json(ctx, node, len, type);
+	return 0;
 }
 
 static int
@@ -418,8 +527,8 @@ rewrite_parents(struct rewrite_ctx *ctx, int root, const struct rewrite_path *pa
 			if (!rewrite_key_is(&ctx->members[m], seg))
 				continue;
 			any = 1;
-			child = ctx->members[m].value;
-			if ((r = rewrite_object(ctx, child)) < 0)
+			if ((child = rewrite_member_node(ctx, w.node, m)) < 0 ||
+			    (r = rewrite_object(ctx, child)) < 0)
 				return -1;
 			if (r > 0) {
 				if (create)
@@ -449,13 +558,16 @@ rewrite_need_object(struct rewrite_ctx *ctx, int root, const char *op)
 	return r;
 }
 
+static void rewrite_unlink_matching(struct rewrite_ctx *ctx, int obj,
+    const struct rewrite_key *key, unsigned keep_op);
+
 static int
 rewrite_op_rename(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op, unsigned opno)
 {
 	const struct rewrite_item *it;
 	struct rw_member *m;
 	size_t i, t;
-	int mi, obj;
+	int mi, obj, any;
 
 	if (rewrite_need_object(ctx, root, "rename: body is not an object") != 0)
 		return -1;
@@ -465,6 +577,7 @@ rewrite_op_rename(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op
 			return -1;
 		for (t = 0; t < ctx->ntargets; t++) {
 			obj = ctx->targets[t];
+			any = 0;
 			for (mi = ctx->nodes[obj].head; mi >= 0; mi = m->next) {
 				m = &ctx->members[mi];
 				/* A key renamed by this op keeps its new name: {a: b, b: a} swaps. */
@@ -472,25 +585,33 @@ rewrite_op_rename(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op
 				    !rewrite_key_is(m, &it->path.seg[it->path.nseg - 1]))
 					continue;
 				m->key = it->to.json;
-				m->keylen = it->to.json_len;
-				m->src = NULL;
+				m->keylen = (uint32_t)it->to.json_len;
+				m->input_key = 0;
 				m->renamed = opno;
+				any = 1;
 				rewrite_dirty(ctx, obj);
 			}
+			/* The renamed member replaces one already called so, as Kong's rename does:
+			 * a valid object never gets a duplicate key. */
+			if (any && it->replaces)
+				rewrite_unlink_matching(ctx, obj, &it->to, opno);
 		}
 	}
 	return 0;
 }
 
+/* Unlink obj's members called key, except those op keep_op renamed (0: none). */
 static void
-rewrite_unlink_matching(struct rewrite_ctx *ctx, int obj, const struct rewrite_key *key)
+rewrite_unlink_matching(struct rewrite_ctx *ctx, int obj, const struct rewrite_key *key,
+    unsigned keep_op)
 {
 	struct rw_node *n = &ctx->nodes[obj];
 	int mi, prev = -1, next;
 
 	for (mi = n->head; mi >= 0; mi = next) {
 		next = ctx->members[mi].next;
-		if (!rewrite_key_is(&ctx->members[mi], key)) {
+		if ((keep_op != 0 && ctx->members[mi].renamed == keep_op) ||
+		    !rewrite_key_is(&ctx->members[mi], key)) {
 			prev = mi;
 			continue;
 		}
@@ -517,7 +638,8 @@ rewrite_op_drop(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op)
 		if (rewrite_parents(ctx, root, &it->path, 0) != 0)
 			return -1;
 		for (t = 0; t < ctx->ntargets; t++)
-			rewrite_unlink_matching(ctx, ctx->targets[t], &it->path.seg[it->path.nseg - 1]);
+			rewrite_unlink_matching(ctx, ctx->targets[t], &it->path.seg[it->path.nseg - 1],
+			    0);
 	}
 	return 0;
 }
@@ -565,8 +687,8 @@ rewrite_op_keep(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op)
 					break;
 			if (items[a].path.nseg == w.level + 1)
 				continue;       /* kept whole */
-			child = ctx->members[mi].value;
-			if ((r = rewrite_object(ctx, child)) < 0)
+			if ((child = rewrite_member_node(ctx, w.node, mi)) < 0 ||
+			    (r = rewrite_object(ctx, child)) < 0)
 				return -1;
 			if (r == 0 && rewrite_push(ctx, child, w.level + 1, a, b) != 0)
 				return -1;
@@ -590,18 +712,24 @@ rewrite_lit_string(struct rewrite_ctx *ctx, const char *p, size_t len)
 	ctx->lit[ctx->litlen++] = '"';
 }
 
-static const struct http_str *
-rewrite_header(const struct rewrite_vars *vars, const char *name, size_t len)
+static const struct rewrite_str *
+rewrite_header(const struct rewrite_vars *vars, const char *name, size_t len,
+    struct rewrite_str *value)
 {
-	size_t i;
-
-	if (vars == NULL)
+	if (vars == NULL || vars->header_cb == NULL ||
+	    !vars->header_cb(vars->header_arg, name, len, value))
 		return NULL;
-	for (i = 0; i < vars->nheaders; i++)
-		if (vars->headers[i].name.len == len &&
-		    strncasecmp(vars->headers[i].name.p, name, len) == 0)
-			return &vars->headers[i].value;
-	return NULL;
+	return value;
+}
+
+static const struct rewrite_str *
+rewrite_json_field(const struct rewrite_vars *vars, const char *path, size_t len,
+    struct rewrite_str *value)
+{
+	if (vars == NULL || vars->json_cb == NULL || !vars->json_cb(vars->json_arg, path, len,
+	    value))
+		return NULL;
+	return value;
 }
 
 /* Resolve a set value into ctx->lit; returns a node for it. */
@@ -609,9 +737,10 @@ static int
 rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
     const struct rewrite_vars *vars)
 {
-	static const struct http_str empty = { "", 0 };
+	static const struct rewrite_str empty = { "", 0 };
 	const struct rewrite_piece *pc;
-	const struct http_str *s;
+	const struct rewrite_str *s;
+	struct rewrite_str hv;
 	char tbuf[40];
 	struct tm tm;
 	time_t t;
@@ -643,7 +772,11 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 			break;
 		case REWRITE_VAR_TIME_ISO8601: need += sizeof(tbuf) + 2; break;
 		case REWRITE_VAR_HEADER:
-			s = rewrite_header(vars, pc->s, pc->len);
+			s = rewrite_header(vars, pc->s, pc->len, &hv);
+			need += s ? 6 * s->len + 2 : 4;
+			break;
+		case REWRITE_VAR_JSON:
+			s = rewrite_json_field(vars, pc->s, pc->len, &hv);
 			need += s ? 6 * s->len + 2 : 4;
 			break;
 		}
@@ -671,8 +804,14 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 			    strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%S+00:00", &tm));
 			continue;
 		case REWRITE_VAR_HEADER:
-			if ((s = rewrite_header(vars, pc->s, pc->len)) == NULL) {
+			if ((s = rewrite_header(vars, pc->s, pc->len, &hv)) == NULL) {
 				rewrite_lit_add(ctx, "null", 4);    /* header absent */
+				continue;
+			}
+			break;
+		case REWRITE_VAR_JSON:
+			if ((s = rewrite_json_field(vars, pc->s, pc->len, &hv)) == NULL) {
+				rewrite_lit_add(ctx, "null", 4);    /* field absent */
 				continue;
 			}
 			break;
@@ -725,46 +864,50 @@ rewrite_op_set(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op,
 	return 0;
 }
 
+/* Does map entry m take the JSON value json[0..len)? */
+static int
+rewrite_status_match(const struct rewrite_op *op, const struct rewrite_status_map *m,
+    const char *json, size_t len)
+{
+	const char *num = json;
+	size_t nlen = len;
+	long long v;
+
+	if (m->hi == 0)
+		return jcond_scalar_eq(&m->key, json, len, op->strings);
+	if (json[0] == '"' && (!op->strings || (num = jcond_numeric_string(json, len, &nlen)) ==
+	    NULL))
+		return 0;
+	return envelope_is_number(num, nlen) && jcond_number_int(num, nlen, &v) &&
+	    v >= m->lo && v <= m->hi;
+}
+
+/* The map's status for the field's value: exact keys first, then ranges; else the default,
+ * else the status stays as it is. */
 static int
 rewrite_op_status(struct rewrite_ctx *ctx, int root, const struct rewrite_op *op, int *status)
 {
-	const struct rw_node *n;
-	const char *p;
-	size_t i, len;
-	int v, code;
+	const char *json = NULL;
+	size_t i, len = 0;
+	unsigned char type = 0;
+	int v, pass;
 
 	if (rewrite_need_object(ctx, root, "status_from: body is not an object") != 0)
 		return -1;
 	if ((v = rewrite_find(ctx, root, &op->path)) == -1)
 		return -1;
-	*status = op->def_status;
-	if (v < 0)
-		return 0;
-	n = &ctx->nodes[v];
-	if (n->kind == RW_RAW || n->kind == RW_LIT)
-		p = n->p;
-	else if (n->kind == RW_CTXLIT)
-		p = ctx->lit + n->off;
-	else
-		return 0;
-	len = n->len;
-	if (op->nmap == 0) {
-		/* No map: the field holds the status itself. */
-		for (i = 0, code = 0; i < len && i < 3 && p[i] >= '0' && p[i] <= '9'; i++)
-			code = code * 10 + (p[i] - '0');
-		if (i == len && code >= 100 && code <= 599)
-			*status = code;
-		return 0;
-	}
-	for (i = 0; i < op->nmap; i++) {
-		if (op->map[i].text != NULL && p[0] == '"') {
-			if (envelope_string_eq(p, len, op->map[i].text, op->map[i].text_len))
-				break;
-		} else if (op->map[i].len == len && memcmp(op->map[i].json, p, len) == 0)
-			break;
-	}
-	if (i < op->nmap)
-		*status = op->map[i].status;
+	if (v >= 0)
+		json = rewrite_node_json(ctx, v, &len, &type);
+	if (json != NULL && type != ENVELOPE_OBJECT && type != ENVELOPE_ARRAY)
+		for (pass = 0; pass < 2; pass++)
+			for (i = 0; i < op->nmap; i++)
+				if ((op->map[i].hi != 0) == pass &&
+				    rewrite_status_match(op, &op->map[i], json, len)) {
+					*status = op->map[i].status;
+					return 0;
+				}
+	if (op->def_status != 0)
+		*status = op->def_status;
 	return 0;
 }
 
@@ -801,6 +944,17 @@ rewrite_op_unwrap(struct rewrite_ctx *ctx, int *root, const struct rewrite_op *o
 	return 0;
 }
 
+/* Hand the spans before the last to the sink: the last may still grow. */
+static int
+rewrite_sink_flush(struct rewrite_ctx *ctx, size_t n)
+{
+	if (ctx->sink(ctx->sink_arg, ctx->spans, n) != 0)
+		return rewrite_fail(ctx, "cannot write the output");
+	memmove(ctx->spans, ctx->spans + n, (ctx->nspans - n) * sizeof(*ctx->spans));
+	ctx->nspans -= n;
+	return 0;
+}
+
 static int
 rewrite_span(struct rewrite_ctx *ctx, const char *p, size_t len)
 {
@@ -808,6 +962,7 @@ rewrite_span(struct rewrite_ctx *ctx, const char *p, size_t len)
 
 	if (len == 0)
 		return 0;
+	ctx->total += len;
 	if (ctx->nspans > 0) {
 		last = &ctx->spans[ctx->nspans - 1];
 		if (last->p + last->len == p) {
@@ -815,6 +970,9 @@ rewrite_span(struct rewrite_ctx *ctx, const char *p, size_t len)
 			return 0;
 		}
 	}
+	if (ctx->sink != NULL && ctx->nspans == REWRITE_SINK_BATCH &&
+	    rewrite_sink_flush(ctx, ctx->nspans - 1) != 0)
+		return -1;
 	if (rewrite_grow(&ctx->spans, &ctx->spans_cap, ctx->nspans + 1, sizeof(*ctx->spans)) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	ctx->spans[ctx->nspans++] = (struct rewrite_span){ p, len };
@@ -842,12 +1000,10 @@ rewrite_emit(struct rewrite_ctx *ctx, int root)
 {
 	struct rw_frame *f;
 	const struct rw_member *m;
-	const struct rw_node *v;
-	const char *flat;
-	size_t depth = 0;
+	const char *flat, *src;
+	size_t depth = 0, flen;
 	int pristine;
 
-	ctx->nspans = 0;
 	if (rewrite_grow(&ctx->frames, &ctx->frames_cap, 1, sizeof(*f)) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	ctx->frames[depth++] = (struct rw_frame){ .node = root };
@@ -874,41 +1030,46 @@ rewrite_emit(struct rewrite_ctx *ctx, int root)
 		}
 		m = &ctx->members[f->cursor];
 		f->cursor = m->next;
-		v = &ctx->nodes[m->value];
-		flat = rewrite_flat(ctx, v);
-		pristine = m->src != NULL && m->vsrc != NULL && flat == m->vsrc;
+		if (m->value < 0) {
+			flat = m->vsrc;
+			flen = m->vlen;
+		} else {
+			flat = rewrite_flat(ctx, &ctx->nodes[m->value]);
+			flen = ctx->nodes[m->value].len;
+		}
+		src = m->input_key ? m->key : NULL;
+		pristine = src != NULL && m->vsrc != NULL && flat == m->vsrc;
 		if (pristine && !f->first && f->last_end != NULL && m->seq == f->last_seq + 1) {
 			/* Neighbours in the input: splice the comma between them too. */
-			if (rewrite_span(ctx, f->last_end, (size_t)(v->p + v->len - f->last_end)) != 0)
+			if (rewrite_span(ctx, f->last_end, (size_t)(flat + flen - f->last_end)) != 0)
 				return -1;
 			f->last_seq = m->seq;
-			f->last_end = v->p + v->len;
+			f->last_end = flat + flen;
 			continue;
 		}
-		if (!f->first && m->src != NULL && rewrite_span(ctx, ",", 1) != 0)
+		if (!f->first && src != NULL && rewrite_span(ctx, ",", 1) != 0)
 			return -1;
 		f->last_end = NULL;
 		if (pristine) {
 			f->first = 0;
-			if (rewrite_span(ctx, m->src, (size_t)(v->p + v->len - m->src)) != 0)
+			if (rewrite_span(ctx, src, (size_t)(flat + flen - src)) != 0)
 				return -1;
 			f->last_seq = m->seq;
-			f->last_end = v->p + v->len;
+			f->last_end = flat + flen;
 			continue;
 		}
-		if (m->src != NULL && m->vsrc != NULL) {
-			if (rewrite_span(ctx, m->src, (size_t)(m->vsrc - m->src)) != 0)
+		if (src != NULL && m->vsrc != NULL) {
+			if (rewrite_span(ctx, src, (size_t)(m->vsrc - src)) != 0)
 				return -1;
-		} else if (m->src != NULL) {
+		} else if (src != NULL) {
 			/* An input key whose value was replaced: the key, then a colon. */
-			if (rewrite_span(ctx, m->src, m->keylen) != 0 ||
-			    rewrite_span(ctx, ":", 1) != 0)
+			if (rewrite_span(ctx, src, m->keylen) != 0 || rewrite_span(ctx, ":", 1) != 0)
 				return -1;
 		} else if (rewrite_span(ctx, m->key - !f->first, m->keylen + 1 + !f->first) != 0)
 			return -1;      /* program keys come as ,"key": */
 		f->first = 0;
 		if (flat != NULL) {
-			if (rewrite_span(ctx, flat, v->len) != 0)
+			if (rewrite_span(ctx, flat, flen) != 0)
 				return -1;
 			continue;
 		}
@@ -925,6 +1086,7 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
     struct rewrite_result *out)
 {
 	const struct rewrite_op *op;
+	struct rewrite_look look = { ctx, 0 };
 	struct rw_node *n;
 	size_t vs, end, i;
 	int root, orig, r = 0, status = 0;
@@ -936,6 +1098,12 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	ctx->error = NULL;
 	ctx->nnodes = ctx->nmembers = ctx->litlen = ctx->nspans = 0;
 	ctx->seq = 0;
+	ctx->tokenized = 0;
+	ctx->total = 0;
+	if (len >= 3 && memcmp(body, "\xef\xbb\xbf", 3) == 0) {
+		out->error = "body starts with a UTF-8 byte order mark (RFC 8259 forbids it)";
+		return -1;
+	}
 	vs = envelope_skip_ws(body, len, 0);
 	if (vs >= len) {
 		out->error = "empty body";
@@ -971,6 +1139,16 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	}
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
 		op = &prog->ops[i];
+		if (op->when != NULL) {
+			/* The status as the ops before left it: status_from may have set it. */
+			look.root = root;
+			r = jcond_eval_lookup(op->when, rewrite_lookup_cb, &look,
+			    status != 0 ? status : vars != NULL ? vars->status : 0);
+			if (r < 0)
+				goto fail;
+			if (r == 0)
+				continue;
+		}
 		switch (op->kind) {
 		case REWRITE_UNWRAP: r = rewrite_op_unwrap(ctx, &root, op); break;
 		case REWRITE_WRAP: r = rewrite_op_wrap(ctx, &root, op); break;
@@ -999,16 +1177,16 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	}
 	if (root == orig && rewrite_flat(ctx, n) != NULL) {
 		/* Unchanged: the body as received, surrounding whitespace included. */
-		ctx->nspans = 0;
 		if (rewrite_span(ctx, body, len) != 0)
 			goto fail;
 	} else if (rewrite_emit(ctx, root) != 0)
 		goto fail;
+	if (ctx->sink != NULL && ctx->nspans > 0 && rewrite_sink_flush(ctx, ctx->nspans) != 0)
+		goto fail;
 	out->status = status;
 	out->spans = ctx->spans;
 	out->nspans = ctx->nspans;
-	for (i = 0; i < ctx->nspans; i++)
-		out->total_len += ctx->spans[i].len;
+	out->total_len = ctx->total;
 	return 0;
 fail:
 	out->error = ctx->error != NULL ? ctx->error : "invalid JSON";

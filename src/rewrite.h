@@ -1,5 +1,6 @@
-/* Envelope ops (unwrap, wrap, rename, drop, keep, set, status_from) applied to a JSON body,
- * producing the output as a list of spans: pieces of the input plus small generated literals. */
+/* Envelope ops (unwrap, wrap, rename, drop, keep, set, status_from), each possibly under a
+ * when: condition, applied to a JSON body, producing the output as a list of spans: pieces of
+ * the input plus small generated literals. */
 #ifndef JG_REWRITE_H
 #define JG_REWRITE_H
 
@@ -7,22 +8,37 @@
 #include <yaml.h>
 
 #include "config.h"
-#include "http.h"
+#include "jcond.h"
 
 struct rewrite_program;                 /* compiled op list of one route direction */
 struct rewrite_ctx;                     /* per-worker scratch: tokens, spans, literal bytes */
 
-/* Values for the $variables of `set`, resolved per request. */
+struct rewrite_str {
+	const char *p;
+	size_t len;
+};
+
+/*
+ * Values for the $variables of `set`, resolved per request.  The engine knows nothing of HTTP:
+ * the caller fills the values, and looks request headers up for $header.NAME.
+ */
 struct rewrite_vars {
-	struct http_str request_id;
-	struct http_str route;
-	struct http_str upstream;
-	struct http_str remote_addr;
-	struct http_str ssl_client_s_dn;    /* "" when the client sent no certificate */
-	struct http_str ssl_client_verify;  /* SUCCESS, NONE or FAILED:reason */
+	struct rewrite_str request_id;
+	struct rewrite_str route;
+	struct rewrite_str upstream;
+	struct rewrite_str remote_addr;
+	struct rewrite_str ssl_client_s_dn;     /* "" when the client sent no certificate */
+	struct rewrite_str ssl_client_verify;   /* SUCCESS, NONE or FAILED:reason */
 	long long now;                  /* unix time, for $time_iso8601 */
-	const struct http_header *headers;  /* for $header.NAME (request headers) */
-	size_t nheaders;
+	int status;                     /* the upstream's HTTP status; 0 for request bodies */
+	/* $header.NAME: 1 and *value set when the request has header NAME (any case), else 0.
+	 * NULL: no headers. */
+	int (*header_cb)(const void *arg, const char *name, size_t len, struct rewrite_str *value);
+	const void *header_arg;
+	/* $json.PATH: 1 and *value set (the decoded string, or the bytes of another value) when
+	 * the request body has the field, else 0.  NULL: no body fields. */
+	int (*json_cb)(const void *arg, const char *path, size_t len, struct rewrite_str *value);
+	const void *json_arg;
 };
 
 /* One piece of output: points into the input body or into the ctx's literal storage. */
@@ -32,26 +48,41 @@ struct rewrite_span {
 };
 
 struct rewrite_result {
-	int status;                     /* HTTP status chosen by status_from, 0 when none */
+	int status;                     /* HTTP status chosen by status_from, 0: keep the upstream's */
 	const struct rewrite_span *spans;   /* valid until the next rewrite_apply on this ctx */
 	size_t nspans;
 	size_t total_len;               /* sum of span lengths: the new Content-Length */
 	const char *error;              /* on failure: a short static reason */
 };
 
+enum rewrite_direction { REWRITE_REQUEST, REWRITE_RESPONSE };
+
 /*
- * Parse the YAML sequence `node` (a route's `request:` or `response:` list) into a program.
- * Errors are reported with config_error at the offending node.  *out is NULL for an empty list.
- * Returns 0 when no error was found.
+ * Parse the YAML sequence `node` (a route's `request:` or `response:` list, as direction says)
+ * into a program.  Errors are reported with config_error at the offending node.  *out is NULL
+ * for an empty list.  Returns 0 when no error was found.
  */
 int rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node,
-    struct rewrite_program **out);
+    enum rewrite_direction direction, struct rewrite_program **out);
 void rewrite_program_free(struct rewrite_program *prog);
 /* 1 when the program contains status_from. */
 int rewrite_program_sets_status(const struct rewrite_program *prog);
 
-struct rewrite_ctx *rewrite_ctx_new(unsigned max_depth);
+/*
+ * A context accepts nesting up to max_depth and tokenizes at most max_members members in one
+ * body, all the objects the ops look into together: what it holds stays in proportion.
+ */
+struct rewrite_ctx *rewrite_ctx_new(unsigned max_depth, size_t max_members);
 void rewrite_ctx_free(struct rewrite_ctx *ctx);
+/*
+ * Send the output to cb in batches of spans as it is produced instead of collecting it in the
+ * result (whose spans are then empty; total_len still counts it).  cb returns 0, or nonzero
+ * to fail the rewrite.  NULL: collect.
+ */
+void rewrite_ctx_sink(struct rewrite_ctx *ctx,
+    int (*cb)(void *arg, const struct rewrite_span *spans, size_t n), void *arg);
+/* The last result is no longer needed: free what one large body grew past a warm size. */
+void rewrite_ctx_release(struct rewrite_ctx *ctx);
 
 /*
  * Apply prog to body[0..len).  Returns 0 and fills *out, or -1 when the body cannot be
@@ -63,9 +94,10 @@ int rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
     struct rewrite_result *out);
 
 /*
- * Parse a program from YAML text holding one op sequence, outside a configuration file (unit
- * tests, fuzzers, benchmarks).  On error returns NULL and writes "LINE:COL: message" (the first
- * error) to errbuf.  An empty sequence yields an empty program, never NULL.
+ * Parse a program from YAML text holding one op sequence of responses, outside a configuration
+ * file (unit tests, fuzzers, benchmarks).  On error returns NULL and writes "LINE:COL: message"
+ * (the first error by position) to errbuf.  An empty sequence yields an empty program, never
+ * NULL.
  */
 struct rewrite_program *rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf,
     size_t errlen);
@@ -87,11 +119,14 @@ enum rewrite_var {
 	REWRITE_VAR_NONE,               /* a JSON literal */
 	REWRITE_VAR_REQUEST_ID, REWRITE_VAR_ROUTE, REWRITE_VAR_UPSTREAM, REWRITE_VAR_REMOTE_ADDR,
 	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER, REWRITE_VAR_SSL_CLIENT_S_DN,
-	REWRITE_VAR_SSL_CLIENT_VERIFY
+	REWRITE_VAR_SSL_CLIENT_VERIFY, REWRITE_VAR_JSON
 };
 
 /* 1 when the program's set values use the variable var. */
 int rewrite_program_uses(const struct rewrite_program *prog, enum rewrite_var var);
+/* Call fn with the name of each $header.NAME or $json.PATH (as var says) of prog's values. */
+void rewrite_program_names(const struct rewrite_program *prog, enum rewrite_var var,
+    void (*fn)(void *arg, const char *name, size_t len), void *arg);
 
 struct rewrite_key {
 	char *name;                     /* the key as text (what input keys are compared to) */
@@ -108,33 +143,37 @@ struct rewrite_path {                   /* "data.result" -> { data, result } */
 /* A set value: JSON text with $variables spliced in, e.g. {"id":  $request_id  } */
 struct rewrite_piece {
 	enum rewrite_var var;
-	char *s;                        /* JSON literal (VAR_NONE) or header name (VAR_HEADER) */
+	char *s;                        /* JSON literal (VAR_NONE), header name (VAR_HEADER) or
+	                                 * dotted path (VAR_JSON) */
 	size_t len;
 };
 
 struct rewrite_item {
 	struct rewrite_path path;       /* rename source, drop/keep path, set target */
-	struct rewrite_key to;          /* rename: the new key */
+	struct rewrite_key to;          /* rename: the new key, in the same object */
+	int replaces;                   /* rename: members renamed to `to` replace those already
+	                                 * called so (no other item of the op renames them) */
 	struct rewrite_piece *val;      /* set: the value */
 	size_t nval;
 };
 
+/* A status_from map entry: a value compared by value, or a range of integers (5xx). */
 struct rewrite_status_map {
-	char *json;                     /* the YAML key as JSON: 0, "0", true, null */
-	size_t len;
-	char *text;                     /* string keys: the text itself, else NULL */
-	size_t text_len;
+	struct jcond_scalar key;        /* unused for a range */
+	int lo, hi;                     /* a range: 500..599; 0..0 otherwise */
 	int status;
 };
 
 struct rewrite_op {
 	enum rewrite_op_kind kind;
+	struct jcond *when;             /* run only when this holds; NULL: always */
 	struct rewrite_path path;       /* unwrap, wrap, status_from field */
 	struct rewrite_item *items;     /* rename, drop, keep (sorted by path), set */
 	size_t nitems;
 	struct rewrite_status_map *map; /* status_from */
 	size_t nmap;
-	int def_status;                 /* status_from default, 0 when none */
+	int def_status;                 /* status_from default, 0: keep the status */
+	int strings;                    /* status_from: numeric strings match number keys */
 };
 
 struct rewrite_program {

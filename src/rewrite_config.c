@@ -4,6 +4,7 @@
  * escaped once, `set` values become JSON text with $variables marked for per-request splicing.
  */
 #include "envelope.h"
+#include "jprefix.h"
 #include "rewrite.h"
 
 #include <errno.h>
@@ -16,10 +17,9 @@
 #define RC_MAX_LITERAL (64 * 1024)      /* bytes of one `set` value, aliases expanded */
 
 struct rc {
-	struct config_parse *cfg;       /* NULL: errors go to errbuf */
+	struct config_parse *cfg;
 	yaml_document_t *doc;
-	char *errbuf;
-	size_t errlen;
+	enum rewrite_direction direction;
 	int nerr;
 };
 
@@ -60,11 +60,7 @@ rc_error(struct rc *rc, const yaml_node_t *node, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (rc->cfg != NULL)
-		config_error(rc->cfg, node, "%s", msg);
-	else if (rc->nerr == 0 && rc->errbuf != NULL && rc->errlen > 0)
-		snprintf(rc->errbuf, rc->errlen, "%zu:%zu: %s", node->start_mark.line + 1,
-		    node->start_mark.column + 1, msg);
+	config_error(rc->cfg, node, "%s", msg);
 	rc->nerr++;
 }
 
@@ -145,38 +141,22 @@ rc_is_one_of(const char *s, size_t len, const char *const *words)
 
 /*
  * A YAML scalar as a JSON literal: plain scalars keep their YAML 1.2 core type (null, booleans,
- * numbers), everything else is a string.  Returns 1 when it is a string.
+ * numbers), everything else is a string.
  */
-static int
+static void
 rc_scalar_json(const yaml_node_t *node, struct rc_buf *b)
 {
-	static const char *const nulls[] = { "null", "Null", "NULL", "~", "", NULL };
-	static const char *const trues[] = { "true", "True", "TRUE", NULL };
-	static const char *const falses[] = { "false", "False", "FALSE", NULL };
-	size_t len;
-	const char *s = rc_scalar(node, &len);
+	struct jcond_scalar v;
 
-	if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-		if (rc_is_one_of(s, len, nulls)) {
-			rc_buf_add(b, "null", 4);
-			return 0;
-		}
-		if (rc_is_one_of(s, len, trues)) {
-			rc_buf_add(b, "true", 4);
-			return 0;
-		}
-		if (rc_is_one_of(s, len, falses)) {
-			rc_buf_add(b, "false", 5);
-			return 0;
-		}
-		/* RFC 8259 numbers, so plain YAML scalars such as 2 or -1.5e3 stay numbers. */
-		if (envelope_is_number(s, len)) {
-			rc_buf_add(b, s, len);
-			return 0;
-		}
+	if (jcond_scalar_parse(node, &v) != 0) {
+		b->oom = 1;
+		return;
 	}
-	rc_buf_add_string(b, s, len);
-	return 1;
+	if (v.text != NULL)
+		rc_buf_add_string(b, v.text, v.text_len);
+	else
+		rc_buf_add(b, v.json, v.len);
+	jcond_scalar_free(&v);
 }
 
 static void
@@ -218,7 +198,7 @@ rc_pieces_var(struct rc_buf *lit, struct rewrite_piece **pieces, size_t *npieces
 	np[*npieces].var = var;
 	np[*npieces].s = NULL;
 	np[*npieces].len = len;
-	if (var == REWRITE_VAR_HEADER && (np[*npieces].s = rc_memdup(name, len)) == NULL) {
+	if (name != NULL && (np[*npieces].s = rc_memdup(name, len)) == NULL) {
 		*oom = 1;
 		return;
 	}
@@ -280,9 +260,20 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_HEADER, s + 8, len - 8);
 			return 0;
 		}
+		if (len > 6 && memcmp(s, "$json.", 6) == 0) {
+			struct jcond_seg segs[JPREFIX_MAX_PATH];
+
+			if (jprefix_path(s + 6, len - 6, segs) == 0) {
+				rc_error(rc, node, "bad path in variable '%.*s': an empty key or more "
+				    "than %d keys", (int)len, s, JPREFIX_MAX_PATH);
+				return -1;
+			}
+			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_JSON, s + 6, len - 6);
+			return 0;
+		}
 		rc_error(rc, node, "unknown variable '%.*s' (expected $request_id, $route, "
-		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, "
-		    "$ssl_client_verify; $$ for a literal $)", (int)len, s);
+		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, "
+		    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)", (int)len, s);
 		return -1;
 	case YAML_SEQUENCE_NODE:
 		rc_buf_add(lit, "[", 1);
@@ -368,41 +359,32 @@ rc_path_free(struct rewrite_path *path)
 static int
 rc_path(struct rc *rc, yaml_node_t *node, const char *what, struct rewrite_path *path)
 {
-	const char *s, *dot, *end;
-	size_t len, n = 1, i;
+	struct jcond_seg *segs;
+	size_t n, i;
+	int r;
 
 	memset(path, 0, sizeof(*path));
 	if (node->type != YAML_SCALAR_NODE) {
 		rc_error(rc, node, "%s must be a key or a dotted path such as data.result", what);
 		return -1;
 	}
-	s = rc_scalar(node, &len);
-	end = s + len;
-	for (i = 0; i < len; i++)
-		n += s[i] == '.';
-	for (i = 0; i + 1 < len; i++)
-		if (s[i] == '.' && s[i + 1] == '.')
-			break;
-	if (len == 0 || s[0] == '.' || s[len - 1] == '.' || i + 1 < len) {
-		rc_error(rc, node, "%s: empty key in path '%.*s'", what, (int)len, s);
+	r = jcond_path_split((const char *)node->data.scalar.value, node->data.scalar.length,
+	    &segs, &n);
+	if (r == -1) {
+		rc_error(rc, node, "%s: empty key in path '%s'", what,
+		    (const char *)node->data.scalar.value);
 		return -1;
 	}
-	if ((path->seg = calloc(n, sizeof(*path->seg))) == NULL)
-		goto oom;
-	for (i = 0; i < n; i++) {
-		dot = memchr(s, '.', (size_t)(end - s));
-		if (dot == NULL)
-			dot = end;
-		path->nseg++;
-		if (rc_key_init(&path->seg[i], s, (size_t)(dot - s)) != 0)
-			goto oom;
-		s = dot + 1;
+	if (r == 0 && (path->seg = calloc(n, sizeof(*path->seg))) != NULL)
+		for (i = 0; i < n && r == 0; i++, path->nseg++)
+			r = rc_key_init(&path->seg[i], segs[i].name, segs[i].len);
+	jcond_path_free(segs, n);
+	if (r != 0 || path->seg == NULL) {
+		rc_path_free(path);
+		rc_error(rc, node, "out of memory");
+		return -1;
 	}
 	return 0;
-oom:
-	rc_path_free(path);
-	rc_error(rc, node, "out of memory");
-	return -1;
 }
 
 static void
@@ -426,11 +408,10 @@ rc_op_free(struct rewrite_op *op)
 	for (i = 0; i < op->nitems; i++)
 		rc_item_free(&op->items[i]);
 	free(op->items);
-	for (i = 0; i < op->nmap; i++) {
-		free(op->map[i].json);
-		free(op->map[i].text);
-	}
+	for (i = 0; i < op->nmap; i++)
+		jcond_scalar_free(&op->map[i].key);
 	free(op->map);
+	jcond_free(op->when);
 }
 
 static struct rewrite_item *
@@ -505,6 +486,34 @@ rc_paths(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 	return 0;
 }
 
+/* YAML allows a key twice in a mapping; an op's mapping does not, as the top level does not. */
+static int
+rc_unique_keys(struct rc *rc, yaml_node_t *map)
+{
+	yaml_node_pair_t *a, *b;
+	yaml_node_t *ka, *kb;
+	int bad = 0;
+
+	for (b = map->data.mapping.pairs.start; b < map->data.mapping.pairs.top; b++) {
+		kb = yaml_document_get_node(rc->doc, b->key);
+		if (kb->type != YAML_SCALAR_NODE)
+			continue;
+		for (a = map->data.mapping.pairs.start; a < b; a++) {
+			ka = yaml_document_get_node(rc->doc, a->key);
+			if (ka->type == YAML_SCALAR_NODE &&
+			    ka->data.scalar.length == kb->data.scalar.length &&
+			    memcmp(ka->data.scalar.value, kb->data.scalar.value,
+			    ka->data.scalar.length) == 0) {
+				rc_error(rc, kb, "duplicate key '%s' (first at line %zu)",
+				    (const char *)kb->data.scalar.value, ka->start_mark.line + 1);
+				bad = 1;
+				break;
+			}
+		}
+	}
+	return bad ? -1 : 0;
+}
+
 static int
 rc_mapping_nonempty(struct rc *rc, yaml_node_t *arg, const char *op, const char *example)
 {
@@ -513,17 +522,70 @@ rc_mapping_nonempty(struct rc *rc, yaml_node_t *arg, const char *op, const char 
 		rc_error(rc, arg, "%s expects a non-empty mapping, e.g. %s", op, example);
 		return -1;
 	}
+	return rc_unique_keys(rc, arg);
+}
+
+/* 1 when a and b name keys of the same objects: the same path but for the last key. */
+static int
+rc_same_parent(const struct rewrite_path *a, const struct rewrite_path *b)
+{
+	size_t i;
+
+	if (a->nseg != b->nseg)
+		return 0;
+	for (i = 0; i + 1 < a->nseg; i++)
+		if (a->seg[i].len != b->seg[i].len ||
+		    memcmp(a->seg[i].name, b->seg[i].name, a->seg[i].len) != 0)
+			return 0;
+	return 1;
+}
+
+static int
+rc_key_eq(const struct rewrite_key *a, const struct rewrite_key *b)
+{
+	return a->len == b->len && memcmp(a->name, b->name, a->len) == 0;
+}
+
+/*
+ * Two keys renamed to one name would make duplicate keys: an error.  A new name that another
+ * item renames away ({a: b, b: a}) is free by the time this op ends; any other replaces.
+ */
+static int
+rc_rename_targets(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
+{
+	struct rewrite_item *a, *b;
+	size_t i, j;
+
+	for (i = 0; i < op->nitems; i++) {
+		a = &op->items[i];
+		a->replaces = 1;
+		for (j = 0; j < op->nitems; j++) {
+			b = &op->items[j];
+			if (!rc_same_parent(&a->path, &b->path))
+				continue;
+			if (j < i && rc_key_eq(&a->to, &b->to)) {
+				rc_error(rc, arg, "rename: '%s' and '%s' both become '%s'", b->path.seg[
+				    b->path.nseg - 1].name, a->path.seg[a->path.nseg - 1].name, a->to.name);
+				return -1;
+			}
+			if (rc_key_eq(&a->to, &b->path.seg[b->path.nseg - 1]))
+				a->replaces = 0;
+		}
+	}
 	return 0;
 }
 
+/*
+ * rename: { OLD: NEW }.  NEW is a key of OLD's object: alone (msg: message, data.name: title)
+ * or as a path to the same object (data.name: data.title); a key cannot move elsewhere.
+ */
 static int
 rc_rename(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 {
 	yaml_node_pair_t *pair;
 	yaml_node_t *k, *v;
 	struct rewrite_item *item;
-	const char *s;
-	size_t len;
+	struct rewrite_path to;
 	int bad = 0;
 
 	if (rc_mapping_nonempty(rc, arg, "rename", "{ msg: message }") != 0)
@@ -543,13 +605,24 @@ rc_rename(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 			bad = 1;
 			continue;
 		}
-		s = rc_scalar(v, &len);
-		if (rc_key_init(&item->to, s, len) != 0) {
-			rc_error(rc, v, "out of memory");
-			return -1;
+		if (rc_path(rc, v, "rename", &to) != 0) {
+			bad = 1;
+			continue;
 		}
+		if (to.nseg > 1 && !rc_same_parent(&item->path, &to)) {
+			rc_error(rc, v, "rename: '%s' to '%s' would move the key to another object; "
+			    "name the new key alone or in the same object",
+			    (const char *)k->data.scalar.value, (const char *)v->data.scalar.value);
+			rc_path_free(&to);
+			bad = 1;
+			continue;
+		}
+		item->to = to.seg[--to.nseg];   /* the new key; its parents are the old key's */
+		rc_path_free(&to);
 	}
-	return bad ? -1 : 0;
+	if (bad)
+		return -1;
+	return rc_rename_targets(rc, arg, op);
 }
 
 static int
@@ -612,19 +685,94 @@ rc_status(struct rc *rc, yaml_node_t *node, int *status)
 	return -1;
 }
 
+/* A map key Nxx: the range N00..N99. */
+static int
+rc_status_range(const yaml_node_t *k, struct rewrite_status_map *m)
+{
+	const char *s = (const char *)k->data.scalar.value;
+
+	if (k->data.scalar.style != YAML_PLAIN_SCALAR_STYLE || k->data.scalar.length != 3 ||
+	    s[0] < '1' || s[0] > '9' || (s[1] != 'x' && s[1] != 'X') || (s[2] != 'x' && s[2] != 'X'))
+		return 0;
+	m->lo = (s[0] - '0') * 100;
+	m->hi = m->lo + 99;
+	return 1;
+}
+
+/* Two map keys that would match the same values. */
+static int
+rc_status_same(const struct rewrite_status_map *a, const struct rewrite_status_map *b)
+{
+	if (a->hi != 0 || b->hi != 0)
+		return a->lo == b->lo && a->hi == b->hi;
+	if (a->key.text != NULL || b->key.text != NULL)
+		return a->key.text != NULL && b->key.text != NULL &&
+		    a->key.text_len == b->key.text_len &&
+		    memcmp(a->key.text, b->key.text, a->key.text_len) == 0;
+	return jcond_scalar_eq(&a->key, b->key.json, b->key.len, 0);
+}
+
+static int
+rc_status_map(struct rc *rc, yaml_node_t *v, struct rewrite_op *op)
+{
+	yaml_node_pair_t *mp;
+	yaml_node_t *mk, *mv;
+	struct rewrite_status_map *m;
+	size_t i;
+	int bad = 0;
+
+	if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.start == v->data.mapping.pairs.top) {
+		rc_error(rc, v, "status_from map must be a mapping of field values to status codes, "
+		    "e.g. { 0: 200, 404: 404, 5xx: 502 }");
+		return -1;
+	}
+	if ((op->map = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start),
+	    sizeof(*op->map))) == NULL) {
+		rc_error(rc, v, "out of memory");
+		return -1;
+	}
+	for (mp = v->data.mapping.pairs.start; mp < v->data.mapping.pairs.top; mp++) {
+		mk = yaml_document_get_node(rc->doc, mp->key);
+		mv = yaml_document_get_node(rc->doc, mp->value);
+		if (mk->type != YAML_SCALAR_NODE) {
+			rc_error(rc, mk, "status_from map keys must be scalars");
+			bad = 1;
+			continue;
+		}
+		m = &op->map[op->nmap];
+		if (!rc_status_range(mk, m) && jcond_scalar_parse(mk, &m->key) != 0) {
+			rc_error(rc, mk, "out of memory");
+			return -1;
+		}
+		op->nmap++;
+		for (i = 0; i + 1 < op->nmap; i++)
+			if (rc_status_same(&op->map[i], m)) {
+				rc_error(rc, mk, "duplicate key '%s' in status_from map",
+				    (const char *)mk->data.scalar.value);
+				bad = 1;
+				break;
+			}
+		if (rc_status(rc, mv, &m->status) != 0)
+			bad = 1;
+	}
+	return bad ? -1 : 0;
+}
+
+/*
+ * status_from: { field: PATH, map: { VALUE: STATUS, Nxx: STATUS }, default: STATUS,
+ * strings: BOOL }.  Without default an unmapped value keeps the status.
+ */
 static int
 rc_status_from(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 {
-	yaml_node_pair_t *pair, *mp;
-	yaml_node_t *k, *v, *mk, *mv;
-	struct rewrite_status_map *m;
-	struct rc_buf b = { 0 };
+	static const char *const bools[] = { "true", "false", NULL };
+	yaml_node_pair_t *pair;
+	yaml_node_t *k, *v;
 	const char *name;
-	size_t i;
-	int bad = 0, have_field = 0;
+	int bad = 0, have_field = 0, have_map = 0;
 
 	if (rc_mapping_nonempty(rc, arg, "status_from",
-	    "{ field: code, map: { 0: 200 }, default: 502 }") != 0)
+	    "{ field: code, map: { 0: 200, 1001: 401 } }") != 0)
 		return -1;
 	for (pair = arg->data.mapping.pairs.start; pair < arg->data.mapping.pairs.top; pair++) {
 		k = yaml_document_get_node(rc->doc, pair->key);
@@ -638,85 +786,72 @@ rc_status_from(struct rc *rc, yaml_node_t *arg, struct rewrite_op *op)
 			if (rc_status(rc, v, &op->def_status) != 0)
 				bad = 1;
 		} else if (strcmp(name, "map") == 0) {
-			if (v->type != YAML_MAPPING_NODE) {
-				rc_error(rc, v, "status_from map must be a mapping of field values "
-				    "to status codes, e.g. { 0: 200, 404: 404 }");
+			have_map = 1;
+			if (rc_status_map(rc, v, op) != 0)
 				bad = 1;
-				continue;
+		} else if (strcmp(name, "strings") == 0) {
+			if (v->type != YAML_SCALAR_NODE || !rc_is_one_of((const char *)
+			    v->data.scalar.value, v->data.scalar.length, bools)) {
+				rc_error(rc, v, "status_from strings expects true or false");
+				bad = 1;
 			}
-			for (mp = v->data.mapping.pairs.start; mp < v->data.mapping.pairs.top; mp++) {
-				mk = yaml_document_get_node(rc->doc, mp->key);
-				mv = yaml_document_get_node(rc->doc, mp->value);
-				if (mk->type != YAML_SCALAR_NODE) {
-					rc_error(rc, mk, "status_from map keys must be scalars");
-					bad = 1;
-					continue;
-				}
-				if ((m = realloc(op->map, (op->nmap + 1) * sizeof(*m))) == NULL) {
-					rc_error(rc, mk, "out of memory");
-					free(b.p);
-					return -1;
-				}
-				op->map = m;
-				m = &op->map[op->nmap];
-				memset(m, 0, sizeof(*m));
-				b.len = 0;
-				rc_scalar_json(mk, &b);
-				if (b.oom || (m->json = rc_memdup(b.p, b.len)) == NULL) {
-					rc_error(rc, mk, "out of memory");
-					free(b.p);
-					return -1;
-				}
-				m->len = b.len;
-				if (b.p[0] == '"' && (m->text = rc_memdup(
-				    (const char *)mk->data.scalar.value, mk->data.scalar.length)) != NULL)
-					m->text_len = mk->data.scalar.length;
-				op->nmap++;
-				for (i = 0; i + 1 < op->nmap; i++)
-					if (op->map[i].len == m->len &&
-					    memcmp(op->map[i].json, m->json, m->len) == 0) {
-						rc_error(rc, mk, "duplicate key '%s' in status_from map",
-						    (const char *)mk->data.scalar.value);
-						bad = 1;
-					}
-				if (rc_status(rc, mv, &m->status) != 0)
-					bad = 1;
-			}
+			op->strings = v->type == YAML_SCALAR_NODE && v->data.scalar.value[0] == 't';
 		} else {
-			rc_error(rc, k, "unknown key '%s' in status_from (expected field, map, default)",
-			    name);
+			rc_error(rc, k, "unknown key '%s' in status_from (expected field, map, default, "
+			    "strings)", name);
 			bad = 1;
 		}
 	}
-	free(b.p);
-	if (!have_field) {
-		rc_error(rc, arg, "status_from needs a field, e.g. { field: code }");
+	/* What is missing, once what is there is right. */
+	if (!bad && !have_field) {
+		rc_error(rc, arg, "status_from needs a field, e.g. { field: code, map: { 0: 200 } }");
+		bad = 1;
+	}
+	if (!bad && !have_map) {
+		rc_error(rc, arg, "status_from needs a map of field values to statuses, e.g. "
+		    "{ field: code, map: { 0: 200, 1001: 401 } }");
 		bad = 1;
 	}
 	return bad ? -1 : 0;
 }
 
-/* One list item: a mapping with exactly one key, the op name. */
+/* One list item: a mapping with one op key, and when: optionally. */
 static int
 rc_op(struct rc *rc, yaml_node_t *node, struct rewrite_op *op)
 {
-	yaml_node_t *k, *arg;
-	const char *name;
+	yaml_node_pair_t *pair;
+	yaml_node_t *k, *key = NULL, *arg = NULL, *when = NULL;
+	const char *name = "";
 	size_t i;
+	int r;
 
-	if (node->type != YAML_MAPPING_NODE ||
-	    node->data.mapping.pairs.top - node->data.mapping.pairs.start != 1) {
-		rc_error(rc, node, "each op must be a mapping with one key, e.g. '- unwrap: data'");
+	if (node->type == YAML_MAPPING_NODE && rc_unique_keys(rc, node) != 0)
+		return -1;
+	for (pair = node->type == YAML_MAPPING_NODE ? node->data.mapping.pairs.start : NULL;
+	    pair != NULL && pair < node->data.mapping.pairs.top; pair++) {
+		k = yaml_document_get_node(rc->doc, pair->key);
+		if (k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value,
+		    "when") == 0)
+			when = yaml_document_get_node(rc->doc, pair->value);
+		else if (key == NULL) {
+			key = k;
+			arg = yaml_document_get_node(rc->doc, pair->value);
+		} else {
+			key = NULL;
+			break;
+		}
+	}
+	if (key == NULL) {
+		rc_error(rc, node, "each op must be a mapping with one op key and, optionally, "
+		    "when, e.g. '- unwrap: data'");
 		return -1;
 	}
-	k = yaml_document_get_node(rc->doc, node->data.mapping.pairs.start->key);
-	arg = yaml_document_get_node(rc->doc, node->data.mapping.pairs.start->value);
-	name = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+	name = key->type == YAML_SCALAR_NODE ? (const char *)key->data.scalar.value : "";
 	for (i = 0; i < RC_NOPS; i++)
 		if (strcmp(name, rc_op_names[i]) == 0)
 			break;
 	if (i == RC_NOPS) {
-		rc_error(rc, k, "unknown op '%s' (expected unwrap, wrap, rename, drop, keep, set, "
+		rc_error(rc, key, "unknown op '%s' (expected unwrap, wrap, rename, drop, keep, set, "
 		    "status_from)", name);
 		return -1;
 	}
@@ -724,18 +859,37 @@ rc_op(struct rc *rc, yaml_node_t *node, struct rewrite_op *op)
 	switch (op->kind) {
 	case REWRITE_UNWRAP:
 	case REWRITE_WRAP:
-		return rc_path(rc, arg, name, &op->path);
+		r = rc_path(rc, arg, name, &op->path);
+		break;
 	case REWRITE_RENAME:
-		return rc_rename(rc, arg, op);
+		r = rc_rename(rc, arg, op);
+		break;
 	case REWRITE_DROP:
 	case REWRITE_KEEP:
-		return rc_paths(rc, arg, op);
+		r = rc_paths(rc, arg, op);
+		break;
 	case REWRITE_SET:
-		return rc_set(rc, arg, op);
-	case REWRITE_STATUS_FROM:
-		return rc_status_from(rc, arg, op);
+		r = rc_set(rc, arg, op);
+		break;
+	default:
+		r = rc_status_from(rc, arg, op);
+		if (r == 0 && rc->direction == REWRITE_REQUEST) {
+			rc_error(rc, key, "status_from works on responses only");
+			r = -1;
+		}
+		break;
 	}
-	return -1;
+	if (when == NULL)
+		return r;
+	if ((op->when = jcond_parse(rc->cfg, rc->doc, when)) == NULL) {
+		rc->nerr++;
+		return -1;
+	}
+	if (rc->direction == REWRITE_REQUEST && jcond_uses_status(op->when)) {
+		rc_error(rc, when, "when: a request has no status to test");
+		return -1;
+	}
+	return r;
 }
 
 static struct rewrite_program *
@@ -776,9 +930,9 @@ rc_program(struct rc *rc, yaml_node_t *node)
 
 int
 rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node,
-    struct rewrite_program **out)
+    enum rewrite_direction direction, struct rewrite_program **out)
 {
-	struct rc rc = { .cfg = ctx, .doc = doc };
+	struct rc rc = { .cfg = ctx, .doc = doc, .direction = direction };
 
 	*out = NULL;
 	if (node->type == YAML_SEQUENCE_NODE &&
@@ -791,11 +945,12 @@ rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_
 struct rewrite_program *
 rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t errlen)
 {
-	struct rc rc = { .errbuf = errbuf, .errlen = errlen };
+	struct rc rc = { .direction = REWRITE_RESPONSE };
 	yaml_parser_t parser;
 	yaml_document_t doc;
 	yaml_node_t *root;
 	struct rewrite_program *prog = NULL;
+	char *errors, *nl;
 
 	if (errlen > 0)
 		errbuf[0] = '\0';
@@ -811,10 +966,19 @@ rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t err
 		return NULL;
 	}
 	rc.doc = &doc;
+	rc.cfg = config_parse_new("");
 	if ((root = yaml_document_get_root_node(&doc)) == NULL)
 		snprintf(errbuf, errlen, "1:1: empty document");
 	else
 		prog = rc_program(&rc, root);
+	/* The first error by position, without the (empty) file name: "LINE:COL: message". */
+	if ((errors = config_parse_errors(rc.cfg)) != NULL) {
+		if ((nl = strchr(errors, '\n')) != NULL)
+			*nl = '\0';
+		snprintf(errbuf, errlen, "%s", errors + 1);
+		free(errors);
+	}
+	config_parse_free(rc.cfg);
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&parser);
 	return prog;
@@ -843,4 +1007,22 @@ int
 rewrite_program_uses(const struct rewrite_program *prog, enum rewrite_var var)
 {
 	return prog != NULL && (prog->vars & (1u << var)) != 0;
+}
+
+void
+rewrite_program_names(const struct rewrite_program *prog, enum rewrite_var var,
+    void (*fn)(void *arg, const char *name, size_t len), void *arg)
+{
+	const struct rewrite_item *it;
+	size_t i, j, k;
+
+	if (!rewrite_program_uses(prog, var))
+		return;
+	for (i = 0; i < prog->nops; i++)
+		for (j = 0; j < prog->ops[i].nitems; j++) {
+			it = &prog->ops[i].items[j];
+			for (k = 0; k < it->nval; k++)
+				if (it->val[k].var == var)
+					fn(arg, it->val[k].s, it->val[k].len);
+		}
 }

@@ -4,6 +4,29 @@
 
 #include <stddef.h>
 #include "config.h"
+#include "http.h"
+
+/* Most captures of one path template. */
+#define ROUTE_MAX_CAPTURES 16
+
+/*
+ * A path template: "/users/{id}/dashboard" (a segment in braces captures it, never empty),
+ * "/files/{rest...}" (the last segment may capture the remainder, slashes and all, maybe
+ * empty).  Literal segments compare as sent, like plain paths.
+ */
+struct route_pattern;
+
+/* Compile text (which holds a '{' or '}'); NULL with *why (a static string) when it is not a
+ * template. */
+struct route_pattern *route_pattern_new(const char *text, const char **why);
+void route_pattern_free(struct route_pattern *p);
+size_t route_pattern_ncaptures(const struct route_pattern *p);
+/* The index of the capture named name[0..len), or -1; *rest: a {NAME...} capture. */
+int route_pattern_capture(const struct route_pattern *p, const char *name, size_t len,
+    int *rest);
+/* 1 when path matches, with the captures' values (as sent) in caps (NULL: not wanted). */
+int route_pattern_match(const struct route_pattern *p, const char *path, size_t len,
+    struct http_str *caps);
 
 /*
  * Return the first matching route, or NULL.  When no route matches but some route matched on
@@ -13,6 +36,14 @@
 const struct config_route *route_match(const struct config *cfg,
     const char *host, size_t host_len, const char *path, size_t path_len,
     unsigned method_bit, int *method_mismatch);
+/* The same from cfg->routes[first] on: the routes before it were looked at already. */
+const struct config_route *route_match_from(const struct config *cfg, size_t first,
+    const char *host, size_t host_len, const char *path, size_t path_len,
+    unsigned method_bit, int *method_mismatch);
+
+/* The captures of route's path template in path, which route matched: their number. */
+size_t route_captures(const struct config_route *route, const char *path, size_t path_len,
+    struct http_str caps[ROUTE_MAX_CAPTURES]);
 
 /*
  * Write into out (capacity cap) the path to send upstream: path with route->strip_prefix removed

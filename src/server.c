@@ -12,15 +12,23 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "aggregate.h"
 #include "body.h"
 #include "listener.h"
 #include "log.h"
+#include "mempool.h"
 #include "proxy.h"
 #include "upstream.h"
+#include "upstream_set.h"
 
 static struct worker *workers;
 static unsigned nworkers;
 static int exit_fd = -1;                /* eventfd: workers tell the main thread they ended */
+/* Client connections open in all workers, counted against limits.max_connections. */
+static atomic_uint slots_taken;
+static atomic_uint workers_full;        /* workers whose full flag is set */
+
+static void worker_post(struct worker *w, struct runtime *rt, int drain, int resume);
 
 static void
 runtime_add_error(char **errors, const char *fmt, const char *a, const char *b)
@@ -49,7 +57,8 @@ runtime_find_sock(struct runtime *rt, const char *key)
 
 /* Build a runtime for cfg, keeping the sockets of previous that are still listed. */
 struct runtime *
-runtime_new(struct config *cfg, struct runtime *previous, char **errors)
+runtime_new(struct config *cfg, struct runtime *previous, unsigned nworkers_wanted,
+    char **errors)
 {
 	struct runtime *rt;
 	struct listen_sock *ls;
@@ -69,7 +78,7 @@ runtime_new(struct config *cfg, struct runtime *previous, char **errors)
 		const struct config_addr *addr = &cfg->listeners[i].addr;
 		if ((ls = runtime_find_sock(previous, addr->text)) != NULL)
 			listener_ref(ls);
-		else if ((ls = listener_open(addr)) == NULL)
+		else if ((ls = listener_open(addr, nworkers_wanted)) == NULL)
 			runtime_add_error(errors, "cannot listen on %s: %s", addr->text,
 			    strerror(errno));
 		rt->socks[i] = ls;
@@ -99,9 +108,24 @@ runtime_release(struct runtime *rt)
 	for (i = 0; i < rt->cfg->nlisteners; i++)
 		listener_unref(rt->socks[i]);
 	access_log_close(&rt->access);
+	upstream_sets_release(rt->cfg);
 	config_free(rt->cfg);
 	free(rt->socks);
 	free(rt);
+}
+
+void
+runtime_stop_listening(struct runtime *rt, const struct runtime *keep)
+{
+	size_t i, j;
+
+	for (i = 0; i < rt->cfg->nlisteners; i++) {
+		for (j = 0; keep != NULL && j < keep->cfg->nlisteners; j++)
+			if (keep->socks[j] == rt->socks[i])
+				break;
+		if (keep == NULL || j == keep->cfg->nlisteners)
+			listener_shutdown(rt->socks[i]);
+	}
 }
 
 /* --- a worker's view of a runtime --------------------------------------------------- */
@@ -150,13 +174,66 @@ worker_set_accepting(struct worker *w, int on)
 		listener_enable(w->cur->listeners[i], on);
 }
 
+static int
+server_slot_take(unsigned max)
+{
+	unsigned n = atomic_load(&slots_taken);
+
+	do {
+		if (n >= max)
+			return 0;
+	} while (!atomic_compare_exchange_weak(&slots_taken, &n, n + 1));
+	return 1;
+}
+
+int
+worker_slot_take(struct worker *w)
+{
+	unsigned max = w->cur->rt->cfg->limits.max_connections;
+
+	if (server_slot_take(max))
+		return 1;
+	/* Flag first, then try again: a slot given back in between is either taken now or
+	 * its giver sees the flag and wakes us. */
+	if (!atomic_exchange(&w->full, 1))
+		atomic_fetch_add(&workers_full, 1);
+	if (server_slot_take(max)) {
+		if (atomic_exchange(&w->full, 0))
+			atomic_fetch_sub(&workers_full, 1);
+		return 1;
+	}
+	worker_set_accepting(w, 0);
+	return 0;
+}
+
+void
+worker_slot_give(struct worker *w)
+{
+	unsigned i;
+
+	atomic_fetch_sub(&slots_taken, 1);
+	if (atomic_load(&workers_full) == 0)
+		return;
+	for (i = 0; i < nworkers; i++) {
+		if (!atomic_exchange(&workers[i].full, 0))
+			continue;
+		atomic_fetch_sub(&workers_full, 1);
+		if (&workers[i] != w)
+			worker_post(&workers[i], NULL, 0, 1);
+		else
+			worker_set_accepting(w, 1);
+	}
+}
+
 void
 worker_client_closed(struct worker *w)
 {
+	worker_slot_give(w);
 	if (w->draining) {
 		if (w->nclients == 0)
 			event_base_loopbreak(w->base);
-	} else if (!w->accepting && w->nclients < w->max_clients) {
+	} else if (!w->accepting) {
+		/* After EMFILE and friends: a descriptor is free now. */
 		worker_set_accepting(w, 1);
 	}
 }
@@ -187,16 +264,37 @@ worker_use_runtime(struct worker *w, struct runtime *rt)
 	if (upstream_pools_init(wr) < 0)
 		log_errorx("worker %u: out of memory for upstream pools", w->id);
 	w->cur = wr;
-	w->max_clients = (cfg->limits.max_connections + nworkers - 1) / nworkers;
-	if (w->max_clients == 0)
-		w->max_clients = 1;
 	if (old != NULL) {
 		/* Stop accepting on the old sockets now; requests on it finish on their own. */
 		worker_runtime_detach_listeners(old);
 		upstream_pools_close_idle(old);
 		worker_runtime_unref(old);
 	}
-	worker_set_accepting(w, w->nclients < w->max_clients);
+	/* At max_connections the first accept finds no slot and stops again. */
+	worker_set_accepting(w, 1);
+}
+
+/* Newer versions of upstreams' servers: the pools of the current runtime follow them (one
+ * made for an older configuration is too late and goes). */
+static void
+worker_take_sets(struct worker *w)
+{
+	struct upstream_set **sets;
+	size_t i, n;
+
+	pthread_mutex_lock(&w->lock);
+	sets = w->pending_sets;
+	n = w->npending_sets;
+	w->pending_sets = NULL;
+	w->npending_sets = w->pending_sets_cap = 0;
+	pthread_mutex_unlock(&w->lock);
+	for (i = 0; i < n; i++) {
+		if (w->cur != NULL && w->cur->rt->cfg == sets[i]->cfg && w->cur->pools != NULL)
+			upstream_pool_use_set(&w->cur->pools[sets[i]->upstream], sets[i]);
+		else
+			upstream_set_unref(sets[i]);
+	}
+	free(sets);
 }
 
 static void
@@ -205,7 +303,7 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
 	struct worker *w = arg;
 	struct runtime *rt;
 	uint64_t v;
-	int drain;
+	int drain, resume;
 
 	(void)what;
 	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -214,12 +312,17 @@ worker_notify_cb(evutil_socket_t fd, short what, void *arg)
 	rt = w->pending;
 	w->pending = NULL;
 	drain = w->pending_drain;
+	resume = w->pending_resume;
+	w->pending_resume = 0;
 	pthread_mutex_unlock(&w->lock);
 
 	if (rt != NULL && !w->draining)
 		worker_use_runtime(w, rt);
 	else if (rt != NULL)
 		runtime_release(rt);
+	worker_take_sets(w);
+	if (resume)
+		worker_set_accepting(w, 1);
 	if (drain == 2) {
 		proxy_close_all(w);
 		event_base_loopbreak(w->base);
@@ -242,11 +345,13 @@ worker_main(void *arg)
 	event_base_dispatch(w->base);
 	proxy_close_all(w);
 	proxy_reap_cb(-1, 0, w);
+	aggregate_free_idle(w);
 	if ((wr = w->cur) != NULL) {
 		w->cur = NULL;
 		worker_runtime_detach_listeners(wr);
 		worker_runtime_unref(wr);
 	}
+	mempool_thread_release();
 	if (write(exit_fd, &one, sizeof(one)) < 0)
 		log_warn("worker %u: exit notify", w->id);
 	return NULL;
@@ -289,7 +394,7 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 }
 
 static void
-worker_post(struct worker *w, struct runtime *rt, int drain)
+worker_post(struct worker *w, struct runtime *rt, int drain, int resume)
 {
 	uint64_t one = 1;
 
@@ -302,6 +407,7 @@ worker_post(struct worker *w, struct runtime *rt, int drain)
 	}
 	if (drain > w->pending_drain)
 		w->pending_drain = drain;
+	w->pending_resume |= resume;
 	pthread_mutex_unlock(&w->lock);
 	if (write(w->notify_fd, &one, sizeof(one)) < 0)
 		log_warn("worker %u: notify", w->id);
@@ -351,7 +457,35 @@ server_swap(struct runtime *rt)
 	unsigned i;
 
 	for (i = 0; i < nworkers; i++)
-		worker_post(&workers[i], rt, 0);
+		worker_post(&workers[i], rt, 0, 0);
+}
+
+void
+server_publish_set(struct upstream_set *set)
+{
+	struct upstream_set **grown;
+	uint64_t one = 1;
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++) {
+		struct worker *w = &workers[i];
+		pthread_mutex_lock(&w->lock);
+		if (w->npending_sets == w->pending_sets_cap) {
+			size_t cap = w->pending_sets_cap ? w->pending_sets_cap * 2 : 4;
+			if ((grown = realloc(w->pending_sets, cap * sizeof(*grown))) == NULL) {
+				pthread_mutex_unlock(&w->lock);
+				log_errorx("worker %u: out of memory for new upstream servers", w->id);
+				continue;
+			}
+			w->pending_sets = grown;
+			w->pending_sets_cap = cap;
+		}
+		upstream_set_ref(set);
+		w->pending_sets[w->npending_sets++] = set;
+		pthread_mutex_unlock(&w->lock);
+		if (write(w->notify_fd, &one, sizeof(one)) < 0)
+			log_warn("worker %u: notify", w->id);
+	}
 }
 
 void
@@ -360,7 +494,7 @@ server_drain(void)
 	unsigned i;
 
 	for (i = 0; i < nworkers; i++)
-		worker_post(&workers[i], NULL, 1);
+		worker_post(&workers[i], NULL, 1, 0);
 }
 
 void
@@ -369,7 +503,7 @@ server_stop_now(void)
 	unsigned i;
 
 	for (i = 0; i < nworkers; i++)
-		worker_post(&workers[i], NULL, 2);
+		worker_post(&workers[i], NULL, 2, 0);
 }
 
 void
@@ -382,6 +516,9 @@ server_join(void)
 		pthread_join(w->thread, NULL);
 		if (w->pending != NULL)
 			runtime_release(w->pending);
+		while (w->npending_sets > 0)
+			upstream_set_unref(w->pending_sets[--w->npending_sets]);
+		free(w->pending_sets);
 		event_free(w->notify_ev);
 		event_free(w->reaper);
 		body_pool_free(w->bodies);

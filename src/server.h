@@ -18,6 +18,8 @@ struct worker_listener;
 struct client;
 struct body_pool;
 struct evbuffer;
+struct upstream_set;
+struct aggregate;
 
 /* One loaded configuration and the listening sockets it owns; shared by every worker. */
 struct runtime {
@@ -44,16 +46,19 @@ struct worker {
 	struct event_base *base;
 	int notify_fd;                  /* eventfd: the main thread posts messages */
 	struct event *notify_ev;
-	pthread_mutex_t lock;           /* guards the two message fields below */
+	pthread_mutex_t lock;           /* guards the message fields below */
 	struct runtime *pending;        /* new runtime to switch to */
 	int pending_drain;              /* 1: drain and stop, 2: stop now */
+	struct upstream_set **pending_sets; /* newer versions of upstreams' servers */
+	size_t npending_sets, pending_sets_cap;
+	int pending_resume;             /* a connection slot came free: accept again */
+	atomic_int full;                /* stopped accepting at max_connections */
 
 	struct worker_runtime *cur;
 	struct client_list clients;     /* every open client connection */
 	struct client_list dead;        /* closed clients whose memory the reaper frees */
 	struct event *reaper;
 	unsigned nclients;
-	unsigned max_clients;           /* limits.max_connections shared out between workers */
 	int accepting;                  /* listeners enabled */
 	int draining;
 
@@ -64,21 +69,33 @@ struct worker {
 	size_t target_cap;
 	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
 	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
+	struct aggregate *aggregates;   /* idle ones, kept for the next aggregated requests */
 };
 
-struct runtime *runtime_new(struct config *cfg, struct runtime *previous, char **errors);
+/* A runtime for cfg, with sockets for nworkers; the sockets of previous still listed are kept. */
+struct runtime *runtime_new(struct config *cfg, struct runtime *previous, unsigned nworkers,
+    char **errors);
 void runtime_release(struct runtime *rt);
+/* Stop listening at once on the sockets of rt that keep does not have (keep NULL: all). */
+void runtime_stop_listening(struct runtime *rt, const struct runtime *keep);
 
 void worker_runtime_ref(struct worker_runtime *wr);
 void worker_runtime_unref(struct worker_runtime *wr);
 /* Stop or resume accepting on every listener of this worker (max_connections, drain). */
 void worker_set_accepting(struct worker *w, int on);
+/* Take one of the limits.max_connections slots shared by all workers before accepting; 0:
+ * none is free, and w stops accepting until one is given back. */
+int worker_slot_take(struct worker *w);
+/* Give a slot back (an accept failed, or its connection closed): wakes full workers. */
+void worker_slot_give(struct worker *w);
 /* Called by proxy when a client connection closes: may resume accepting, or end the drain. */
 void worker_client_closed(struct worker *w);
 
 /* Main-thread side: start workers on rt, swap all of them to a new runtime, stop them. */
 int server_start(struct runtime *rt, unsigned nworkers);
 void server_swap(struct runtime *rt);
+/* Give every worker a newer version of an upstream's servers (a reference each). */
+void server_publish_set(struct upstream_set *set);
 void server_drain(void);
 void server_stop_now(void);
 void server_join(void);

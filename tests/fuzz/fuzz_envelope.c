@@ -1,19 +1,31 @@
 /*
- * libFuzzer target over the envelope engine and its ops.  The first input byte picks a
- * program, the rest is the body.  Checked on every input:
- *   - the scanner variants agree with the scalar one;
+ * libFuzzer target over the envelope engine and its ops.
+ *
+ * Input: four control bytes, then the body.
+ *   0: the program: one of programs[] (below NPROGRAMS), else the input carries its own: a
+ *      length byte and that many bytes of YAML right after the control bytes (a program
+ *      that does not load falls back to programs[0]);
+ *   1: the scanner the engine runs on (jscan_use), modulo the variants;
+ *   2: a start offset (low four bits) for the scanner and the tokenizer;
+ *   3: max_depth, 1 to 64.
+ * Checked on every input:
+ *   - the scanner variants agree with the scalar one, at the start offset too;
+ *   - envelope_parse from the start offset gives members inside the object it reports;
  *   - a body valid by RFC 8259 yields valid output (never less valid than the input);
- *   - validate: full accepting a body implies envelope mode gives the same bytes;
- *   - every span pointing into the body lies inside it (spliced bytes are input bytes),
- *     and the spans add up to total_len.
+ *   - validate: full accepting a body implies envelope mode gives the same bytes and status;
+ *   - every span pointing into the body lies inside it, and the spans add up to total_len;
+ *   - a sink receives exactly the bytes of the collected spans.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "envelope.h"
 #include "jscan.h"
 #include "jvalid.h"
 #include "rewrite.h"
+
+#define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,30 +35,51 @@ static const char *const programs[] = {
 	"[wrap: result]",
 	"[wrap: r, unwrap: r]",
 	"[rename: {msg: message, a: b, b: a}]",
+	"[rename: {a: b}, rename: {data.x: y}]",
 	"[drop: [debug, data.x, \"d\\\"q\"]]",
 	"[keep: [code, data.id, data.x.y]]",
 	"[set: {gateway: jsongate, v: 2, data.rid: $request_id, h: $header.x, m: {a: [1, $route]}}]",
+	("[set: {u: $upstream, r: $remote_addr, t: $time_iso8601, dn: $ssl_client_s_dn, "
+	    "v: $ssl_client_verify, h: $header.missing}]"),
 	"[status_from: {field: code, map: {0: 200, \"0\": 201, true: 202}, default: 502}]",
 	"[drop: [debug], rename: {msg: message}, set: {gateway: bench}]",
 	"[unwrap: data, wrap: result, set: {x: 1}, keep: [x, result.a]]",
 	"[set: {a.b: 1}, rename: {a.b: c}, drop: [a.c], unwrap: a]",
+	("[status_from: {field: code, map: {0: 200, 1001: 401, 5xx: 502}, strings: true}, "
+	    "{unwrap: data, when: {field: code, equals: 0}}]"),
+	("[{set: {x: 1}, when: {any: [{status: [200, 5xx]}, {field: a.b, in: [1, x, null]}]}}, "
+	    "{drop: [a], when: {not: {field: a, type: object}}}, "
+	    "{rename: {m: n, data.m: data.n}, when: {field: m, prefix: ab}}]"),
+	("[set: {m: {k: v}}, {wrap: w, when: {field: m.k, exists: true}}, "
+	    "{unwrap: w, when: {field: w.m.k, equals: v}}]"),
 };
 #define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
 
 static struct rewrite_program *progs[NPROGRAMS];
-static struct rewrite_ctx *ctx_env, *ctx_full;
+
+static int
+fuzz_header_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	(void)arg;
+	if (len != 1 || (name[0] != 'x' && name[0] != 'X'))
+		return 0;
+	*value = (struct rewrite_str){ "\"\\\x01\xff", 4 };
+	return 1;
+}
 
 static void
-fuzz_init(void)
+fuzz_vars(struct rewrite_vars *vars)
 {
-	size_t i;
-
-	for (i = 0; i < NPROGRAMS; i++)
-		if ((progs[i] = rewrite_program_from_yaml(programs[i], strlen(programs[i]), NULL,
-		    0)) == NULL)
-			abort();
-	ctx_env = rewrite_ctx_new(64);
-	ctx_full = rewrite_ctx_new(64);
+	memset(vars, 0, sizeof(*vars));
+	vars->request_id = (struct rewrite_str){ "id\"\\", 4 };
+	vars->route = (struct rewrite_str){ "\xc3\x28", 2 };
+	vars->upstream = (struct rewrite_str){ "127.0.0.1:9\x00" "1", 12 };
+	vars->remote_addr = (struct rewrite_str){ "::1", 3 };
+	vars->ssl_client_s_dn = (struct rewrite_str){ "CN=a\\, \"b\"", 11 };
+	vars->ssl_client_verify = (struct rewrite_str){ "FAILED:\xe2\x82", 9 };
+	vars->now = -1;
+	vars->status = 503;
+	vars->header_cb = fuzz_header_cb;
 }
 
 static char *
@@ -58,75 +91,143 @@ fuzz_join(const struct rewrite_result *r, const char *body, size_t len)
 	for (i = 0; i < r->nspans; i++) {
 		const char *p = r->spans[i].p;
 
-		if (r->spans[i].len == 0)
-			abort();
+		FUZZ_CHECK(r->spans[i].len > 0);
 		/* A span starting inside the body must end inside it. */
-		if (p >= body && p < body + len && p + r->spans[i].len > body + len)
-			abort();
+		FUZZ_CHECK(!(p >= body && p < body + len && p + r->spans[i].len > body + len));
 		memcpy(out + k, p, r->spans[i].len);
 		k += r->spans[i].len;
 	}
-	if (k != r->total_len)
-		abort();
+	FUZZ_CHECK(k == r->total_len);
 	return out;
+}
+
+struct fuzz_sunk {
+	char *buf;
+	size_t len, cap;
+};
+
+static int
+fuzz_sink_cb(void *arg, const struct rewrite_span *spans, size_t n)
+{
+	struct fuzz_sunk *k = arg;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		FUZZ_CHECK(spans[i].len > 0);
+		if (k->len + spans[i].len > k->cap) {
+			k->cap = (k->len + spans[i].len) * 2;
+			k->buf = realloc(k->buf, k->cap);
+		}
+		memcpy(k->buf + k->len, spans[i].p, spans[i].len);
+		k->len += spans[i].len;
+	}
+	return 0;
+}
+
+/* The scanners agree, and the tokenizer keeps its members inside the object it found. */
+static void
+fuzz_scan(const char *body, size_t len, size_t pos, unsigned depth)
+{
+	struct envelope env;
+	ssize_t ref, got;
+	size_t end, i;
+	int impl, r;
+
+	ref = jscan_skip_impl(JSCAN_SCALAR, body, len, pos, depth);
+	for (impl = 1; impl < JSCAN_NIMPL; impl++) {
+		if (!jscan_impl_available((enum jscan_impl)impl))
+			continue;
+		got = jscan_skip_impl((enum jscan_impl)impl, body, len, pos, depth);
+		FUZZ_CHECK(got == ref);
+	}
+	envelope_init(&env);
+	r = envelope_parse(&env, body, len, pos, depth, &end);
+	if (r == 0) {
+		FUZZ_CHECK(end > pos && end <= len && body[end - 1] == '}');
+		for (i = 0; i < env.nmembers; i++) {
+			FUZZ_CHECK(env.members[i].key > body + pos);
+			FUZZ_CHECK(env.members[i].val + env.members[i].vallen < body + end);
+		}
+	}
+	envelope_free(&env);
 }
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct rewrite_vars vars;
-	struct http_header hdr = { { "X", 1 }, { "\"\\\x01\xff", 4 } };
 	struct rewrite_result re, rf;
+	struct rewrite_program *own = NULL;
 	const struct rewrite_program *prog;
+	struct rewrite_ctx *ctx_env, *ctx_full;
+	struct fuzz_sunk sunk = { NULL, 0, 0 };
 	const char *body;
 	char *oe = NULL, *of;
-	size_t len, pos;
-	ssize_t ref, got;
+	size_t len, pos, plen;
+	unsigned depth;
 	int valid, e, f, impl;
 
 	if (progs[0] == NULL)
-		fuzz_init();
-	if (size < 1)
+		for (size_t i = 0; i < NPROGRAMS; i++)
+			FUZZ_CHECK((progs[i] = rewrite_program_from_yaml(programs[i],
+			    strlen(programs[i]), NULL, 0)) != NULL);
+	if (size < 4)
 		return 0;
-	prog = progs[data[0] % NPROGRAMS];
-	body = (const char *)data + 1;
-	len = size - 1;
-
-	for (pos = 0; pos < len && pos < 4; pos++) {
-		ref = jscan_skip_impl(JSCAN_SCALAR, body, len, pos, 64);
-		for (impl = 1; impl < JSCAN_NIMPL; impl++) {
-			if (!jscan_impl_available((enum jscan_impl)impl))
-				continue;
-			got = jscan_skip_impl((enum jscan_impl)impl, body, len, pos, 64);
-			if (got != ref)
-				abort();
-		}
+	body = (const char *)data + 4;
+	len = size - 4;
+	if (data[0] < NPROGRAMS) {
+		prog = progs[data[0]];
+	} else {
+		plen = len > 0 ? (uint8_t)body[0] : 0;
+		if (plen + 1 > len)
+			return 0;
+		own = rewrite_program_from_yaml(body + 1, plen, NULL, 0);
+		prog = own != NULL ? own : progs[0];
+		body += plen + 1;
+		len -= plen + 1;
 	}
+	impl = data[1] % JSCAN_NIMPL;
+	if (jscan_use((enum jscan_impl)impl) != 0)
+		jscan_use(jscan_impl_best());
+	pos = data[2] & 15;
+	depth = 1 + data[3] % 64;
 
-	memset(&vars, 0, sizeof(vars));
-	vars.request_id = (struct http_str){ "id\"\\", 4 };
-	vars.route = (struct http_str){ "\xc3\x28", 2 };
-	vars.headers = &hdr;
-	vars.nheaders = 1;
-	valid = jvalid_check(body, len, 64, NULL) == JVALID_OK;
+	if (pos < len)
+		fuzz_scan(body, len, pos, depth);
+
+	fuzz_vars(&vars);
+	ctx_env = rewrite_ctx_new(depth, 64);
+	ctx_full = rewrite_ctx_new(depth, 64);
+	valid = jvalid_check(body, len, depth, NULL) == JVALID_OK;
 	e = rewrite_apply(ctx_env, prog, VALIDATE_ENVELOPE, body, len, &vars, &re);
 	if (e == 0) {
 		oe = fuzz_join(&re, body, len);
 		/* Ops add at most a few levels (wrap, set of nested values). */
-		if (valid && jvalid_check(oe, re.total_len, 64 + 8, NULL) != JVALID_OK)
-			abort();
+		if (valid)
+			FUZZ_CHECK(jvalid_check(oe, re.total_len, depth + 8, NULL) == JVALID_OK);
+	} else {
+		FUZZ_CHECK(re.error != NULL);
 	}
 	f = rewrite_apply(ctx_full, prog, VALIDATE_FULL, body, len, &vars, &rf);
-	if (f == 0 && !valid)
-		abort();
+	FUZZ_CHECK(f != 0 || valid);
 	if (f == 0) {
-		if (e != 0 || rf.total_len != re.total_len || rf.status != re.status)
-			abort();
+		FUZZ_CHECK(e == 0 && rf.total_len == re.total_len && rf.status == re.status);
 		of = fuzz_join(&rf, body, len);
-		if (memcmp(of, oe, rf.total_len) != 0)
-			abort();
+		FUZZ_CHECK(memcmp(of, oe, rf.total_len) == 0);
 		free(of);
 	}
+	/* The same through a sink, on a context released in between. */
+	rewrite_ctx_release(ctx_env);
+	rewrite_ctx_sink(ctx_env, fuzz_sink_cb, &sunk);
+	FUZZ_CHECK(rewrite_apply(ctx_env, prog, VALIDATE_ENVELOPE, body, len, &vars, &re) == e);
+	if (e == 0) {
+		FUZZ_CHECK(re.nspans == 0 && sunk.len == re.total_len);
+		FUZZ_CHECK(sunk.len == 0 || memcmp(sunk.buf, oe, sunk.len) == 0);
+	}
+	free(sunk.buf);
 	free(oe);
+	rewrite_ctx_free(ctx_env);
+	rewrite_ctx_free(ctx_full);
+	rewrite_program_free(own);
 	return 0;
 }

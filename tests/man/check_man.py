@@ -1,8 +1,10 @@
 """The man pages agree with the configuration loader: every key it accepts
 (schema-dump, from config_schema_write) has an entry in the KEYS section of
 jsongate.yaml.5 with the same type, its default (or "Required") and an
-example, and every entry there is a key the loader accepts.  Both pages are
-also checked with mandoc -Tlint at warning level.
+example, and every entry there is a key the loader accepts.  jsongate.8, built
+from its template with the configured paths, names the default configuration
+file that `jsongate -h` prints, and every gateway error of src/errors.h with
+its status.  Both pages are also checked with mandoc -Tlint at warning level.
 
 Prints one line per check and "N passed, M failed"; exit 0 only when nothing
 failed."""
@@ -17,8 +19,10 @@ SRCDIR = os.environ.get('TESTS_SRCDIR',
 TOP = os.path.dirname(SRCDIR)
 DUMP = os.environ.get('SCHEMA_DUMP', os.path.join(os.path.dirname(os.path.dirname(
     os.environ.get('JSONGATE', 'src/jsongate'))), 'tests', 'man', 'schema-dump'))
+JSONGATE = os.environ.get('JSONGATE', 'src/jsongate')
 MAN5 = os.path.join(TOP, 'man', 'jsongate.yaml.5')
-MAN8 = os.path.join(TOP, 'man', 'jsongate.8')
+MAN8 = os.path.join(os.environ.get('MAN_BUILDDIR', os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(JSONGATE))), 'man')), 'jsongate.8')
 
 passed = failed = 0
 
@@ -98,6 +102,26 @@ def main():
             check('%s: default %s' % (key, default), 'Default: %s' % default in text, text)
         check('%s: has an example' % key, 'Example:' in text and any(
             l.startswith('.Dl ') for l in body), text)
+    usage = subprocess.run([JSONGATE, '-h'], capture_output=True).stdout.decode()
+    m = re.search(r'-c FILE .*\(default: (\S+)\)', usage)
+    default = m.group(1) if m else None
+    with open(MAN8) as f:
+        man8 = f.read()
+    files = man8[man8.index('.Sh FILES'):man8.index('.Sh EXIT STATUS')]
+    check('jsongate.8 FILES names the default configuration of -h, %s' % default,
+          default is not None and '.It Pa %s\nDefault configuration file.' % default in files,
+          files[:300])
+    check('jsongate.8 -c names it too', default is not None and
+          'instead of\n.Pa %s .' % default in man8)
+    check('jsongate.8 has no template variable left', not re.search(r'@[a-z_]+@', man8),
+          re.findall(r'.*@[a-z_]+@.*', man8))
+    # Every gateway error of src/errors.h, with its status, in jsongate(8).
+    with open(os.path.join(TOP, 'src', 'errors.h')) as f:
+        errors = re.findall(r'X\(\w+,\s*(\d+),\s*"(\w+)"', f.read())
+    check('errors.h lists the gateway errors', len(errors) >= 10, errors)
+    for status, code in errors:
+        check('gateway error %s (%s) is documented in jsongate.8' % (code, status),
+              '.It Cm %s No (%s)' % (code, status) in man8.splitlines())
     for page in (MAN8, MAN5):
         p = subprocess.run(['mandoc', '-Tlint', '-W', 'warning', page], capture_output=True)
         check('mandoc -Tlint -W warning %s' % os.path.basename(page),

@@ -28,6 +28,7 @@ closing "N passed, M failed"; the exit status is 0 only when nothing failed.
 A test never skips.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -36,9 +37,11 @@ import shutil
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import traceback
@@ -59,8 +62,10 @@ SANITIZER_MARKS = ('ERROR: AddressSanitizer', 'ERROR: LeakSanitizer',
 __all__ = [
     'Suite', 'Env', 'Client', 'Response', 'ScriptedUpstream', 'Request',
     'answer', 'slowly', 'pieces', 'close_before_answer', 'close_mid_body', 'hang',
+    'reset', 'reset_on_accept', 'reset_after', 'garbage', 'wrong_length', 'stall_mid_body',
+    'close_when_idle', 'retry_after', 'GARBAGE',
     'http_response', 'build_request', 'upstream_config', 'to_yaml', 'free_port',
-    'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until',
+    'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until', 'instrumented',
     'gateway_error_body', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
     'WRAPPER', 'SLOW', 'IO_TIMEOUT', 'ProtocolError', 'json', 'os', 're',
     'socket', 'time', 'signal', 'threading', 'zlib', 'subprocess',
@@ -93,6 +98,40 @@ def free_port():
             return port
 
 
+def listening_sockets(port):
+    """The inodes of the TCP sockets listening on port (any address)."""
+    inodes = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == '0A' and int(fields[1].rsplit(':', 1)[1], 16) == port:
+                        inodes.add(fields[9])
+        except OSError:
+            pass
+    return inodes
+
+
+def process_sockets(pid):
+    """The inodes of the sockets process pid holds open."""
+    inodes = set()
+    fd_dir = '/proc/%d/fd' % pid
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            continue
+        if target.startswith('socket:['):
+            inodes.add(target[8:-1])
+    return inodes
+
+
 def wait_until(predicate, timeout, interval=0.02):
     """Polls predicate() until it is true or the deadline passes."""
     deadline = time.monotonic() + timeout
@@ -122,6 +161,14 @@ def pattern_crc(n):
     return zlib.crc32(block[:rest], crc)
 
 
+def instrumented():
+    """True when the daemon runs under a wrapper (valgrind) or is built with
+    sanitizers: memory figures then include their bookkeeping (ASan keeps
+    freed memory in quarantine)."""
+    with open(JSONGATE, 'rb') as f:
+        return bool(WRAPPER) or b'__asan_init' in f.read()
+
+
 def rss_kb(pid):
     """{'VmRSS': kB, 'VmHWM': kB} of a live process, from /proc."""
     out = {}
@@ -138,11 +185,12 @@ def gateway_error_body(status, code, message, request_id):
             % (status, code, message, request_id)).encode()
 
 
+# RFC 9110's reason phrases, as the gateway writes them.
 REASONS = {100: 'Continue', 200: 'OK', 201: 'Created', 204: 'No Content',
            304: 'Not Modified', 400: 'Bad Request', 404: 'Not Found',
-           405: 'Method Not Allowed', 413: 'Payload Too Large',
+           405: 'Method Not Allowed', 413: 'Content Too Large', 415: 'Unsupported Media Type',
            431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
-           502: 'Bad Gateway', 503: 'Service Unavailable',
+           501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable',
            504: 'Gateway Timeout', 505: 'HTTP Version Not Supported'}
 
 
@@ -517,7 +565,9 @@ def slowly(data, piece=1, delay=0.05, close=False):
 
 
 def pieces(*parts, close=True):
-    """Send each (bytes, seconds to wait after) in turn, then close."""
+    """Send each (bytes, seconds to wait after) in turn, then close.
+
+    Instead of seconds, a threading.Event holds the rest back until the test sets it."""
     return {'action': 'parts', 'data': b'', 'parts': parts, 'close': close,
             'expect': None}
 
@@ -536,37 +586,150 @@ def hang():
     return {'action': 'hang', 'data': b'', 'close': True, 'expect': None}
 
 
+def reset():
+    """Read the request, then reset the connection (RST) without answering."""
+    return {'action': 'answer', 'data': b'', 'close': 'reset', 'expect': None}
+
+
+def reset_on_accept():
+    """Reset the next accepted connection (RST) at once, before reading a byte.
+
+    Taken by a connection when it is accepted, not by a request: it is never
+    in requests. A request arriving while it is the next step is an error.
+    The peer may see the reset in connect() already.
+    """
+    return {'action': 'reset_on_accept', 'data': b'', 'close': 'reset', 'expect': None}
+
+
+def reset_after(data):
+    """Send data (a response head, or part of a response), then reset (RST).
+
+    The reset waits until the peer has received every byte sent: an RST
+    discards what is still unsent.
+    """
+    return {'action': 'answer', 'data': data, 'close': 'reset', 'expect': None}
+
+
+GARBAGE = b'\x16\x03\x01\x00\x05hello\x00\xff this is not HTTP\r\n\r\n'
+
+
+def garbage(data=GARBAGE):
+    """Answer bytes that are not HTTP, then close."""
+    return answer(data, close=True)
+
+
+def wrong_length(body, length, status=200, close=None):
+    """Answer with a Content-Length of `length` over `body`.
+
+    Longer than the body: the body, then close (the answer is cut short).
+    Shorter: the extra bytes follow in the same write and the connection
+    stays open, as a broken server would leave it. close= overrides.
+    """
+    if isinstance(body, str):
+        body = body.encode()
+    raw = http_response(status, body)
+    raw = raw.replace(b'Content-Length: %d\r\n' % len(body), b'Content-Length: %d\r\n' % length, 1)
+    return answer(raw, close=length > len(body) if close is None else close)
+
+
+def stall_mid_body(data):
+    """Send the partial response data, then hang until the upstream stops."""
+    return {'action': 'hang', 'data': data, 'close': True, 'expect': None}
+
+
+def close_when_idle(data, after=0):
+    """Send data (a keep-alive answer), then close once the connection was idle
+    `after` seconds (0: at once), as a server with a short keep-alive timeout
+    does; a request arriving in time is served by the next step."""
+    return {'action': 'answer', 'data': data, 'close': 'idle', 'idle': after, 'expect': None}
+
+
+def retry_after(seconds, status=503, body=b'{"error":"overloaded"}'):
+    """Answer status (503 or 429) with `Retry-After: seconds`, keeping the connection."""
+    return answer(http_response(status, body, headers=[('Retry-After', str(seconds))]))
+
+
+def _hold_port(port=0, host='127.0.0.1'):
+    """A socket bound to the port without listening: connecting to the port is
+    refused and the port is given to no one else, while a listener with
+    SO_REUSEADDR may still bind beside it (restart())."""
+    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    _ports_given.add(s.getsockname()[1])
+    return s
+
+
+def _listener(port=0, host='127.0.0.1'):
+    """A listening socket on host:port (an IPv6 host without brackets)."""
+    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(128)
+    _ports_given.add(s.getsockname()[1])
+    return s
+
+
+def _unsent(conn):
+    """Bytes sent on conn that the peer has not acknowledged yet (SIOCOUTQ)."""
+    try:
+        return struct.unpack('i', fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, b'\0' * 4))[0]
+    except OSError:
+        return 0
+
+
+def _arm_reset(conn, stopping):
+    """Make the coming close() send an RST, once the peer has every byte sent."""
+    wait_until(lambda: stopping.is_set() or _unsent(conn) == 0, IO_TIMEOUT, 0.001)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+
+
 class ScriptedUpstream:
     """A socket server answering requests with a script of steps.
 
     Steps are taken in order across all connections, one per request;
     when none is left `default` is used (a step, or None for a 500 and an
     entry in errors). requests lists every received Request; connections
-    counts accepted connections.
+    counts accepted connections; hanging counts the connections held in a
+    hang() or stall_mid_body() step now. With health=(status, body) or after
+    set_health(), GET on health_path is answered with it, recorded in
+    health_requests rather than requests, and takes no step. It listens on
+    host:port (an IPv6 host without brackets), an ephemeral port by default.
     """
 
-    def __init__(self, steps=(), default=None, send_continue=True, truncated_ok=False):
+    def __init__(self, steps=(), default=None, send_continue=True, truncated_ok=False,
+                 health=None, health_path='/health', host='127.0.0.1', port=0):
         self.truncated_ok = truncated_ok    # a request cut short is no error
         self.steps = list(steps)
         self.default = default
         self.send_continue = send_continue
+        self.health = None
+        self.health_path = health_path
         self.requests = []
+        self.health_requests = []
         self.errors = []
         self.connections = 0
         self.open_connections = 0
+        self.hanging = 0
         self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(('127.0.0.1', 0))
-        self.sock.listen(128)
-        self.port = self.sock.getsockname()[1]
-        self.address = '127.0.0.1:%d' % self.port
+        if health is not None:
+            self.set_health(*health)
         self.conns = []
-        self.thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self.hold = None
+        self.host = host
+        self.sock = _listener(port, host)
+        self.port = self.sock.getsockname()[1]
+        self.address = ('[%s]:%d' if ':' in host else '%s:%d') % (host, self.port)
+        self._start()
+
+    def _start(self):
+        # Each life of the server has its own stop event: kill() ends one, restart() starts one.
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._accept_loop, args=(self.sock, self.stopping),
+                                       daemon=True)
         self.thread.start()
 
-    def stop(self):
+    def _shutdown(self):
         self.stopping.set()
         try:
             self.sock.close()
@@ -582,13 +745,41 @@ class ScriptedUpstream:
             c.close()
         self.thread.join(5)
 
-    def _accept_loop(self):
-        while not self.stopping.is_set():
+    def stop(self):
+        self._shutdown()
+        if self.hold is not None:
+            self.hold.close()
+            self.hold = None
+
+    def kill(self):
+        """Stop as a killed server would: the listener and every connection close
+        (hanging ones too) and the port refuses connections, kept for restart()."""
+        self._shutdown()
+        self.hold = _hold_port(self.port, self.host)
+
+    def restart(self):
+        """Listen again on the same port after kill(); the script, requests and
+        connection numbers carry on."""
+        self.sock = _listener(self.port, self.host)
+        self.hold.close()
+        self.hold = None
+        self._start()
+
+    def set_health(self, status, body=b'{}'):
+        """Answer GET health_path with status and body (bytes, str or a dict
+        sent as JSON) from now on; None lets the script answer it again."""
+        if isinstance(body, dict):
+            body = json.dumps(body, separators=(',', ':'))
+        with self.lock:
+            self.health = None if status is None else (status, body)
+
+    def _accept_loop(self, sock, stopping):
+        while not stopping.is_set():
             try:
-                ready, _, _ = select.select([self.sock], [], [], 0.05)
+                ready, _, _ = select.select([sock], [], [], 0.05)
                 if not ready:
                     continue
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             with self.lock:
@@ -596,7 +787,31 @@ class ScriptedUpstream:
                 self.connections += 1
                 self.open_connections += 1
                 self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn, index), daemon=True).start()
+                reset_now = self._take_accept_step()
+            if reset_now:
+                _arm_reset(conn, stopping)
+                self._closed(conn)
+                continue
+            threading.Thread(target=self._serve, args=(conn, index, stopping), daemon=True).start()
+
+    def _take_accept_step(self):
+        """Whether the connection just accepted is to be reset at once (lock held)."""
+        if self.steps:
+            if self.steps[0]['action'] != 'reset_on_accept':
+                return False
+            self.steps.pop(0)
+            return True
+        return self.default is not None and self.default['action'] == 'reset_on_accept'
+
+    def _closed(self, conn):
+        with self.lock:
+            self.open_connections -= 1
+            if conn in self.conns:
+                self.conns.remove(conn)
+        try:
+            conn.close()
+        except OSError:
+            pass
 
     def _next_step(self):
         with self.lock:
@@ -604,57 +819,84 @@ class ScriptedUpstream:
                 return self.steps.pop(0)
         return self.default
 
-    def _serve(self, conn, index):
-        reader = _SockReader(conn, self.stopping)
+    def _health_answer(self, req):
+        with self.lock:
+            health = self.health
+            if health is None or req.method != 'GET' or \
+                    req.target.split('?')[0] != self.health_path:
+                return None
+            self.health_requests.append(req)
+        return http_response(*health)
+
+    def _serve(self, conn, index, stopping):
+        reader = _SockReader(conn, stopping)
         try:
-            while not self.stopping.is_set():
+            while not stopping.is_set():
                 req = self._read_request(reader, conn, index)
                 if req is None:
                     break
+                health = self._health_answer(req)
+                if health is not None:
+                    conn.sendall(health)
+                    continue
                 with self.lock:
                     self.requests.append(req)
                 step = self._next_step()
                 if step is None:
                     self.errors.append('unexpected request %r' % req)
                     step = answer(http_response(500, b'{"unexpected":true}'), close=True)
+                if step['action'] == 'reset_on_accept':
+                    self.errors.append('request on connection %d while the next step resets a new '
+                                       'connection: %r' % (index, req))
+                    _arm_reset(conn, stopping)
+                    break
                 if step['expect'] is not None:
                     problem = step['expect'](req)
                     if problem:
                         self.errors.append(problem)
                 data = step['data'](req) if callable(step['data']) else step['data']
                 if step['action'] == 'hang':
-                    self.stopping.wait()
+                    if data:
+                        conn.sendall(data)
+                    with self.lock:
+                        self.hanging += 1
+                    stopping.wait()
+                    with self.lock:
+                        self.hanging -= 1
                     break
                 if step['action'] == 'pieces':
                     for i in range(0, len(data), step['piece']):
                         conn.sendall(data[i:i + step['piece']])
-                        if self.stopping.wait(step['delay']):
+                        if stopping.wait(step['delay']):
                             break
                 elif step['action'] == 'parts':
                     for part, wait in step['parts']:
                         conn.sendall(part)
-                        if self.stopping.wait(wait):
+                        if isinstance(wait, threading.Event):
+                            while not wait.wait(0.05) and not stopping.is_set():
+                                pass
+                        if stopping.wait(0 if isinstance(wait, threading.Event) else wait):
                             break
                 elif data:
-                    if step.get('delay') and self.stopping.wait(step['delay']):
+                    if step.get('delay') and stopping.wait(step['delay']):
                         break
                     conn.sendall(data)
+                if step['close'] == 'reset':
+                    _arm_reset(conn, stopping)
+                    break
+                if step['close'] == 'idle':
+                    if step['idle'] > 0 and reader.readable(step['idle']):
+                        continue
+                    break
                 if step['close']:
                     break
         except (OSError, ProtocolError) as e:
             expected = isinstance(e, (ConnectionResetError, BrokenPipeError)) or \
                 (self.truncated_ok and isinstance(e, ProtocolError) and 'closed' in str(e))
-            if not self.stopping.is_set() and not expected:
+            if not stopping.is_set() and not expected:
                 self.errors.append('connection %d: %s' % (index, e))
         finally:
-            with self.lock:
-                self.open_connections -= 1
-                if conn in self.conns:
-                    self.conns.remove(conn)
-            try:
-                conn.close()
-            except OSError:
-                pass
+            self._closed(conn)
 
     def _read_request(self, reader, conn, index):
         req = Request(index)
@@ -736,6 +978,18 @@ class _SockReader:
                 return True
         return False
 
+    def readable(self, timeout):
+        """True when bytes are buffered, or arrive (or EOF) within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.buf and not self.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready, _, _ = select.select([self.conn], [], [], min(0.05, remaining))
+            if ready:
+                return True
+        return bool(self.buf)
+
     def until(self, mark):
         while True:
             i = self.buf.find(mark)
@@ -760,7 +1014,7 @@ class _SockReader:
 class Daemon:
     """A running jsongate. port is its first listener's port."""
 
-    def __init__(self, env, conf, port, args=()):
+    def __init__(self, env, conf, port, args=(), cwd=None):
         self.env = env
         self.port = port
         self.dir = env.tmp
@@ -769,7 +1023,7 @@ class Daemon:
         self.stdout_path = os.path.join(env.tmp, 'jsongate-%d.stdout' % port)
         self.write_config(conf)
         self.cmd = WRAPPER + [JSONGATE, '-f', '-c', self.config_path] + list(args)
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, cwd=cwd,
                                      stdout=open(self.stdout_path, 'wb'),
                                      stderr=open(self.stderr_path, 'wb'))
         self.pid = self.proc.pid
@@ -804,11 +1058,11 @@ class Daemon:
             if not self.alive():
                 raise CheckFailed('jsongate exited with status %s before listening:\n%s'
                                   % (self.proc.returncode, self.log()[-2000:]))
-            try:
-                socket.create_connection(('127.0.0.1', self.port), timeout=1).close()
+            # Another test running in parallel may have been handed the same port: only
+            # a listening socket of this process counts.
+            if listening_sockets(self.port) & process_sockets(self.pid):
                 return True
-            except OSError:
-                time.sleep(0.02)
+            time.sleep(0.02)
         raise CheckFailed('jsongate not listening on port %d after %ss:\n%s'
                           % (self.port, timeout * SLOW, self.log()[-2000:]))
 
@@ -874,14 +1128,16 @@ class Env:
         self.daemons = []
         self.upstreams = []
         self.clients = []
+        self.held = []
 
     # -- starting things
-    def daemon(self, conf, port=None, args=(), wait=True):
-        """Starts jsongate on conf (a dict gets a listener on a free port)."""
+    def daemon(self, conf, port=None, args=(), wait=True, cwd=None):
+        """Starts jsongate on conf (a dict gets a listener on a free port), in the working
+        directory cwd (default: the test's)."""
         port = port or free_port()
         if isinstance(conf, dict) and 'listeners' not in conf:
             conf = dict(conf, listeners=[{'listen': '127.0.0.1:%d' % port}])
-        d = Daemon(self, conf, port, args)
+        d = Daemon(self, conf, port, args, cwd)
         self.daemons.append(d)
         if wait:
             d.wait_ready()
@@ -891,6 +1147,13 @@ class Env:
         up = ScriptedUpstream(steps, default, **kw)
         self.upstreams.append(up)
         return up
+
+    def closed_port(self):
+        """A port on 127.0.0.1 that refuses connections for the whole case:
+        bound without listening, so nothing else can take it meanwhile."""
+        s = _hold_port()
+        self.held.append(s)
+        return s.getsockname()[1]
 
     def demo(self):
         d = Demo(self)
@@ -967,6 +1230,8 @@ class Env:
                        not up.errors, '; '.join(up.errors)[:2000])
         for p in self.procs:
             p.stop()
+        for s in self.held:
+            s.close()
 
 
 def _short(value, limit=400):

@@ -116,6 +116,39 @@ def missing_file(env):
 
 
 @T.case
+def check_log_file_cannot_be_opened(env):
+    """-t opens the log files as the start would, checks that the pid file can be created,
+    and names the key of what cannot be."""
+    port = free_port()
+    text = 'log:\n  access: %s\nlisteners:\n  - listen: 127.0.0.1:%d\n'
+    path = write(env, 'nodir.yaml', text % ('/nonexistent-dir/access.log', port))
+    want = ('%s:2:11: log.access: cannot open /nonexistent-dir/access.log: '
+            'No such file or directory\n' % path).encode()
+    p = env.run([JSONGATE, '-t', '-c', path])
+    env.eq('-t: exit status, stdout, stderr', (p.returncode, p.stdout, p.stderr), (1, b'', want))
+    p = env.run([JSONGATE, '-f', '-c', path], timeout=10)
+    env.eq('start: exit status and the same error', (p.returncode, p.stderr), (1, want))
+    path = write(env, 'relative.yaml', text % ('logs/access.log', port))
+    p = env.run([JSONGATE, '-t', '-c', path], cwd='/')
+    env.eq('a relative name is taken from the configuration\'s directory', p.stderr,
+           ('%s:2:11: log.access: cannot open %s/logs/access.log: No such file or directory\n'
+            % (path, env.tmp)).encode())
+    os.mkdir(os.path.join(env.tmp, 'logs'))
+    p = env.run([JSONGATE, '-t', '-c', path], cwd='/')
+    env.eq('then it opens, and is created as at the start', (p.returncode, p.stdout,
+           os.path.exists(os.path.join(env.tmp, 'logs', 'access.log'))),
+           (0, b'configuration ok\n', True))
+    text = ('pid_file: run/jsongate.pid\nlog:\n  error: /nonexistent-dir/error.log\n'
+            'listeners:\n  - listen: 127.0.0.1:%d\n' % port)
+    path = write(env, 'more.yaml', text)
+    p = env.run([JSONGATE, '-t', '-c', path], cwd='/')
+    env.eq('the pid file\'s directory and the error log, each at its key', (p.returncode, p.stderr),
+           (1, ('%s:1:11: pid_file: cannot create files in %s/run: No such file or directory\n'
+                '%s:3:10: log.error: cannot open /nonexistent-dir/error.log: No such file or '
+                'directory\n' % (path, env.tmp, path)).encode()))
+
+
+@T.case
 def version_and_help(env):
     p = env.run([JSONGATE, '-V'])
     env.eq('-V exit status', p.returncode, 0)

@@ -1,7 +1,7 @@
 """Envelope ops through the daemon: every `response:` and `request:` op with
 exact bytes, statuses and headers; Content-Length recomputed, chunked and
-gzip/deflate upstream bodies; what passes untouched (non-JSON, HEAD, 204,
-304, json_types); on_error pass/fail with the exact gateway errors;
+gzip/deflate upstream bodies; what passes untouched (non-JSON, 204, 304,
+json_types), HEAD; on_error pass/fail with the exact gateway errors;
 validate: full; keep-alive and pipelining after rewritten responses; a
 pass-through route next to an ops route."""
 
@@ -109,6 +109,7 @@ def each_op_on_responses(env):
         '/wrap-array': http_response(200, b'[1, 2]'),
         '/wrap-scalar': http_response(200, b' 42 \n'),
         '/rename': http_response(200, b'{"a":1,"msg":"ok","b":2,"msg":3}'),
+        '/rename-replaces': http_response(200, b'{"b":2,"a":1,"c":3}'),
         '/drop': http_response(200, b'{"code":0,"debug":{"trace":[1]},"data":1,"debug":2}'),
         '/drop-dotted': http_response(200, b'{"data":{"x":1,"secret":"s"},"secret":0}'),
         '/keep': http_response(200, b'{"code":0,"msg":"x","data":{"id":1,"pw":2},"debug":2}'),
@@ -120,6 +121,7 @@ def each_op_on_responses(env):
                route('unwrap-escaped', '/unwrap-escaped', '[ {unwrap: data.result} ]', on_error='fail'),
                route('unwrap', '/unwrap', '[ {unwrap: data} ]', on_error='fail'),
                route('wrap', '/wrap', '[ {wrap: result} ]', on_error='fail'),
+               route('rename-replaces', '/rename-replaces', '[ {rename: {a: b}} ]', on_error='fail'),
                route('rename', '/rename', '[ {rename: {msg: message}} ]', on_error='fail'),
                route('drop-dotted', '/drop-dotted', '[ {drop: [data.secret]} ]', on_error='fail'),
                route('drop', '/drop', '[ {drop: [debug]} ]', on_error='fail'),
@@ -136,6 +138,8 @@ def each_op_on_responses(env):
               b'{"result":42}')
     rewritten(env, 'rename every occurrence, in place', get(c, '/rename'),
               b'{"a":1,"message":"ok","b":2,"message":3}')
+    rewritten(env, 'rename onto an existing key replaces it', get(c, '/rename-replaces'),
+              b'{"b":1,"c":3}')
     rewritten(env, 'drop every occurrence', get(c, '/drop'), b'{"code":0,"data":1}')
     rewritten(env, 'drop data.secret only', get(c, '/drop-dotted'),
               b'{"data":{"x":1},"secret":0}')
@@ -181,7 +185,8 @@ HOSTILE_JSON = b'"q\\"b\\\\s\\tt\xef\xbf\xbd\xef\xbf\xbdz"'
 
 @T.case
 def set_variables(env):
-    up = served(env, {'/vars': http_response(200, b'{"a":1}')})
+    up = served(env, {'/vars': http_response(200, b'{"a":1}'),
+                      '/weird': http_response(200, b'{"unknown":"/weird"}')})
     ops = ('[ {set: {rid: $request_id, route: $route, up: $upstream, addr: $remote_addr, '
            'h: $header.X-Test, lower: $header.x-test, missing: $header.X-Absent, t: $time_iso8601, '
            'lit: "$$header.X-Test"}} ]')
@@ -215,7 +220,7 @@ def set_variables(env):
               r.header('X-Request-Id') == 'client-id-7' and b'"rid":"client-id-7"' in r.body, r)
     r = get(c, '/weird')
     rewritten(env, '$route with a quote, a backslash and a control byte', r,
-              b'{"unknown":"/weird","route":"r\\"o\\\\u\\u0001te"}', status=404, reason='Not Found')
+              b'{"unknown":"/weird","route":"r\\"o\\\\u\\u0001te"}')
 
 
 @T.case
@@ -259,7 +264,9 @@ def status_from(env):
                      on_error='fail'))
     c = env.client(gw.port)
     rewritten(env, 'map hit 404', get(c, '/int/hit-404'), b'{"code":404,"msg":"nope"}', 404, 'Not Found')
-    rewritten(env, 'map hit 0 turns a 500 into 200', get(c, '/int/hit-0'), b'{"code":0}', 200, 'OK')
+    r = get(c, '/int/hit-0')
+    env.eq('a 500 is outside response_on: untouched though the map has its code',
+           (r.status, r.body), (500, b'{"code":0}'))
     rewritten(env, 'miss: default', get(c, '/int/miss'), b'{"code":7}', 502, 'Bad Gateway')
     rewritten(env, 'field absent: default', get(c, '/int/absent'), b'{"x":1}', 502, 'Bad Gateway')
     rewritten(env, 'YAML 0 does not match JSON "0"', get(c, '/int/string-0'), b'{"code":"0"}', 502,
@@ -273,6 +280,112 @@ def status_from(env):
               b'{"code":0}', 418, 'Teapot')
     rewritten(env, 'boolean keys', get(c, '/bool/false'), b'{"ok":false}', 503, 'Service Unavailable')
     rewritten(env, 'status_from then unwrap', get(c, '/unwrap/0'), b'[1]', 202, 'Accepted')
+
+
+@T.case
+def status_from_by_value_strings_and_ranges(env):
+    up = served(env, {
+        '/v/zero-float': http_response(200, b'{"code":0.0}'),
+        '/v/unmapped': http_response(418, b'{"code":9}', reason='Teapot'),
+        '/v/range': http_response(200, b'{"code":503}'),
+        '/v/exact-first': http_response(200, b'{"code":501}'),
+        '/s/string-0': http_response(200, b'{"code":"0"}'),
+        '/s/string-range': http_response(200, b'{"code":"550"}'),
+    })
+    ops = '{status_from: {field: code, map: {0: 200, 5xx: 502, 501: 501}%s}}'
+    gw = start(env, up, route('v', '/v', '[ %s ]' % (ops % ''), on_error='fail'),
+               route('s', '/s', '[ %s ]' % (ops % ', strings: true'), on_error='fail'))
+    c = env.client(gw.port)
+    rewritten(env, 'key 0 matches 0.0', get(c, '/v/zero-float'), b'{"code":0.0}', 200, 'OK')
+    rewritten(env, 'no default: an unmapped value keeps the upstream status', get(c, '/v/unmapped'),
+              b'{"code":9}', 418, 'Teapot')
+    rewritten(env, 'range key 5xx', get(c, '/v/range'), b'{"code":503}', 502, 'Bad Gateway')
+    rewritten(env, 'an exact key wins over a range', get(c, '/v/exact-first'), b'{"code":501}', 501,
+              'Not Implemented')
+    rewritten(env, 'strings: true: "0" matches 0', get(c, '/s/string-0'), b'{"code":"0"}', 200, 'OK')
+    rewritten(env, 'strings: true: "550" falls in 5xx', get(c, '/s/string-range'), b'{"code":"550"}',
+              502, 'Bad Gateway')
+
+
+RECIPE = ('[ {status_from: {field: code, map: {0: 200, 1001: 401, 404: 404}}}, '
+          '{unwrap: data, when: {field: code, equals: 0}} ]')
+
+
+@T.case
+def recipe_code_msg_data_envelope(env):
+    """The sample configuration's recipe: successes become their data, API errors keep their
+    envelope with the mapped status, other codes keep the upstream's status."""
+    error = b'{"code":1001,"msg":"invalid token","data":null}'
+    up = served(env, {
+        '/api/ok': http_response(200, b'{"code":0,"msg":"ok","data":{"id":1,"tags":["a"]}}'),
+        '/api/ok-escaped': http_response(200, b'{"c\\u006fde":0.0,"data":[1]}'),
+        '/api/token': http_response(200, error),
+        '/api/other': http_response(200, b'{"code":7,"msg":"busy","data":{"x":1}}'),
+        '/api/other-500': http_response(500, b'{"code":7,"data":{}}'),
+        '/api/string-code': http_response(200, b'{"code":"0","data":1}'),
+    })
+    gw = start(env, up, route('recipe', '/api', RECIPE, on_error='fail'))
+    c = env.client(gw.port)
+    rewritten(env, 'code 0: the data, 200', get(c, '/api/ok'), b'{"id":1,"tags":["a"]}', 200, 'OK')
+    rewritten(env, 'code 0.0 under an escaped key: the data', get(c, '/api/ok-escaped'), b'[1]', 200,
+              'OK')
+    rewritten(env, 'code 1001: 401 with the envelope as sent', get(c, '/api/token'), error, 401,
+              'Unauthorized')
+    rewritten(env, 'code 7: the upstream status, the envelope as sent', get(c, '/api/other'),
+              b'{"code":7,"msg":"busy","data":{"x":1}}', 200, 'OK')
+    rewritten(env, 'code 7 on a 500: still 500', get(c, '/api/other-500'), b'{"code":7,"data":{}}',
+              500, 'Internal Server Error')
+    rewritten(env, 'a string "0" is not the number 0', get(c, '/api/string-code'),
+              b'{"code":"0","data":1}', 200, 'OK')
+
+    demo = env.demo()
+    port = free_port()
+    conf = upstream_config(demo.address)
+    del conf['routes']
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % port}]
+    gw2 = env.daemon(to_yaml(conf) + '\nroutes:\n' + route('orders', '/', RECIPE, on_error='fail'),
+                     port=port)
+    c = env.client(gw2.port)
+    r = get(c, '/api/orders/1')
+    env.eq('demo upstream: an order is its data', (r.status, r.json().get('id')), (200, 1))
+    r = get(c, '/api/orders/404')
+    env.eq('demo upstream: a missing order keeps its envelope', (r.status, r.json().get('msg')),
+           (404, 'order not found'))
+
+
+@T.case
+def when_on_status_and_fields(env):
+    up = served(env, {
+        '/w/ok': http_response(200, b'{"data":{"a":1}}'),
+        '/w/busy': http_response(503, b'{"data":{"a":1}}', reason='Busy'),
+        '/w/flagged': http_response(200, b'{"data":{"a":1},"flag":"beta-2"}'),
+    })
+    ops = ('[ {set: {retry: true}, when: {status: [429, 5xx]}}, '
+           '{rename: {flag: channel}, when: {field: flag, prefix: beta}}, '
+           '{set: {beta: true}, when: {field: channel, exists: true}}, '
+           '{unwrap: data, when: {not: {status: 5xx}}} ]')
+    # response_on takes the 5xx too: the ops themselves decide what each status gets.
+    gw = start(env, up, route('w', '/w', ops, on_error='fail', response_on=['2xx', '5xx']),
+               route('req', '/req', request='[ {set: {checked: true}, when: {field: kind, in: [a, b]}} ]'))
+    c = env.client(gw.port)
+    rewritten(env, 'a 200: unwrapped, nothing added', get(c, '/w/ok'), b'{"a":1}')
+    rewritten(env, 'the upstream status reaches when:', get(c, '/w/busy'),
+              b'{"data":{"a":1},"retry":true}', 503, 'Busy')
+    rewritten(env, 'when: sees what the ops before it did', get(c, '/w/flagged'), b'{"a":1}')
+    up.default = answer(lambda req: http_response(200, b'{}'))
+    for body, want in ((b'{"kind":"a"}', b'{"kind":"a","checked":true}'),
+                       (b'{"kind":"c"}', b'{"kind":"c"}')):
+        post(c, '/req', body)
+        env.eq('request ops: when on a field of %s' % body.decode(), up.requests[-1].body, want)
+
+
+@T.case
+def rename_within_the_parent_object(env):
+    up = served(env, {'/r': http_response(200, b'{"data":{"name":"n","title":"old"},"name":1}')})
+    gw = start(env, up, route('r', '/r', '[ {rename: {data.name: data.title}} ]', on_error='fail'))
+    c = env.client(gw.port)
+    rewritten(env, 'data.name becomes data.title, replacing it; the top-level name stays',
+              get(c, '/r'), b'{"data":{"title":"n"},"name":1}')
 
 
 # ------------------------------------------------------------------ framing and encodings
@@ -355,6 +468,58 @@ def empty_bodies_treated_alike(env):
 
 
 @T.case
+def empty_json_bodies_under_validate_full(env):
+    """validate: full takes an empty body with a JSON media type as invalid JSON (JSONTestSuite
+    n_structure_no_data); validate: envelope passes it untouched."""
+    def table(prefix):
+        return {prefix + '/length': http_response(200, b''),
+                prefix + '/chunked': http_response(200, b'', chunked=True),
+                prefix + '/no-content': http_response(204, b''),
+                prefix + '/text': http_response(200, b'', content_type='text/plain'),
+                prefix + '/req': lambda q: http_response(200, b'{"data":{"got":%d}}' % len(q.body))}
+    t = {}
+    for prefix in ('/full', '/pass', '/env'):
+        t.update(table(prefix))
+    up = served(env, t)
+    ops = '[ {wrap: w} ]'
+    gw = start(env, up, route('full', '/full', ops, ops, on_error='fail', validate='full'),
+               route('pass', '/pass', ops, ops, validate='full'),
+               route('env', '/env', ops, ops, on_error='fail'))
+    for target in ('/full/length', '/full/chunked'):
+        c = env.client(gw.port)
+        env.gateway_error('full, fail: empty response ' + target, get(c, target), 502, 'upstream_invalid',
+                          'response body not rewritten: empty body', close=False)
+    c = env.client(gw.port)
+    r = get(c, '/full/no-content')
+    env.eq('full: 204 has no body to check', (r.status, r.body), (204, b''))
+    r = get(c, '/full/length', method='HEAD')
+    env.eq('full: HEAD has no body to check', (r.status, r.body), (200, b''))
+    r = get(c, '/full/text')
+    env.eq('full: an empty text/plain body is not JSON: untouched', (r.status, r.body), (200, b''))
+    for target in ('/pass/length', '/pass/chunked', '/env/length', '/env/chunked'):
+        r = get(c, target)
+        env.eq('%s: empty body untouched' % target, (r.status, r.body), (200, b''))
+
+    json_ct = [('Host', 'a'), ('Content-Type', 'application/json')]
+    r = c.request('POST', '/full/req', json_ct + [('Content-Length', '0')])
+    env.gateway_error('full, fail: empty request with Content-Length: 0', r, 400, 'invalid_json',
+                      'request body not rewritten: empty body', close=False)
+    c.send(build_request('POST', '/full/req', json_ct + [('Transfer-Encoding', 'chunked')]) +
+           b'0\r\n\r\n')
+    env.gateway_error('full, fail: empty chunked request', c.read_response('POST'), 400, 'invalid_json',
+                      'request body not rewritten: empty body', close=False)
+    n = len(up.requests)
+    r = c.request('GET', '/full/req', json_ct)
+    env.eq('full: a request without a body is not an empty body', (r.status, len(up.requests)),
+           (200, n + 1))
+    for target in ('/pass/req', '/env/req'):
+        r = c.request('POST', target, json_ct + [('Content-Length', '0')])
+        q = up.requests[-1]
+        env.eq('%s: empty request sent on untouched' % target,
+               (r.status, q.body, q.all('Content-Length')), (200, b'', ['0']))
+
+
+@T.case
 def compressed_upstream_bodies(env):
     body = b'{"code":0,"data":{"text":"' + b'compressible ' * 500 + b'"},"debug":1}'
     want = b'{"text":"' + b'compressible ' * 500 + b'"}'
@@ -369,6 +534,16 @@ def compressed_upstream_bodies(env):
                                                   ('Transfer-Encoding', 'chunked')],
                                       chunked(*[gz(body)[i:i + 100] for i in range(0, len(gz(body)), 100)])),
         '/br': http_response(200, b'\x1b\x03\x00\xf8\xa5', headers=[('Content-Encoding', 'br')]),
+        '/pass/br': http_response(200, b'\x1b\x03\x00\xf8\xa5', headers=[('Content-Encoding', 'br')]),
+        '/gzip-members': http_response(200, gz(body[:1000]) + gz(body[1000:2000]) + gz(body[2000:]),
+                                       headers=[('Content-Encoding', 'gzip')]),
+        '/fail/gzip-trailing': http_response(200, gz(body) + b'\0\0', headers=[('Content-Encoding', 'gzip')]),
+        '/fail/gzip-half-member': http_response(200, gz(body) + gz(body)[:20],
+                                                headers=[('Content-Encoding', 'gzip')]),
+        '/fail/deflate-trailing': http_response(200, zlib.compress(body) + b'x',
+                                                headers=[('Content-Encoding', 'deflate')]),
+        '/fail/deflate-members': http_response(200, zlib.compress(body) + zlib.compress(body),
+                                               headers=[('Content-Encoding', 'deflate')]),
         '/pass/corrupt': http_response(200, gz(body)[:-30] + b'garbage' * 5,
                                        headers=[('Content-Encoding', 'gzip')]),
         '/fail/corrupt': http_response(200, gz(body)[:-30] + b'garbage' * 5,
@@ -392,9 +567,20 @@ def compressed_upstream_bodies(env):
     r = get(c, '/gzip-chunked', ae)
     env.eq('chunked gzip inflated', (r.status, r.framing, r.body, r.header('Content-Encoding')),
            (200, 'length', want, None))
-    r = get(c, '/br', ae)
-    env.eq('an unknown coding passes untouched', (r.status, r.body, r.header('Content-Encoding')),
+    r = get(c, '/gzip-members', ae)
+    env.eq('gzip of three members (RFC 1952) inflated whole', (r.status, r.body), (200, want))
+    for target, message in (('/fail/gzip-trailing', 'bytes after the end of the compressed body'),
+                            ('/fail/gzip-half-member', 'cannot inflate the body'),
+                            ('/fail/deflate-trailing', 'bytes after the end of the compressed body'),
+                            ('/fail/deflate-members', 'bytes after the end of the compressed body')):
+        env.gateway_error('fail: ' + target, get(c, target, ae), 502, 'upstream_invalid',
+                          'response body not rewritten: ' + message, close=False)
+    r = get(c, '/pass/br', ae)
+    env.eq('pass: an unknown coding streams untouched', (r.status, r.body, r.header('Content-Encoding')),
            (200, b'\x1b\x03\x00\xf8\xa5', 'br'))
+    r = get(c, '/br', ae)
+    env.gateway_error('fail: an unknown coding', r, 502, 'upstream_invalid',
+                      'upstream response has a Content-Encoding that cannot be decoded', close=False)
     corrupt = gz(body)[:-30] + b'garbage' * 5
     r = get(c, '/pass/corrupt', ae)
     env.eq('pass: corrupt gzip untouched, Content-Encoding kept',
@@ -414,6 +600,81 @@ def compressed_upstream_bodies(env):
            (r.status, r.body == gz(big), r.header('Content-Encoding')), (200, True, 'gzip'))
     r = get(c, '/gzip', ae)
     env.eq('the connection still serves', (r.status, r.body), (200, want))
+
+
+def envelope_counters(port):
+    """jsongate_envelope_total samples from the admin endpoint:
+    {(route, direction, result, reason): n}, reason '' when there is none."""
+    c = Client(port)
+    try:
+        r = c.request('GET', '/metrics', [('Host', 'a')])
+    finally:
+        c.close()
+    return {m[:4]: int(m[4]) for m in re.findall(
+        r'^jsongate_envelope_total\{route="([^"]*)",direction="(\w+)",result="(\w+)"'
+        r'(?:,reason="(\w+)")?\} (\d+)$', r.body.decode(), re.M)}
+
+
+@T.case
+def content_codings_that_cannot_be_decoded(env):
+    body = b'{"data":{"a":1}}'
+    up = served(env, {'/resp/fail/br': http_response(200, b'\x1b\x00', headers=[('Content-Encoding', 'br')]),
+                      '/resp/pass/zstd': http_response(200, b'(\xb5/\xfd', headers=[('Content-Encoding', 'zstd')]),
+                      '/req/pass': http_response(200, b'{"ok":1}')})
+    admin = free_port()
+    gw = start(env, up,
+               route('req-fail', '/req/fail', request='[ {unwrap: data} ]', on_error='fail'),
+               route('req-pass', '/req/pass', request='[ {unwrap: data} ]'),
+               route('resp-fail', '/resp/fail', '[ {unwrap: data} ]', on_error='fail'),
+               route('resp-pass', '/resp/pass', '[ {unwrap: data} ]'),
+               route('plain', '/plain'),
+               admin={'listen': '127.0.0.1:%d' % admin})
+    c = env.client(gw.port)
+    for coding in ('br', 'zstd', 'compress', 'x-unknown', 'gzip, br', 'gzip, gzip'):
+        r = post(c, '/req/fail', body, headers=[('Content-Encoding', coding)])
+        env.gateway_error('request with Content-Encoding: %s, on_error fail' % coding, r, 415,
+                          'unsupported_media_type',
+                          'request body not rewritten: Content-Encoding that cannot be decoded',
+                          close=False)
+    env.eq('none of them reached the upstream', len(up.requests), 0)
+    r = post(c, '/req/pass', body, headers=[('Content-Encoding', 'br')])
+    q = up.requests[-1] if up.requests else None
+    env.eq('on_error pass: sent upstream untouched, coding kept',
+           (r.status, q.body, q.header('Content-Encoding')) if q else None, (200, body, 'br'))
+    r = get(c, '/resp/fail/br')
+    env.gateway_error('response in br, on_error fail', r, 502, 'upstream_invalid',
+                      'upstream response has a Content-Encoding that cannot be decoded', close=False)
+    r = get(c, '/resp/pass/zstd')
+    env.eq('response in zstd, on_error pass: untouched',
+           (r.status, r.body, r.header('Content-Encoding')), (200, b'(\xb5/\xfd', 'zstd'))
+    env.eq('counted with reason="encoding"', {k: v for k, v in envelope_counters(admin).items()
+                                               if k[3] == 'encoding'},
+           {('req-fail', 'request', 'failed', 'encoding'): 6,
+            ('req-pass', 'request', 'passed', 'encoding'): 1,
+            ('resp-fail', 'response', 'failed', 'encoding'): 1,
+            ('resp-pass', 'response', 'passed', 'encoding'): 1})
+
+
+@T.case
+def accept_encoding_upstream_on_routes_with_response_ops(env):
+    up = served(env, {})
+    up.default = answer(lambda req: http_response(200, b'{"data":1}'))
+    gw = start(env, up, route('ops', '/ops', '[ {unwrap: data} ]'), route('plain', '/plain'),
+               route('req', '/req', request='[ {unwrap: data} ]'))
+    c = env.client(gw.port)
+    for sent, want in ((['gzip, deflate, br;q=0.9, zstd'], ['gzip, deflate']),
+                       (['br'], ['identity']),
+                       (['br, *;q=0.1'], ['identity']),
+                       (['GZIP;q=0.5 , x-gzip ,identity;q=0.1, compress'], ['GZIP;q=0.5, x-gzip, identity;q=0.1']),
+                       (['gzip', 'br, deflate;q=0.5'], ['gzip, deflate;q=0.5']),
+                       ([], [])):
+        get(c, '/ops', [('Accept-Encoding', v) for v in sent])
+        env.eq('response ops: Accept-Encoding %r goes upstream as %r' % (sent, want),
+               up.requests[-1].all('Accept-Encoding'), want)
+    for target in ('/plain', '/req'):
+        get(c, target, [('Accept-Encoding', 'br, gzip')])
+        env.eq('%s: no response ops, Accept-Encoding untouched' % target,
+               up.requests[-1].all('Accept-Encoding'), ['br, gzip'])
 
 
 @T.case
@@ -450,8 +711,7 @@ def untouched_bodies(env):
         '/text-chunked': http_response(200, jbody, content_type='text/plain', chunked=True),
         '/problem': http_response(200, jbody, content_type='application/problem+json'),
         '/charset': http_response(200, jbody, content_type='Application/JSON; charset=utf-8'),
-        '/head': raw_response(200, 'OK', [('Content-Type', 'application/json'),
-                                          ('Content-Length', '40')], b''),
+        '/head': http_response(200, jbody),
         '/204': raw_response(204, 'No Content', [('Content-Type', 'application/json')], b''),
         '/304': raw_response(304, 'Not Modified', [('Content-Type', 'application/json'),
                                                    ('ETag', '"v1"')], b''),
@@ -473,8 +733,9 @@ def untouched_bodies(env):
     rewritten(env, 'parameters and case ignored', get(c, '/charset'), b'{"a":1}',
               headers=[('Content-Type', 'Application/JSON; charset=utf-8')])
     r = get(c, '/head', method='HEAD')
-    env.eq('HEAD untouched', r.head,
-           want_head(200, 'OK', [('Content-Type', 'application/json')], r.header('X-Request-Id', ''), 40))
+    env.eq('HEAD: the head of the rewritten GET answer', (r.head, up.requests[-1].method),
+           (want_head(200, 'OK', [('Content-Type', 'application/json')], r.header('X-Request-Id', ''),
+                      len(b'{"a":1}')), 'GET'))
     r = get(c, '/204')
     env.eq('204 untouched', r.head,
            want_head(204, 'No Content', [('Content-Type', 'application/json')], r.header('X-Request-Id', '')))
@@ -512,14 +773,16 @@ def json_types_configurable(env):
 @T.case
 def on_error_pass_and_fail_on_responses(env):
     invalid = b'{"data":1,}'
+    bom = b'\xef\xbb\xbf{"data":{"ok":true}}'
     missing = b'{"code":0,"other":{"a":1}}'
     array = b'[{"debug":1}]'
     big = b'{"data":"' + b'b' * 5000 + b'"}'
 
     def table(prefix):
         return {
-            prefix + '/invalid': http_response(500, invalid, reason='Oops'),
+            prefix + '/invalid': http_response(201, invalid, reason='Oops'),
             prefix + '/missing': http_response(200, missing),
+            prefix + '/bom': http_response(200, bom),
             prefix + '/array': http_response(201, array),
             prefix + '/big-length': http_response(200, big),
             prefix + '/big-chunked': http_response(200, big, chunked=True),
@@ -540,11 +803,16 @@ def on_error_pass_and_fail_on_responses(env):
     r = get(c, '/pass/invalid')
     rid = r.header('X-Request-Id', '')
     env.eq('pass: invalid JSON: head', r.head,
-           want_head(500, 'Oops', [('Content-Type', 'application/json')], rid, len(invalid)))
+           want_head(201, 'Oops', [('Content-Type', 'application/json')], rid, len(invalid)))
     env.eq('pass: invalid JSON: body', r.body, invalid)
     r = get(c, '/pass/missing')
     env.eq('pass: unwrap of a missing key', (r.status, r.body, r.all('Content-Length')),
            (200, missing, [str(len(missing))]))
+    r = get(c, '/pass/bom')
+    env.eq('pass: a byte order mark', (r.status, r.body), (200, bom))
+    env.check('pass: the byte order mark is named in the log',
+              gw.wait_log(r'route pass: response body not rewritten: body starts with a UTF-8 byte '
+                          r'order mark \(RFC 8259 forbids it\)'), gw.log()[-500:])
     r = get(c, '/pass/array')
     env.eq('pass: top-level array under an object op', (r.status, r.body), (201, array))
     r = get(c, '/pass/big-length')
@@ -561,6 +829,8 @@ def on_error_pass_and_fail_on_responses(env):
     # fail: 502 upstream_invalid, the connection stays usable
     for target, message in (('/fail/invalid', 'response body not rewritten: invalid JSON'),
                             ('/fail/missing', 'response body not rewritten: unwrap: key not found'),
+                            ('/fail/bom', 'response body not rewritten: body starts with a UTF-8 '
+                             'byte order mark (RFC 8259 forbids it)'),
                             ('/fail/array', 'response body not rewritten: unwrap: body is not an object'),
                             ('/fail/big-length', 'upstream response body exceeds limits.max_body'),
                             ('/fail/big-chunked', 'upstream response body exceeds limits.max_body'),

@@ -1,6 +1,7 @@
 """Errors the gateway produces: exact bytes of the JSON error responses for
-no route, malformed requests (400), unsupported versions (505), upstreams
-refusing, closing, answering garbage or too slowly (502, 504)."""
+no route, malformed requests (400), transfer codings other than chunked
+(501), unsupported versions (505), upstreams refusing, closing, answering
+garbage or too slowly (502, 504)."""
 
 import os
 import sys
@@ -28,6 +29,10 @@ MALFORMED = [
      b'GET /x HTTP/1.1\r\nHost: a\r\nX-Long: one\r\n  two\r\n\r\n'),
     ('bare LF in the request line',
      b'GET /x HTTP/1.1\nHost: a\r\n\r\n'),
+    ('bare LF before the request line',
+     b'\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n'),
+    ('CR without LF before the request line',
+     b'\r\rGET /x HTTP/1.1\r\nHost: a\r\n\r\n'),
     ('garbage request line',
      b'HELLO\r\n\r\n'),
     ('space before the colon',
@@ -41,6 +46,7 @@ BAD_CHUNKS = [
     ('invalid chunk size', b'zz\r\nhello\r\n0\r\n\r\n'),
     ('chunk size overflowing 64 bits', b'1ffffffffffffffff\r\nhello\r\n0\r\n\r\n'),
     ('chunk data not followed by CRLF', b'5\r\nhelloXX0\r\n\r\n'),
+    ('chunk size followed by a space and no extension', b'5 \r\nhello\r\n0\r\n\r\n'),
 ]
 
 
@@ -113,6 +119,35 @@ def malformed_chunked_bodies(env):
 
 
 @T.case
+def transfer_codings_not_implemented(env):
+    """A request Transfer-Encoding other than exactly chunked gets 501, as with nginx: any
+    other coding would reach the upstream undecoded, announced as plain chunked."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address))
+    body = b'5\r\nhello\r\n0\r\n\r\n'
+    for te in ('gzip, chunked', 'foo, chunked', 'chunked, gzip, chunked', 'chunked, gzip',
+               'identity', 'gzip', 'chunked;x=1', 'chunked, '):
+        c = env.client(gw.port)
+        c.send(b'POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: %s\r\n\r\n' % te.encode() + body)
+        r = c.read_response('POST')
+        env.gateway_error('Transfer-Encoding: %s' % te, r, 501, 'not_implemented',
+                          'only the chunked transfer coding is implemented', close=True)
+        env.check('Transfer-Encoding: %s: connection closed' % te, c.wait_closed(5), 'still open')
+    c = env.client(gw.port)
+    c.send(b'POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n'
+           + body)
+    r = c.read_response('POST')
+    env.gateway_error('gzip and chunked on two lines', r, 501, 'not_implemented',
+                      'only the chunked transfer coding is implemented', close=True)
+    env.eq('none of them reached the upstream', up.requests, [])
+    c = env.client(gw.port)
+    c.send(b'POST /ok HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n' + body)
+    r = c.read_response('POST')
+    env.eq('CHUNKED in any case is chunked', (r.status, up.requests[0].framing, up.requests[0].body),
+           (200, 'chunked', b'hello'))
+
+
+@T.case
 def unsupported_version(env):
     up = env.scripted()
     gw = env.daemon(upstream_config(up.address))
@@ -132,8 +167,15 @@ def upstream_refused(env):
     for i in range(2):
         r = c.request('GET', '/x', [('Host', 'a'), ('X-Request-Id', 'refused-%d' % i)])
         env.gateway_error('refused, request %d on the same connection' % i, r, 502,
-                          'upstream_unavailable', 'connect to 127.0.0.1:%d refused' % port,
+                          'upstream_unavailable', 'connect to upstream app refused',
                           close=False, request_id='refused-%d' % i)
+    # HEAD: the head GET would get, Content-Length included, and no body.
+    r = c.request('HEAD', '/x', [('Host', 'a'), ('X-Request-Id', 'refused-head')])
+    get = c.request('GET', '/x', [('Host', 'a'), ('X-Request-Id', 'refused-head')])
+    env.eq('refused HEAD: the error head GET gets, no body', (r.head, r.body), (get.head, b''))
+    r = c.request('GET', '/x', [('Host', 'a'), ('X-Request-Id', 'after-head')])
+    env.gateway_error('the connection is in step after the HEAD', r, 502, 'upstream_unavailable',
+                      'connect to upstream app refused', close=False, request_id='after-head')
 
 
 @T.case
@@ -143,7 +185,7 @@ def upstream_closes_before_answering(env):
     c = env.client(gw.port)
     r = c.request('POST', '/x', [('Host', 'a')], b'{"a":1}')
     env.gateway_error('fresh connection closed without a byte', r, 502, 'upstream_unavailable',
-                      'upstream %s closed the connection before answering' % up.address, close=False)
+                      'upstream app closed the connection before answering', close=False)
     env.eq('the POST was sent once', len(up.requests), 1)
 
 
@@ -159,7 +201,7 @@ def upstream_invalid(env):
         c = env.client(gw.port)
         r = c.request('GET', '/x', [('Host', 'a')])
         env.gateway_error(label, r, 502, 'upstream_invalid',
-                          'malformed response from upstream %s' % up.address, close=False)
+                          'malformed response from upstream app', close=False)
 
 
 @T.case
@@ -171,7 +213,7 @@ def upstream_content_length_with_chunked(env):
     r = env.client(gw.port).request('GET', '/x', [('Host', 'a')])
     if r.status == 502:
         env.gateway_error('refused as invalid', r, 502, 'upstream_invalid',
-                          'malformed response from upstream %s' % up.address, close=False)
+                          'malformed response from upstream app', close=False)
     else:
         env.eq('or forwarded chunked without Content-Length',
                (r.status, r.framing, 'content-length' in r.names(), r.body, r.complete),
@@ -189,9 +231,44 @@ def upstream_response_timeout(env):
     r = c.request('GET', '/slow', [('Host', 'a'), ('X-Request-Id', 'slow-1')])
     took = time.monotonic() - start
     env.gateway_error('no answer in time', r, 504, 'upstream_timeout',
-                      'upstream %s did not answer in time' % up.address, close=False,
+                      'upstream app did not answer in time', close=False,
                       request_id='slow-1')
     env.check('504 after about upstream_response (1s)', 0.8 <= took <= 6 * SLOW, '%.2fs' % took)
+
+
+@T.case
+def route_timeouts_override_global_ones(env):
+    # The global timeouts are longer than the client waits: only the route's can answer.
+    up = env.scripted([], answer(http_response(200, b'{"late":true}'), delay=1))
+    lst, fillers = blackhole()
+    try:
+        conf = upstream_config(up.address, timeouts={'upstream_connect': '60s',
+                                                     'upstream_response': '60s',
+                                                     'shutdown_grace': '2s'})
+        conf['upstreams']['hole'] = {'servers': ['127.0.0.1:%d' % lst.getsockname()[1]]}
+        conf['routes'] = [
+            {'name': 'response', 'match': {'path_prefix': '/response'}, 'upstream': 'app',
+             'timeouts': {'upstream_response': '200ms'}},
+            {'name': 'try', 'match': {'path_prefix': '/try'}, 'upstream': 'app',
+             'timeouts': {'upstream_try': '200ms'}},
+            {'name': 'connect', 'match': {'path_prefix': '/connect'}, 'upstream': 'hole',
+             'timeouts': {'upstream_connect': '200ms'}},
+            {'name': 'global', 'match': {'path_prefix': '/'}, 'upstream': 'app'}]
+        gw = env.daemon(conf)
+        c = env.client(gw.port)
+        for target, message in (('/response', 'upstream app did not answer in time'),
+                                 ('/try', 'upstream app did not answer in time'),
+                                 ('/connect', 'connect to upstream hole timed out')):
+            r = c.request('GET', target, [('Host', 'a'), ('X-Request-Id', 'rt' + target[1:])])
+            env.gateway_error('route %s timeout' % target[1:], r, 504, 'upstream_timeout', message,
+                              close=False, request_id='rt' + target[1:])
+        r = c.request('GET', '/other', [('Host', 'a')])
+        env.eq('a route without timeouts waits the global ones', (r.status, r.body),
+               (200, b'{"late":true}'))
+    finally:
+        for s in fillers:
+            s.close()
+        lst.close()
 
 
 def blackhole():
@@ -234,7 +311,7 @@ def upstream_connect_timeout(env):
         r = c.request('GET', '/x', [('Host', 'a')])
         took = time.monotonic() - start
         env.gateway_error('connect timed out', r, 504, 'upstream_timeout',
-                          'connect to 127.0.0.1:%d timed out' % port, close=False)
+                          'connect to upstream app timed out', close=False)
         env.check('504 after about upstream_connect (1s)', 0.8 <= took <= 6 * SLOW, '%.2fs' % took)
     finally:
         for s in fillers:

@@ -56,9 +56,12 @@ def chunked_request_body(env):
     env.eq('chunk extensions accepted', (r.status, up.requests[1].body), (200, b'helloworld'))
 
     c.send(build_request('POST', '/trailer', [('Host', 'a'), ('Transfer-Encoding', 'chunked')]) +
-           b'4\r\ndata\r\n0\r\nX-Checksum: 1\r\n\r\n')
+           b'4;ext=1\r\ndata\r\n0;last\r\nX-Checksum: 1\r\nX-More: 2\r\n\r\n')
     r = c.read_response('POST')
     env.eq('a trailer section is consumed', (r.status, up.requests[2].body), (200, b'data'))
+    raw = up.requests[2].raw
+    env.eq('the upstream gets the payload only: extensions and trailers discarded',
+           raw[raw.index(b'\r\n\r\n') + 4:], b'4\r\ndata\r\n0\r\n\r\n')
     r = c.request('GET', '/after', [('Host', 'a')])
     env.eq('the connection stays in sync after the trailer', (r.status, up.requests[3].target),
            (200, '/after'))

@@ -1,9 +1,13 @@
-"""Limits and timeouts: max_header (431), client_header against a client
+"""Limits and timeouts: max_header (431, empty lines before the request line
+included), client_header against a client
 sending one byte per second, client_body, keepalive, max_connections.
 
 max_connections: like nginx and HAProxy, jsongate stops accepting at the
 limit, so the extra connection waits in the kernel backlog; what is asserted
 is that a request on it is answered only after another connection closes.
+The limit holds for all workers together: with two workers, each closed
+connection lets exactly one waiting connection in, whichever worker holds
+either.
 """
 
 import os
@@ -39,6 +43,39 @@ def header_too_large(env):
     env.gateway_error('many small headers adding up', r, 431, 'header_too_large',
                       'request header exceeds limits.max_header', close=True)
     env.eq('the big ones never reached the upstream', [q.target for q in up.requests], ['/small'])
+
+
+@T.case
+def leading_empty_lines(env):
+    """RFC 9112 2.2: CRLFs before a request line are ignored, and count against max_header."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, limits={'max_header': '1k'}))
+    c = env.client(gw.port)
+    c.send(b'\r\n' * 3 + b'GET /after-empty-lines HTTP/1.1\r\nHost: a\r\n\r\n')
+    r = c.read_response()
+    env.eq('three empty lines, then a request: answered', r.status, 200)
+    env.check('the upstream gets a head without them',
+              up.requests[0].head.startswith(b'GET /after-empty-lines HTTP/1.1\r\n'),
+              up.requests[0].head[:100])
+    c.send(b'POST /body HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}\r\n')
+    r = c.read_response('POST')
+    env.eq('a CRLF after a body (as old clients send)', r.status, 200)
+    r = c.request('GET', '/next', [('Host', 'a')])
+    env.eq('is taken as an empty line before the next request', (r.status, up.requests[-1].target),
+           (200, '/next'))
+    c = env.client(gw.port)
+    head = b'GET /within HTTP/1.1\r\nHost: a\r\n\r\n'
+    c.send(b'\r\n' * ((1024 - len(head)) // 2) + head)
+    r = c.read_response()
+    env.eq('empty lines and a head within max_header (1k)', r.status, 200)
+    c = env.client(gw.port)
+    c.send(b'\r\n' * 600)
+    r = c.read_response()
+    env.gateway_error('1200 bytes of empty lines', r, 431, 'header_too_large',
+                      'request header exceeds limits.max_header', close=True)
+    env.check('then closed', c.wait_closed(5), 'still open')
+    env.eq('the upstream saw the requests only', [q.target for q in up.requests],
+           ['/after-empty-lines', '/body', '/next', '/within'])
 
 
 @T.case
@@ -118,6 +155,52 @@ def max_connections(env):
         r = None
     env.eq('served once one closes', (r.status, r.json()) if r else None, (200, {'t': '/3'}))
     env.eq('the second connection still works', c2.request('GET', '/2b', [('Host', 'a')]).status, 200)
+
+
+def admin_gauge(port):
+    """Open client connections, from the admin endpoint's jsongate_connections."""
+    c = Client(port)
+    r = c.request('GET', '/metrics', [('Host', 'admin')])
+    c.close()
+    return sum(int(n) for n in re.findall(rb'^jsongate_connections\{state="\w+"\} (\d+)$',
+                                          r.body, re.M))
+
+
+def answered(clients, timeout):
+    """The clients among these whose socket turns readable (a response, or a close)."""
+    import select
+    ready, _, _ = select.select([c.sock for c in clients], [], [], timeout)
+    return [c for c in clients if c.sock in ready]
+
+
+@T.case
+def max_connections_over_workers(env):
+    up = env.scripted(default=answer(lambda q: http_response(200, json.dumps({'t': q.target}).encode())))
+    aport = free_port()
+    gw = env.daemon(upstream_config(up.address, workers=2, limits={'max_connections': 3},
+                                    admin={'listen': '127.0.0.1:%d' % aport}))
+    served = [env.client(gw.port) for _ in range(3)]
+    for i, c in enumerate(served):
+        env.eq('connection %d served' % i, c.request('GET', '/open%d' % i, [('Host', 'a')]).status, 200)
+    waiting = [env.client(gw.port) for _ in range(4)]     # complete in the kernel backlogs
+    for i, c in enumerate(waiting):
+        c.send(build_request('GET', '/wait%d' % i, [('Host', 'a')]))
+    env.eq('none of 4 more connections is served while 3 are open',
+           len(answered(waiting, 1.5)), 0)
+    env.eq('3 connections open', admin_gauge(aport), 3)
+    for n in range(len(waiting)):
+        served.pop(0).close()
+        first = answered(waiting, 5 * SLOW)
+        env.eq('close %d: one waiting connection is served' % n, len(first), 1)
+        if len(first) != 1:
+            break
+        c = first[0]
+        waiting.remove(c)
+        r = c.read_response()
+        env.eq('close %d: its answer' % n, (r.status, r.json()['t'].startswith('/wait')), (200, True))
+        served.append(c)
+        env.eq('close %d: no other one' % n, len(answered(waiting, 0.3)), 0)
+        env.eq('close %d: still 3 connections open' % n, admin_gauge(aport), 3)
 
 
 T.run()

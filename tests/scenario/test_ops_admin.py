@@ -1,7 +1,8 @@
 """Admin endpoint: GET /healthz (200, then 503 while draining with a slow
 request in flight), 404/405 as JSON, and GET /metrics parsed with the
 Prometheus client library's parser, with exact values after a known sequence
-of requests and reloads."""
+of requests and reloads; connections accepted by each worker, evenly spread
+over 2 workers."""
 
 import http.client
 import os
@@ -173,6 +174,34 @@ def metrics_after_known_requests(env):
     c.close()
     env.check('the closed client leaves the gauge', wait_until(lambda: value(
         scrape(env, aport)[1], 'jsongate_connections', state='idle') == 0, 5 * SLOW))
+
+
+@T.case
+def connections_spread_over_workers(env):
+    """Each worker accepts on its own SO_REUSEPORT socket: the kernel spreads 1,000
+    connections over 2 workers evenly, where one shared socket lets a worker keep winning."""
+    conf, aport = with_admin(upstream_config('127.0.0.1:%d' % free_port(), routes=[], workers=2))
+    gw = env.daemon(conf)
+    name = 'jsongate_connections_accepted_total'
+
+    def accepted():
+        s = scrape(env, aport)[1]
+        return [value(s, name, worker='0') or 0, value(s, name, worker='1') or 0]
+    env.eq('nothing accepted before the first client', accepted(), [0, 0])
+    before = accepted()
+    total = 1000
+    for i in range(total):
+        c = Client(gw.port)
+        r = c.request('GET', '/%d' % i, [('Host', 'h')])
+        c.close()
+        if r is None or r.status != 404:
+            env.check('connection %d answered' % i, False, r)
+            return
+    counts = [after - b for after, b in zip(accepted(), before)]
+    env.eq('every connection counted once, by the worker that accepted it', sum(counts), total)
+    env.check('each worker accepted 35-65 %', all(0.35 * total <= c <= 0.65 * total
+                                                  for c in counts), counts)
+    print('# accepted by worker 0 and 1: %s' % counts)
 
 
 @T.case

@@ -1,15 +1,21 @@
 """Files and privileges: SIGUSR1 reopens the access log after logrotate renamed
 it; `user:` drops root to that user and its group (uid, gid and supplementary
 groups checked in /proc), or fails loudly when not started as root; -V names
-the versions of libevent, OpenSSL and libyaml."""
+the versions of libevent, OpenSSL, libyaml and zlib (jsmn: header-only);
+log.error to a file (reopened on SIGUSR1) or to syslog (exact datagrams on a
+socket of the test's), start-up errors on stderr too; without -f the daemon
+detaches with stdin, stdout and stderr on /dev/null and logs to syslog;
+pid_file holds the daemon's pid while it runs, written only once it listens."""
 
 import grp
 import os
 import pwd
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *  # noqa: E402,F403
+import shutil  # noqa: E402
 
 T = Suite(__file__)
 
@@ -120,6 +126,230 @@ def version_lists_libraries(env):
     env.check('libevent version', re.search(r'^libevent \d+\.\d+\.\d+', out, re.M), out)
     env.check('OpenSSL version', re.search(r'^OpenSSL \d+\.\d+\.\d+', out, re.M), out)
     env.check('libyaml version', re.search(r'^libyaml \d+\.\d+\.\d+', out, re.M), out)
+    env.check('zlib version', re.search(r'^zlib \d+\.\d+(\.\d+)*\n', out, re.M), out)
+    env.eq('jsmn, compiled in, has no version', re.findall(r'^jsmn.*', out, re.M), ['jsmn header-only'])
+    env.eq('one line per library, nothing else', len(out.splitlines()), 6)
+
+
+def own(text):
+    """text without the lines a JSONGATE_WRAPPER such as valgrind adds (==PID== ...)."""
+    return ''.join(l for l in text.splitlines(True) if not re.match(r'==\d+==', l))
+
+
+SYSLOG = re.compile(r'<(\d+)>[A-Z][a-z]{2} [ 1-3]\d \d\d:\d\d:\d\d jsongate\[(\d+)\]: (.*)\Z', re.S)
+
+
+class SyslogSocket:
+    """A datagram socket standing in for /dev/log; lines() gives (PRI, PID, text) tuples."""
+
+    def __init__(self, env):
+        # A short directory of its own: socket paths are limited to 107 bytes.
+        self.dir = tempfile.mkdtemp(prefix='jg-log-')
+        self.path = os.path.join(self.dir, 'log.sock')
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.setblocking(False)
+        self.got = []
+
+    def lines(self):
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except BlockingIOError:
+                return self.got
+            m = SYSLOG.match(data.decode('utf-8', 'replace'))
+            self.got.append((int(m.group(1)), int(m.group(2)), m.group(3)) if m else data)
+
+    def wait(self, pattern, timeout=5):
+        rx = re.compile(pattern)
+        return wait_until(lambda: [l for l in self.lines() if not isinstance(l, bytes)
+                                   and rx.search(l[2])], timeout * SLOW)
+
+    def close(self):
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@T.case
+def error_log_to_a_file(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    elsewhere = os.path.join(env.tmp, 'elsewhere')
+    os.mkdir(elsewhere)
+    path = os.path.join(env.tmp, 'error.log')
+    gw = env.daemon(upstream_config(up.address, log={'level': 'info', 'error': 'error.log',
+                                                     'access': 'off'}), cwd=elsewhere)
+    read = lambda p: open(p).read() if os.path.exists(p) else ''
+    env.check('the file beside the configuration has the ready line',
+              wait_until(lambda: 'ready with 1 worker' in read(path), 5 * SLOW), read(path))
+    env.eq('nothing on stderr: no error and no warning while starting', own(gw.log()), '')
+    os.rename(path, path + '.1')
+    gw.signal(signal.SIGUSR1)
+    env.check('reopened: the new file says so', wait_until(
+        lambda: 'error log %s reopened' % path in read(path), 5 * SLOW), read(path))
+    env.check('the renamed file kept the lines before', 'ready with 1 worker' in read(path + '.1'),
+              read(path + '.1'))
+    env.eq('nothing in the working directory', os.listdir(elsewhere), [])
+
+
+@T.case
+def pid_file_in_the_foreground(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    path = os.path.join(env.tmp, 'run', 'jsongate.pid')
+    os.mkdir(os.path.dirname(path))
+    gw = env.daemon(upstream_config(up.address, pid_file=path))
+    env.check('written once listening', wait_until(lambda: os.path.exists(path), 5 * SLOW))
+    with open(path) as f:
+        env.eq('the pid', f.read(), '%d\n' % gw.pid)
+    env.eq('stopped', gw.stop(), 0)
+    env.check('removed at exit', not os.path.exists(path))
+
+
+@T.case
+def error_log_to_syslog(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    log = SyslogSocket(env)
+    try:
+        gw = env.daemon(upstream_config(up.address, log={'level': 'info', 'access': 'off',
+                                                         'error': 'syslog:' + log.path}))
+        ready = log.wait('ready with 1 worker')
+        env.eq('the ready line: facility daemon, severity info (30), our pid',
+               [(l[0], l[1], l[2]) for l in ready], [(30, gw.pid, 'jsongate 0.1.0 ready with 1 worker')])
+        env.eq('every datagram is "<PRI>Mmm dd hh:mm:ss jsongate[PID]: text"',
+               [l for l in log.lines() if isinstance(l, bytes)], [])
+        gw.write_config('workers: [\n')
+        gw.signal(signal.SIGHUP)
+        failed = log.wait('reload failed')
+        env.eq('an error: severity err (27)', [l[0] for l in failed], [27])
+        env.eq('nothing on stderr', own(gw.log()), '')
+    finally:
+        log.close()
+
+
+@T.case
+def start_error_on_stderr_too(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    taken = socket.socket()
+    taken.bind(('127.0.0.1', 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    conf = upstream_config(up.address, log={'error': 'error.log'}, pid_file='jsongate.pid',
+                           listeners=[{'listen': '127.0.0.1:%d' % port}])
+    path = os.path.join(env.tmp, 'taken.yaml')
+    with open(path, 'w') as f:
+        f.write(to_yaml(conf) + '\n')
+    p = env.run([JSONGATE, '-f', '-c', path], timeout=10)
+    taken.close()
+    want = 'cannot listen on 127.0.0.1:%d: Address already in use' % port
+    env.eq('exit status 1', p.returncode, 1)
+    env.check('the reason on stderr, for whoever started it', want in p.stderr.decode(), p.stderr)
+    with open(os.path.join(env.tmp, 'error.log')) as f:
+        logged = f.read()
+    env.check('and in the error log', want in logged, logged)
+    env.check('no pid file for a daemon that never listened',
+              not os.path.exists(os.path.join(env.tmp, 'jsongate.pid')))
+
+
+def start_background(env, conf, name='bg'):
+    """Runs jsongate without -f; returns (launcher exit status, its stdout + stderr)."""
+    path = os.path.join(env.tmp, name + '.yaml')
+    with open(path, 'w') as f:
+        f.write(to_yaml(conf) + '\n')
+    out = os.path.join(env.tmp, name + '.out')
+    with open(out, 'wb') as f:
+        status = subprocess.run(WRAPPER + [JSONGATE, '-c', path], stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT, timeout=30 * SLOW).returncode
+    with open(out) as f:
+        return status, own(f.read())
+
+
+def running(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+
+
+def stop_background(env, pid):
+    if pid and running(pid):
+        os.kill(pid, signal.SIGTERM)
+        if not wait_until(lambda: not running(pid), 10 * SLOW):
+            os.kill(pid, signal.SIGKILL)
+            return False
+    return True
+
+
+def pids_with(path):
+    """Processes whose command line names path."""
+    out = []
+    for d in os.listdir('/proc'):
+        try:
+            with open('/proc/%s/cmdline' % d, 'rb') as f:
+                if path.encode() in f.read().split(b'\0') and running(int(d)):
+                    out.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+@T.case
+def background_logs_to_syslog(env):
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    log = SyslogSocket(env)
+    pid = None
+    try:
+        port = free_port()
+        conf = upstream_config(up.address, log={'access': 'access.log', 'error': 'syslog:' + log.path},
+                               pid_file='jsongate.pid', listeners=[{'listen': '127.0.0.1:%d' % port}])
+        pid_path = os.path.join(env.tmp, 'jsongate.pid')
+        status, out = start_background(env, conf)
+        env.eq('the command returns 0 at once, having printed nothing', (status, out), (0, ''))
+        ready = log.wait('ready with 1 worker')
+        env.require('ready, in syslog', ready, log.lines())
+        pid = ready[0][1]
+        env.check('the daemon runs on', running(pid))
+        with open(pid_path) as f:
+            env.eq('pid_file, beside the configuration, holds its pid', f.read(), '%d\n' % pid)
+        fds = {n: os.readlink('/proc/%d/fd/%d' % (pid, n)) for n in (0, 1, 2)}
+        env.eq('stdin, stdout and stderr on /dev/null', fds, {0: '/dev/null', 1: '/dev/null', 2: '/dev/null'})
+        r = Client(port).request('GET', '/x', [('Host', 'a')])
+        env.eq('it serves', r.status if r else None, 200)
+        env.check('the access log beside the configuration',
+                  wait_until(lambda: os.path.exists(os.path.join(env.tmp, 'access.log')) and
+                             os.path.getsize(os.path.join(env.tmp, 'access.log')) > 0, 5 * SLOW))
+        env.check('SIGTERM stops it', stop_background(env, pid))
+        env.check('"stopped" in syslog', log.wait('^stopped$'), log.lines())
+        env.check('the pid file is gone', not os.path.exists(pid_path))
+    finally:
+        stop_background(env, pid)
+        log.close()
+
+
+@T.case
+def background_default_leaves_the_terminal(env):
+    """No -f and no log.error: errors go to syslog (/dev/log, which may not exist here), never
+    to the terminal that started jsongate, which only hears the warnings of the start."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    port = free_port()
+    conf = upstream_config(up.address, log={'access': 'stderr'},
+                           listeners=[{'listen': '127.0.0.1:%d' % port}])
+    pids = []
+    try:
+        status, out = start_background(env, conf, 'default')
+        env.eq('exit status 0', status, 0)
+        env.eq('the terminal hears only the warning about the access log on stderr',
+               [l.split(' ', 1)[1] for l in out.splitlines()],
+               ['[warn] log.access: stderr is /dev/null once in the background: '
+                'name a file, or use -f'])
+        pids = wait_until(lambda: pids_with(os.path.join(env.tmp, 'default.yaml')), 5 * SLOW)
+        env.eq('one daemon runs on', len(pids or []), 1)
+        r = Client(port).request('GET', '/x', [('Host', 'a')])
+        env.eq('it serves', r.status if r else None, 200)
+        for pid in pids or []:
+            env.eq('its stderr is /dev/null', os.readlink('/proc/%d/fd/2' % pid), '/dev/null')
+    finally:
+        for pid in pids or []:
+            env.check('SIGTERM stops it', stop_background(env, pid))
 
 
 T.run()

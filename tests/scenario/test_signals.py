@@ -1,7 +1,8 @@
 """Signals and workers: SIGTERM/SIGINT finish in-flight requests, refuse new
 connections and exit 0; SIGHUP reloads (new routes answer; a broken file is
 rejected with its FILE:LINE:COL error and the old routes keep serving);
-`workers: 2` serves correctly."""
+`workers: 2` serves correctly; a signal sent the moment the listener accepts
+is handled, never fatal (SIGNAL_STARTS starts per signal, 50 by default)."""
 
 import os
 import sys
@@ -35,7 +36,7 @@ def wait_exit(gw, timeout):
 
 @T.case
 def sigterm_finishes_in_flight(env):
-    up = env.scripted([answer(by_target, delay=1.5)], default=answer(by_target))
+    up = env.scripted([answer(by_target), answer(by_target, delay=1.5)], default=answer(by_target))
     gw = env.daemon(upstream_config(up.address, timeouts={'shutdown_grace': '10s'}))
     idle = env.client(gw.port)
     env.eq('an idle keep-alive client first', idle.request('GET', '/idle', [('Host', 'a')]).status, 200)
@@ -45,17 +46,58 @@ def sigterm_finishes_in_flight(env):
                 wait_until(lambda: any(q.target == '/slow' for q in up.requests), 5), '')
     gw.signal(signal.SIGTERM)
     gw.signalled = True
-    env.check('new connections refused soon after SIGTERM', wait_until(lambda: refused(gw.port), 3 * SLOW),
-              'still accepting')
-    try:
-        late = idle.request('GET', '/late', [('Host', 'a')], timeout=5)
-    except OSError:
-        late = None
-    if late is not None:        # else the idle connection was closed: fine too
-        env.gateway_error('a new request on an idle connection during shutdown', late, 503,
-                          'shutting_down', None, close=True)
+    env.require('shutdown logged', gw.wait_log('shutting down'), gw.log())
+    env.check('new connections are refused at once, with a request still in flight',
+              refused(gw.port), 'accepted')
+    env.check('the idle keep-alive connection is closed at once', idle.wait_closed(3 * SLOW),
+              'still open')
+    env.eq('without an answer', idle.buf, b'')
     r = slow.read_response(timeout=10 * SLOW)
-    env.eq('the in-flight request completes', (r.status, r.json()) if r else None, (200, {'target': '/slow'}))
+    env.eq('the in-flight request completes, with Connection: close',
+           (r.status, r.json(), r.header('Connection')) if r else None,
+           (200, {'target': '/slow'}, 'close'))
+    env.eq('exit status 0', wait_exit(gw, 8), 0)
+
+
+@T.case
+def sigterm_refuses_requests_that_still_arrive(env):
+    """During the drain, a request that still arrives on an open connection is answered 503
+    shutting_down: one pipelined behind the response in flight, and one whose head was
+    still coming in when the signal came."""
+    resume = threading.Event()
+    first = http_response(200, b'{"first":true}')
+    head, body = first.split(b'\r\n\r\n', 1)
+    up = env.scripted([answer(by_target), pieces((head + b'\r\n\r\n', resume), (body, 0), close=False)],
+                      default=answer(by_target))
+    gw = env.daemon(upstream_config(up.address, timeouts={'shutdown_grace': '10s'}))
+    idle = env.client(gw.port)
+    env.eq('an idle keep-alive client first', idle.request('GET', '/idle', [('Host', 'a')]).status, 200)
+    partial = env.client(gw.port)
+    partial.send(b'GET /late HTTP/1.1\r\nHost: a\r\n')
+    piped = env.client(gw.port)
+    piped.send(build_request('GET', '/first', [('Host', 'a')]) +
+               build_request('GET', '/second', [('Host', 'a')]))
+    env.require('the head of the first response arrived',
+                wait_until(lambda: piped._fill(time.monotonic() + 5 * SLOW) and b'\r\n\r\n' in piped.buf,
+                           5 * SLOW), piped.buf)
+    gw.signal(signal.SIGTERM)
+    gw.signalled = True
+    # The idle connection closes when the worker starts draining: from then on it is draining.
+    env.require('the idle connection closed', idle.wait_closed(5 * SLOW), 'still open')
+    partial.send(b'\r\n')
+    r = partial.read_response()
+    env.gateway_error('the request whose head arrived during the drain', r, 503, 'shutting_down',
+                      'gateway is shutting down', close=True)
+    env.check('then that connection closes', partial.wait_closed(5 * SLOW), 'still open')
+    resume.set()
+    r = piped.read_response()
+    env.eq('the response in flight completes; its head went out before the drain',
+           (r.status, r.body, r.header('Connection')) if r else None, (200, b'{"first":true}', None))
+    r = piped.read_response()
+    env.gateway_error('the request pipelined behind it', r, 503, 'shutting_down',
+                      'gateway is shutting down', close=True)
+    env.check('then that connection closes', piped.wait_closed(5 * SLOW), 'still open')
+    env.eq('neither reached the upstream', [q.target for q in up.requests], ['/idle', '/first'])
     env.eq('exit status 0', wait_exit(gw, 8), 0)
 
 
@@ -82,6 +124,62 @@ def sigint_stops(env):
     gw.signal(signal.SIGINT)
     gw.signalled = True
     env.eq('SIGINT: exit status 0', wait_exit(gw, 10), 0)
+
+
+STARTS = int(os.environ.get('SIGNAL_STARTS', '50'))
+
+
+def first_connect(gw, deadline):
+    """Connects the moment the listener accepts, as a client retrying in a loop would."""
+    while time.monotonic() < deadline and gw.alive():
+        s = socket.socket()
+        try:
+            s.connect(('127.0.0.1', gw.port))
+            return s
+        except OSError:
+            s.close()
+    return None
+
+
+@T.case
+def signals_during_startup(env):
+    """A signal sent right after the first connection succeeds (the listener is open, the
+    workers may not be running yet) is handled like any other, never fatal: SIGHUP reloads,
+    SIGUSR1 reopens the access log, SIGTERM and SIGINT stop with status 0."""
+    up = env.scripted(default=answer(by_target))
+    access = os.path.join(env.tmp, 'access.log')
+    conf = upstream_config(up.address, log={'level': 'info', 'access': access})
+    handled = {signal.SIGHUP: 'configuration reloaded', signal.SIGUSR1: 'access log .* reopened'}
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        problems = []
+        for i in range(STARTS):
+            gw = env.daemon(conf, wait=False)
+            s = first_connect(gw, time.monotonic() + 10 * SLOW)
+            if s is None:
+                problems.append('start %d: never accepted: %s' % (i, gw.log()[-300:]))
+                break
+            gw.signal(sig)
+            gw.signalled = True
+            s.close()
+            if sig in handled:
+                rx = re.compile(handled[sig])
+                if not wait_until(lambda: rx.search(gw.log()) or not gw.alive(), 10 * SLOW) \
+                        or not gw.alive():
+                    problems.append('start %d: %s not handled, exit status %s' % (
+                        i, sig.name, gw.proc.poll()))
+                    break
+                status = gw.stop()
+            else:
+                status = wait_exit(gw, 10)
+            if status != 0:
+                problems.append('start %d: exit status %s after %s' % (i, status, sig.name))
+                break
+            env.daemons.remove(gw)      # checked: teardown keeps only daemons that failed
+            if any(m in gw.log() for m in ('ERROR: AddressSanitizer', 'runtime error:')):
+                problems.append('start %d: sanitizer report: %s' % (i, gw.log()[-2000:]))
+                break
+        env.eq('%s right after the first connection, %d starts' % (sig.name, STARTS),
+               problems, [])
 
 
 def routes(*names):
@@ -129,6 +227,29 @@ def sighup_reload(env):
     env.eq('old routes keep serving: /b', r.status, 200)
     r = kept.request('GET', '/a/5', [('Host', 'x')])
     env.eq('the kept connection keeps working', r.status, 200)
+
+
+@T.case
+def sighup_removed_listener_refuses_at_once(env):
+    up = env.scripted([answer(by_target, delay=1.5)], default=answer(by_target))
+    conf = upstream_config(up.address)
+    port, extra = free_port(), free_port()
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % port}, {'listen': '127.0.0.1:%d' % extra}]
+    gw = env.daemon(conf, port=port)
+    slow = env.client(extra)
+    slow.send(build_request('GET', '/slow', [('Host', 'a')]))
+    env.require('the slow request reached the upstream',
+                wait_until(lambda: any(q.target == '/slow' for q in up.requests), 5), '')
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % port}]
+    gw.write_config(conf)
+    gw.signal(signal.SIGHUP)
+    env.require('reload done', gw.wait_log('configuration reloaded'), gw.log())
+    env.check('the removed listener refuses at once, with a request on the old configuration '
+              'in flight', refused(extra), 'accepted')
+    env.check('the kept one accepts', not refused(port), 'refused')
+    r = slow.read_response(timeout=10 * SLOW)
+    env.eq('the request in flight completes', (r.status, r.json()) if r else None,
+           (200, {'target': '/slow'}))
 
 
 @T.case

@@ -1,5 +1,5 @@
 """TLS on both sides: certificates by SNI, protocol versions, client certificates, upstream
-verification (name, expiry), session resumption both ways, large bodies and keep-alive over
+verification (name, expiry, servers given by host name), session resumption both ways, large bodies and keep-alive over
 TLS, X-Forwarded-Proto, certificate errors at load, renewed certificates on SIGHUP.
 
 A CA and every certificate are made at test time with the openssl command."""
@@ -14,6 +14,7 @@ import threading
 import zlib
 
 from harness import *
+import dns_server
 
 T = Suite(__file__)
 PKI = tempfile.mkdtemp(prefix='jsongate-tls-')
@@ -90,6 +91,7 @@ make_cert('a', 'a.test', ['DNS:a.test', 'IP:127.0.0.1'])
 make_cert('b', 'b-wildcard', ['DNS:*.b.test'])
 make_cert('b-exact', 'x.b.test', ['DNS:x.b.test'])
 make_cert('up', 'up.test', ['DNS:up.test', 'IP:127.0.0.1'])
+make_cert('named', 'named.test', ['DNS:named.test'])
 make_cert('expired', 'up.test', ['DNS:up.test', 'IP:127.0.0.1'],
           dates=('20200101000000Z', '20200201000000Z'))
 make_cert('client', 'client one', client=True)
@@ -335,6 +337,32 @@ def forwarded_proto_and_keepalive(env):
 
 
 @T.case
+def plain_http_to_tls_listener(env):
+    """Plain HTTP to a TLS port gets a clear-text 400, as nginx answers, then a close."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = tls_gateway(env, up.address)
+    msg = 'plain HTTP request sent to HTTPS port'
+    c = env.client(gw.port)
+    r = c.request('GET', '/plain', [('Host', 'a.test'), ('X-Request-Id', 'plain-1')])
+    env.gateway_error('GET in clear text', r, 400, 'bad_request', msg, close=True,
+                      request_id='plain-1')
+    env.check('then closed', c.wait_closed(5), 'still open')
+    c = env.client(gw.port)
+    c.send(b'\r\nPOST /plain HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\n{}')
+    r = c.read_response('POST')
+    env.gateway_error('POST in clear text after an empty line', r, 400, 'bad_request', msg,
+                      close=True)
+    env.check('then closed too', c.wait_closed(5), 'still open')
+    c = env.client(gw.port)
+    c.send(b'\x00\x01\x02\x03 not TLS and not HTTP\r\n\r\n')
+    env.check('bytes that are neither: closed without an answer', c.wait_closed(5) and c.buf == b'',
+              c.buf[:200])
+    r = tls_client(env, gw.port).request('GET', '/tls', [('Host', 'a.test')])
+    env.eq('TLS clients are served as before', r.status, 200)
+    env.eq('only the TLS request reached the upstream', [q.target for q in up.requests], ['/tls'])
+
+
+@T.case
 def large_bodies(env):
     demo = env.demo()
     gw = tls_gateway(env, demo.address, timeouts=SLOW_TIMEOUTS)
@@ -447,6 +475,7 @@ def upstream_verification(env):
     gw = env.daemon(conf)
     r = env.client(gw.port).request('GET', '/mismatch', [('Host', 'a')])
     env.gateway_error('hostname mismatch', r, 502, 'upstream_tls',
+                      'TLS handshake with upstream app failed: ' +
                       'certificate verify failed: hostname mismatch', close=False)
     env.check('mismatch logged with the reason',
               gw.wait_log(r'TLS handshake with upstream .* failed: certificate verify failed: '
@@ -456,6 +485,7 @@ def upstream_verification(env):
     gw = env.daemon(conf)
     r = env.client(gw.port).request('GET', '/untrusted', [('Host', 'a')])
     env.gateway_error('CA not in the system store', r, 502, 'upstream_tls',
+                      'TLS handshake with upstream app failed: ' +
                       'certificate verify failed: unable to get local issuer certificate',
                       close=False)
 
@@ -466,6 +496,20 @@ def upstream_verification(env):
 
 
 @T.case
+def upstream_by_name(env):
+    """A server given by host name: SNI and verification use the name, not its address."""
+    dns = dns_server.start(env)
+    dns.set('named.test', a=['127.0.0.1'])
+    up = tls_upstream(env, 'named')
+    conf = upstream_config('named.test:%d' % up.port, resolver=dns.address)
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    gw = env.daemon(conf)
+    r = env.client(gw.port).request('GET', '/by-name', [('Host', 'a')])
+    env.eq('verified by the host name', (r.status, r.body), (200, b'{"ok":true}'))
+    env.eq('the host name sent as SNI', up.names, ['named.test'])
+
+
+@T.case
 def upstream_expired(env):
     up = tls_upstream(env, 'expired')
     conf = upstream_config(up.address)
@@ -473,6 +517,7 @@ def upstream_expired(env):
     gw = env.daemon(conf)
     r = env.client(gw.port).request('GET', '/expired', [('Host', 'a')])
     env.gateway_error('expired upstream certificate', r, 502, 'upstream_tls',
+                      'TLS handshake with upstream app failed: ' +
                       'certificate verify failed: certificate has expired', close=False)
 
 

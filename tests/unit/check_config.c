@@ -14,6 +14,7 @@
 
 /* By path: the build directory's autoconf header is also named config.h. */
 #include "../../src/config.h"
+#include "../../src/header_ops.h"
 #include "../../src/rewrite.h"
 
 static const char *srcdir;
@@ -301,11 +302,14 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(cfg->log_level, LOG_LEVEL_INFO);
 	ck_assert_str_eq(cfg->access_log, "stderr");
 	ck_assert_int_eq(cfg->access_format, ACCESS_JSON);
+	ck_assert_uint_eq(cfg->njson_fields, 0);
 	ck_assert_ptr_null(cfg->admin_listen);
 	ck_assert_uint_eq(cfg->limits.max_header, 16 * 1024);
 	ck_assert_uint_eq(cfg->limits.max_body, 8 * 1024 * 1024);
 	ck_assert_uint_eq(cfg->limits.max_connections, 10000);
 	ck_assert_uint_eq(cfg->limits.max_depth, 1000);
+	ck_assert_uint_eq(cfg->limits.route_scan, 64 * 1024);
+	ck_assert_uint_eq(cfg->limits.max_backends, 16);
 	ck_assert_uint_eq(cfg->timeouts.client_header, 10000);
 	ck_assert_uint_eq(cfg->timeouts.client_body, 30000);
 	ck_assert_uint_eq(cfg->timeouts.keepalive, 60000);
@@ -350,8 +354,10 @@ START_TEST(test_full)
 
 	ck_assert_uint_eq(cfg->workers, 3);
 	ck_assert_str_eq(cfg->user, "nobody");
+	ck_assert_str_eq(cfg->pid_file, "/run/jsongate.pid");
 	ck_assert_int_eq(cfg->log_level, LOG_LEVEL_DEBUG);
 	ck_assert_str_eq(cfg->access_log, "/var/log/jsongate/access.log");
+	ck_assert_str_eq(cfg->error_log, "/var/log/jsongate/error.log");
 	ck_assert_int_eq(cfg->access_format, ACCESS_COMBINED);
 	ck_assert_ptr_nonnull(cfg->admin_listen);
 	ck_assert_str_eq(cfg->admin_listen->host, "127.0.0.1");
@@ -360,6 +366,7 @@ START_TEST(test_full)
 	ck_assert_uint_eq(cfg->limits.max_body, 1536 * 1024);
 	ck_assert_uint_eq(cfg->limits.max_connections, 500);
 	ck_assert_uint_eq(cfg->limits.max_depth, 64);
+	ck_assert_uint_eq(cfg->limits.route_scan, 128 * 1024);
 	ck_assert_uint_eq(cfg->timeouts.client_header, 5000);
 	ck_assert_uint_eq(cfg->timeouts.client_body, 90000);
 	ck_assert_uint_eq(cfg->timeouts.keepalive, 0);
@@ -404,12 +411,34 @@ START_TEST(test_full)
 	ck_assert_str_eq(r->json_types[0], "application/json");
 	ck_assert_str_eq(r->json_types[1], "application/vnd.api+json");
 	ck_assert_ptr_null(r->json_types[2]);
+	ck_assert(config_status_in(r->response_on, 200) && config_status_in(r->response_on, 404));
+	ck_assert(!config_status_in(r->response_on, 201) && !config_status_in(r->response_on, 500));
+	ck_assert_ptr_nonnull(r->error_response);
+	ck_assert_uint_eq(r->timeouts.upstream_connect, 250);          /* the global one */
+	ck_assert_uint_eq(r->timeouts.upstream_response, 5000);
+	ck_assert_uint_eq(r->timeouts.upstream_try, 1000);
+	ck_assert_uint_eq(r->request_headers->ndrop, 2);        /* X-Api, X-Debug */
+	ck_assert_uint_eq(r->request_headers->nout, 2);         /* X-Api, X-Gw */
+	ck_assert_str_eq(r->request_headers->out[1].name, "X-Gw");
+	ck_assert_int_eq(r->request_headers->out[1].var, REWRITE_VAR_ROUTE);
+	ck_assert_uint_eq(r->response_headers->ndrop, 1);
+	ck_assert_uint_eq(r->response_headers->nout, 0);
+	ck_assert_uint_eq(r->njson_match, 2);
 	r = &cfg->routes[1];
+	ck_assert_ptr_null(r->request_headers);
+	ck_assert_ptr_null(r->response_headers);
+	ck_assert_uint_eq(r->timeouts.upstream_connect, 250);
+	ck_assert_uint_eq(r->timeouts.upstream_response, 120000);
+	ck_assert_uint_eq(r->timeouts.upstream_try, 0);
+	ck_assert(config_status_in(r->response_on, 299) && !config_status_in(r->response_on, 300));
+	ck_assert_ptr_null(r->error_response);
 	ck_assert_str_eq(r->path, "/healthz");
+	ck_assert_uint_eq(r->njson_match, 1);
 	ck_assert_ptr_null(r->host);
 	ck_assert_ptr_eq(r->upstream, &cfg->upstreams[1]);
 	r = &cfg->routes[2];
 	ck_assert_str_eq(r->name, "routes[2]");
+	ck_assert_ptr_null(r->json_match);
 	ck_assert_ptr_null(r->path);
 	ck_assert_ptr_null(r->path_prefix);
 	ck_assert_uint_eq(r->methods, METHOD_ANY);
@@ -453,6 +482,89 @@ START_TEST(test_anchors)
 }
 END_TEST
 
+/* Every file is named relative to the configuration's directory. */
+START_TEST(test_files)
+{
+	struct config *cfg = load_ok("config/good/files.yaml");
+	char *want;
+
+	want = test_path("config/good/jsongate.pid");
+	ck_assert_str_eq(cfg->pid_file, want);
+	free(want);
+	want = test_path("config/good/logs/access.log");
+	ck_assert_str_eq(cfg->access_log, want);
+	free(want);
+	want = test_path("config/good/log.sock");
+	ck_assert_str_eq(cfg->error_log + 7, want);
+	ck_assert_mem_eq(cfg->error_log, "syslog:", 7);
+	free(want);
+	config_free(cfg);
+
+	cfg = load_ok("config/good/minimal.yaml");
+	ck_assert_ptr_null(cfg->error_log);
+	ck_assert_ptr_null(cfg->pid_file);
+	config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_aggregate)
+{
+	struct config *cfg = load_ok("config/good/aggregate.yaml");
+	const struct config_route *r = &cfg->routes[0];
+
+	ck_assert_uint_eq(cfg->limits.max_backends, 3);
+	ck_assert_ptr_null(r->upstream);
+	ck_assert_uint_eq(r->nbackends, 3);
+	ck_assert_str_eq(r->backends[0].name, "user");
+	ck_assert_str_eq(r->backends[0].key_json, "\"user\":");
+	ck_assert_ptr_eq(r->backends[0].upstream, &cfg->upstreams[0]);
+	ck_assert_str_eq(r->backends[0].method, "GET");
+	ck_assert_uint_eq(r->backends[0].method_bit, METHOD_GET);
+	ck_assert_uint_eq(r->backends[0].timeout, 0);
+	ck_assert_int_eq(r->backends[0].required, 0);
+	ck_assert_int_eq(r->backends[0].missing, MISSING_NULL);
+	ck_assert_int_eq(r->backends[1].required, 1);
+	ck_assert_int_eq(r->backends[1].missing, MISSING_OMIT);
+	ck_assert_uint_eq(r->timeout, 3000);
+	ck_assert_str_eq(r->errors_key_json, "\"_errors\":");
+	ck_assert_str_eq(r->backends[1].path, "/orders?limit=10&sort=-date");
+	ck_assert_str_eq(r->backends[1].method, "POST");
+	ck_assert_uint_eq(r->backends[1].timeout, 2000);
+	ck_assert_ptr_eq(r->backends[1].upstream, &cfg->upstreams[1]);
+	ck_assert_str_eq(r->backends[2].key_json, "\"odd \\\"key\\\"\":");
+	ck_assert_uint_eq(r->backends[2].key_json_len, strlen(r->backends[2].key_json));
+	r = &cfg->routes[1];
+	ck_assert_ptr_nonnull(r->pattern);
+	ck_assert_uint_eq(r->backends[0].nafter, 1);
+	ck_assert_uint_eq(r->backends[0].after[0], 1);
+	ck_assert_uint_eq(r->backends[0].target.npieces, 7);
+	ck_assert_int_eq(r->backends[0].target.pieces[1].var, TEMPLATE_BACKEND);
+	ck_assert_uint_eq(r->backends[0].target.pieces[1].index, 1);
+	ck_assert_str_eq(r->backends[0].target.pieces[1].text + r->backends[0].target.pieces[1].off,
+	    "account.id");
+	ck_assert_int_eq(r->backends[0].target.pieces[3].var, TEMPLATE_PATH);
+	ck_assert(r->backends[0].target.pieces[3].rest);
+	ck_assert(!r->backends[0].target.pieces[3].in_query);
+	ck_assert(r->backends[0].target.pieces[5].in_query);
+	ck_assert_str_eq(r->backends[0].target.pieces[6].text, "&c=$");
+	ck_assert_uint_eq(r->backends[0].nheaders, 2);
+	ck_assert_str_eq(r->backends[0].headers[1].name, "Host");
+	ck_assert_uint_eq(r->backends[1].nafter, 0);
+	ck_assert_int_eq(r->merge, MERGE_KEYED);
+	ck_assert_int_eq(r->backends[1].on_error, ON_ERROR_FAIL);
+	ck_assert_ptr_null(r->backends[1].response);
+	r = &cfg->routes[2];
+	ck_assert_int_eq(r->merge, MERGE_FLAT);
+	ck_assert_str_eq(r->errors_key, "errors");
+	ck_assert_uint_eq(r->timeout, 0);
+	ck_assert_ptr_nonnull(r->response);
+	ck_assert_ptr_nonnull(r->backends[0].response);
+	ck_assert_int_eq(r->backends[0].on_error, ON_ERROR_PASS);
+	ck_assert_ptr_null(cfg->routes[3].backends);
+	config_free(cfg);
+}
+END_TEST
+
 /* The sample the quick start runs. */
 START_TEST(test_sample)
 {
@@ -466,15 +578,18 @@ START_TEST(test_sample)
 	ck_assert_str_eq(cfg->upstreams[0].name, "demo");
 	ck_assert_str_eq(cfg->upstreams[0].servers[0].addr.text, "127.0.0.1:9000");
 	ck_assert_uint_eq(cfg->upstreams[0].keepalive, 32);
-	ck_assert_uint_eq(cfg->nroutes, 3);
-	ck_assert_str_eq(cfg->routes[0].path_prefix, "/v2/");
-	ck_assert_str_eq(cfg->routes[0].strip_prefix, "/v2");
-	ck_assert_int_eq(cfg->routes[0].on_error, ON_ERROR_FAIL);
-	ck_assert_ptr_nonnull(cfg->routes[0].response);
-	ck_assert_uint_eq(cfg->routes[0].response->nops, 2);
-	ck_assert_str_eq(cfg->routes[1].path_prefix, "/api/");
-	ck_assert_ptr_null(cfg->routes[1].response);
-	ck_assert_str_eq(cfg->routes[2].path_prefix, "/");
+	ck_assert_uint_eq(cfg->nroutes, 4);
+	ck_assert_ptr_nonnull(cfg->routes[0].pattern);
+	ck_assert_uint_eq(cfg->routes[0].nbackends, 3);
+	ck_assert_int_eq(cfg->routes[0].backends[2].required, 0);
+	ck_assert_str_eq(cfg->routes[1].path_prefix, "/v2/");
+	ck_assert_str_eq(cfg->routes[1].strip_prefix, "/v2");
+	ck_assert_int_eq(cfg->routes[1].on_error, ON_ERROR_FAIL);
+	ck_assert_ptr_nonnull(cfg->routes[1].response);
+	ck_assert_uint_eq(cfg->routes[1].response->nops, 2);
+	ck_assert_str_eq(cfg->routes[2].path_prefix, "/api/");
+	ck_assert_ptr_null(cfg->routes[2].response);
+	ck_assert_str_eq(cfg->routes[3].path_prefix, "/");
 	config_free(cfg);
 }
 END_TEST
@@ -567,7 +682,9 @@ config_suite(void)
 	tcase_add_test(tc, test_full);
 	tcase_add_test(tc, test_addresses);
 	tcase_add_test(tc, test_anchors);
+	tcase_add_test(tc, test_aggregate);
 	tcase_add_test(tc, test_sample);
+	tcase_add_test(tc, test_files);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");

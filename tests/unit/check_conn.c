@@ -2,10 +2,12 @@
  * events that once lost input, set up so it runs the same way every time instead of waiting
  * for a load test to hit the race; and the session ticket held back for the first response. */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -179,6 +181,70 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 }
 END_TEST
 
+
+/* What the reset test's owner was told, in order. */
+static int reset_what[8];
+static int reset_nwhat;
+
+/* An owner that waits for more than it got, as the proxy does for an answer. */
+static void
+reset_owner_cb(struct conn *c, int what, void *arg)
+{
+	(void)arg;
+	if (reset_nwhat < 8)
+		reset_what[reset_nwhat++] = what;
+	if (what & (CONN_ERROR | CONN_EOF))
+		event_base_loopbreak(event_get_base(c->rev));
+	else if (what & CONN_READ)
+		conn_read_again(c);
+}
+
+/* A peer that sends data and resets at once: epoll reports both in one EPOLLERR edge, which
+ * libevent passes on without EV_CLOSED.  An owner that still waits after the data must still
+ * see the reset at once (conn_read_again), not when its read timeout runs out. */
+START_TEST(reset_with_data_is_seen)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t salen = sizeof(sa);
+	struct linger lg = { 1, 0 };
+	struct event_base *base = event_base_new();
+	struct timeval limit = { 5, 0 };
+	struct conn c;
+	int lfd, cfd, sfd;
+
+	ck_assert_ptr_nonnull(base);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(lfd = socket(AF_INET, SOCK_STREAM, 0), 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
+	ck_assert_int_ge(cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), 0);
+	ck_assert_int_eq(conn_init(&c, base, cfd, reset_owner_cb, NULL), 0);
+	ck_assert_int_eq(conn_connect(&c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_ge(sfd = accept(lfd, NULL, NULL), 0);
+	event_base_loop(base, EVLOOP_NONBLOCK);         /* the connect completes */
+	conn_read_start(&c);
+	/* Data and reset before the loop looks: one edge for both. */
+	ck_assert_int_eq(write(sfd, response, sizeof(response) - 1), sizeof(response) - 1);
+	usleep(20000);
+	ck_assert_int_eq(setsockopt(sfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	close(sfd);
+	usleep(20000);
+	reset_nwhat = 0;
+	event_base_loopexit(base, &limit);
+	event_base_dispatch(base);
+	ck_assert_int_ge(reset_nwhat, 1);
+	ck_assert_msg(reset_what[reset_nwhat - 1] & CONN_ERROR,
+	    "the reset was not reported (what %#x after %d reports)", reset_what[reset_nwhat - 1],
+	    reset_nwhat);
+	ck_assert_int_eq(c.error, ECONNRESET);
+	ck_assert_uint_eq(evbuffer_get_length(c.in), sizeof(response) - 1);
+	conn_close(&c);
+	close(lfd);
+	event_base_free(base);
+}
+END_TEST
+
 static Suite *
 conn_suite(void)
 {
@@ -187,6 +253,7 @@ conn_suite(void)
 
 	tcase_add_unchecked_fixture(tc, make_certificate, remove_certificate);
 	tcase_add_test(tc, tls_request_read_during_handshake_on_write_edge);
+	tcase_add_test(tc, reset_with_data_is_seen);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -208,7 +208,7 @@ START_TEST(test_envelope_members)
 }
 END_TEST
 
-/* Many members force the token and member arrays to grow mid-parse. */
+/* Many members pass through the token window many times; the member array grows. */
 START_TEST(test_envelope_grow)
 {
 	struct envelope env;
@@ -230,6 +230,74 @@ START_TEST(test_envelope_grow)
 }
 END_TEST
 
+static int
+count_cb(void *arg, const struct envelope_member *m)
+{
+	size_t *n = arg;
+
+	ck_assert_int_eq(m->key[0], '"');
+	return ++*n == 1000 ? 7 : 0;    /* stop at the 1000th member with our own value */
+}
+
+/* A member callback sees every member and can stop the parse; max_members stops it too. */
+START_TEST(test_envelope_callback_and_limit)
+{
+	struct envelope env;
+	size_t n = 3000, i, len = 0, end, seen = 0;
+	char *buf = malloc(n * 16 + 2);
+
+	buf[len++] = '{';
+	for (i = 0; i < n; i++)
+		len += (size_t)sprintf(buf + len, "%s\"k%zu\":[]", i ? "," : "", i);
+	buf[len++] = '}';
+	envelope_init(&env);
+	env.max_members = n;
+	ck_assert_int_eq(envelope_parse(&env, buf, len, 0, 1000, &end), 0);
+	ck_assert_uint_eq(env.nmembers, n);
+	env.max_members = n - 1;
+	ck_assert_int_eq(envelope_parse(&env, buf, len, 0, 1000, &end), ENVELOPE_ERR_MEMBERS);
+	ck_assert_uint_eq(env.nmembers, n - 1);
+	envelope_free(&env);
+	envelope_init(&env);
+	env.member_cb = count_cb;
+	env.member_arg = &seen;
+	ck_assert_int_eq(envelope_parse(&env, buf, len, 0, 1000, &end), 7);
+	ck_assert_uint_eq(seen, 1000);
+	/* Members given to the callback are not stored. */
+	ck_assert_ptr_null(env.members);
+	envelope_free(&env);
+	free(buf);
+}
+END_TEST
+
+/* jscan_use picks the scanner the engine runs on; every one gives the same envelope. */
+START_TEST(test_jscan_use)
+{
+	static const char in[] = "{\"a\":[1,{\"b\":\"]\\\"\"}],\"c\":\"x\",\"d\":{}}";
+	struct envelope env;
+	size_t end;
+	int impl;
+
+	envelope_init(&env);
+	for (impl = 0; impl < JSCAN_NIMPL; impl++) {
+		if (!jscan_impl_available((enum jscan_impl)impl)) {
+			ck_assert_int_eq(jscan_use((enum jscan_impl)impl), -1);
+			continue;
+		}
+		ck_assert_int_eq(jscan_use((enum jscan_impl)impl), 0);
+		ck_assert_int_eq(envelope_parse(&env, in, strlen(in), 0, 10, &end), 0);
+		ck_assert_uint_eq(env.nmembers, 3);
+		ck_assert_uint_eq(env.members[0].vallen, 15);
+		ck_assert_uint_eq(end, strlen(in));
+		ck_assert_int_eq(jscan_skip(in, strlen(in), 5, 2), 20);
+		ck_assert_int_eq(jscan_skip(in, strlen(in), 5, 1), JSCAN_ERR_DEPTH);
+	}
+	ck_assert_int_eq(jscan_use(JSCAN_NIMPL), -1);
+	ck_assert_int_eq(jscan_use(jscan_impl_best()), 0);
+	envelope_free(&env);
+}
+END_TEST
+
 static const struct {
 	const char *json;
 	const char *name;
@@ -246,6 +314,42 @@ START_TEST(test_string_eq)
 {
 	ck_assert_int_eq(envelope_string_eq(str_cases[_i].json, strlen(str_cases[_i].json),
 	    str_cases[_i].name, strlen(str_cases[_i].name)), str_cases[_i].eq);
+}
+END_TEST
+
+/* Decoding gives the text string_eq compares with; a bad escape is an error. */
+START_TEST(test_string_decode)
+{
+	const char *json = str_cases[_i].json;
+	char out[64];
+	size_t n = 0;
+	int r = envelope_string_decode(json, strlen(json), out, &n);
+
+	if (str_cases[_i].eq) {
+		ck_assert_int_eq(r, 0);
+		ck_assert_uint_eq(n, strlen(str_cases[_i].name));
+		ck_assert(memcmp(out, str_cases[_i].name, n) == 0);
+	} else if (strstr(json, "\\x") != NULL || strstr(json, "\\u00\"") != NULL) {
+		ck_assert_int_eq(r, -1);
+	}
+	ck_assert_int_eq(envelope_string_decode("\"a\\u0000b\"", 10, out, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert(memcmp(out, "a\0b", 3) == 0);
+	ck_assert_int_eq(envelope_string_decode("\"a\\\"", 4, out, &n), -1);
+}
+END_TEST
+
+START_TEST(test_string_decode_escapes)
+{
+	static const char json[] = "\"a\\\"b\\u00e9\\ud83d\\ude00\\ud800x\\n\\/\"";
+	char out[sizeof(json)];
+	size_t n = 0;
+
+	ck_assert_int_eq(envelope_string_decode(json, sizeof(json) - 1, out, &n), 0);
+	ck_assert_uint_eq(n, 15);
+	ck_assert_int_eq(memcmp(out, "a\"b\xc3\xa9\xf0\x9f\x98\x80\xed\xa0\x80x\n/", 15), 0);
+	ck_assert_int_eq(envelope_string_decode("\"\\q\"", 4, out, &n), -1);
+	ck_assert_int_eq(envelope_string_decode("\"\\u12\"", 6, out, &n), -1);
 }
 END_TEST
 
@@ -279,7 +383,12 @@ envelope_suite(void)
 	tcase_add_test(tc, test_skip_depth_clamp);
 	tcase_add_loop_test(tc, test_envelope_members, 0, (int)(sizeof(env_cases) / sizeof(env_cases[0])));
 	tcase_add_test(tc, test_envelope_grow);
+	tcase_add_test(tc, test_envelope_callback_and_limit);
+	tcase_add_test(tc, test_jscan_use);
 	tcase_add_loop_test(tc, test_string_eq, 0, (int)(sizeof(str_cases) / sizeof(str_cases[0])));
+	tcase_add_loop_test(tc, test_string_decode, 0,
+	    (int)(sizeof(str_cases) / sizeof(str_cases[0])));
+	tcase_add_test(tc, test_string_decode_escapes);
 	tcase_add_test(tc, test_value_end);
 	suite_add_tcase(s, tc);
 	return s;

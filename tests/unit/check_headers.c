@@ -7,6 +7,8 @@
 
 #include <event2/buffer.h>
 
+#include "body.h"
+#include "header_ops.h"
 #include "headers.h"
 #include "http.h"
 
@@ -190,7 +192,7 @@ START_TEST(test_response_rules)
 	size_t len = strlen(c->in);
 
 	ck_assert_msg(http_parse_response(c->in, len, &resp) == (ssize_t)len, "%s: parse", c->name);
-	ck_assert_int_eq(headers_response_out(out, &resp, str_of(c->request_id)), 0);
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of(c->request_id), NULL, NULL), 0);
 	check_output(c->name, out, c->want);
 	evbuffer_free(out);
 }
@@ -221,6 +223,169 @@ START_TEST(test_request_many_headers)
 	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
 	check_output("many", out, want);
 	evbuffer_free(out);
+}
+END_TEST
+
+/* ---- header ops ---- */
+
+/* Ops from "KIND NAME[=VALUE]" lines; the test fails on any refusal. */
+static struct header_ops *
+ops_of(int request, const char *const *specs)
+{
+	struct header_ops *ops = NULL;
+	char buf[256], *eq;
+	int in_value;
+
+	for (; *specs != NULL; specs++) {
+		enum header_op_kind kind = strncmp(*specs, "set ", 4) == 0 ? HEADER_OP_SET :
+		    strncmp(*specs, "add ", 4) == 0 ? HEADER_OP_ADD : HEADER_OP_REMOVE;
+		const char *why;
+
+		snprintf(buf, sizeof(buf), "%s", strchr(*specs, ' ') + 1);
+		if ((eq = strchr(buf, '=')) != NULL)
+			*eq++ = '\0';
+		why = header_ops_add(&ops, request, kind, buf, eq, &in_value);
+		ck_assert_msg(why == NULL, "%s: %s", *specs, why);
+	}
+	return ops;
+}
+
+static struct rewrite_str
+var_of(const char *s)
+{
+	struct rewrite_str v = { s, strlen(s) };
+
+	return v;
+}
+
+static struct rewrite_vars
+vars_of(const struct http_request *req)
+{
+	struct rewrite_vars v;
+
+	memset(&v, 0, sizeof(v));
+	v.request_id = var_of("rid");
+	v.route = var_of("r\x01oute");        /* a control byte never reaches the head */
+	v.upstream = var_of("10.0.0.9:80");
+	v.remote_addr = var_of("192.0.2.7");
+	v.now = 86400 + 3661;
+	if (req != NULL)
+		body_vars_headers(&v, req);
+	return v;
+}
+
+START_TEST(test_request_header_ops)
+{
+	static const char *const specs[] = {
+		"set X-Api=2", "set x-forwarded-for=$remote_addr", "set X-Trace=$header.x-b3",
+		"set X-Missing=$header.X-Absent", "set X-Time=$time_iso8601",
+		"add x-tag=gw", "add X-Route=$route", "add X-Dollar=$$route",
+		"remove X-Debug", "remove X-Forwarded-Proto", NULL
+	};
+	const char *in = "GET /a HTTP/1.1\r\nHost: h\r\nX-API: 1\r\nX-Tag: client\r\n"
+	    "X-Debug: on\r\nx-debug: again\r\nX-Forwarded-For: 6.6.6.6\r\nX-B3: t-1\r\n"
+	    "Accept: */*\r\n\r\n";
+	struct header_ops *ops = ops_of(1, specs);
+	struct http_request req;
+	struct headers_forward fw;
+	struct rewrite_vars vars;
+	struct evbuffer *out = evbuffer_new();
+
+	ck_assert_int_eq(http_parse_request(in, strlen(in), &req), (ssize_t)strlen(in));
+	vars = vars_of(&req);
+	memset(&fw, 0, sizeof(fw));
+	fw.client_addr = "192.0.2.7";
+	fw.request_id = str_of("rid");
+	fw.ops = ops;
+	fw.vars = &vars;
+	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
+	check_output("request ops", out,
+	    "GET /a HTTP/1.1\r\nHost: h\r\nX-Tag: client\r\nX-B3: t-1\r\nAccept: */*\r\n"
+	    "X-Request-Id: rid\r\nX-Api: 2\r\nx-forwarded-for: 192.0.2.7\r\nX-Trace: t-1\r\n"
+	    "X-Time: 1970-01-02T01:01:01+00:00\r\nx-tag: gw\r\nX-Route: route\r\n"
+	    "X-Dollar: $route\r\n");
+	evbuffer_free(out);
+	header_ops_free(ops);
+}
+END_TEST
+
+START_TEST(test_response_header_ops)
+{
+	static const char *const specs[] = {
+		"remove Server", "set X-Request-Id=$request_id", "set X-Upstream=$upstream",
+		"add Cache-Control=no-store", "set X-Empty=", NULL
+	};
+	const char *in = "HTTP/1.1 200 OK\r\nServer: app/1\r\nX-Request-Id: upstream-id\r\n"
+	    "Cache-Control: private\r\nContent-Length: 2\r\n\r\n";
+	struct header_ops *ops = ops_of(0, specs);
+	struct http_response resp;
+	struct rewrite_vars vars = vars_of(NULL);
+	struct evbuffer *out = evbuffer_new();
+
+	ck_assert_int_eq(http_parse_response(in, strlen(in), &resp), (ssize_t)strlen(in));
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of("rid"), ops, &vars), 0);
+	check_output("response ops", out,
+	    "HTTP/1.1 200 OK\r\nCache-Control: private\r\nX-Request-Id: rid\r\n"
+	    "X-Upstream: 10.0.0.9:80\r\nCache-Control: no-store\r\nX-Empty: \r\n");
+	evbuffer_free(out);
+	header_ops_free(ops);
+}
+END_TEST
+
+struct op_refusal {
+	int request;
+	enum header_op_kind kind;
+	const char *name, *value;
+	int in_value;
+	const char *why;                /* start of the reason */
+};
+
+static const struct op_refusal op_refusals[] = {
+	{ 1, HEADER_OP_SET, "Connection", "close", 0, "a hop-by-hop header" },
+	{ 0, HEADER_OP_ADD, "keep-alive", "1", 0, "a hop-by-hop header" },
+	{ 1, HEADER_OP_REMOVE, "TE", NULL, 0, "a hop-by-hop header" },
+	{ 0, HEADER_OP_SET, "Trailer", "x", 0, "a hop-by-hop header" },
+	{ 0, HEADER_OP_SET, "Upgrade", "h2c", 0, "a hop-by-hop header" },
+	{ 1, HEADER_OP_SET, "Proxy-Authorization", "x", 0, "a hop-by-hop header" },
+	{ 0, HEADER_OP_SET, "Content-Length", "0", 0, "message framing" },
+	{ 1, HEADER_OP_REMOVE, "transfer-encoding", NULL, 0, "message framing" },
+	{ 1, HEADER_OP_SET, "Host", "h", 0, "the Host sent upstream" },
+	{ 1, HEADER_OP_SET, "Bad Name", "x", 0, "not a header name" },
+	{ 1, HEADER_OP_SET, "X-A", "a\r\nX-B: b", 1, "the value has a control character" },
+	{ 1, HEADER_OP_SET, "X-A", "$nope", 1, "unknown variable" },
+	{ 1, HEADER_OP_SET, "X-A", "$header.a b", 1, "bad header name" },
+	{ 1, HEADER_OP_SET, "X-A", "$upstream", 1, "$upstream is not known yet" },
+};
+
+START_TEST(test_header_op_refusals)
+{
+	const struct op_refusal *c = &op_refusals[_i];
+	struct header_ops *ops = NULL;
+	const char *why;
+	int in_value = -1;
+
+	why = header_ops_add(&ops, c->request, c->kind, c->name, c->value, &in_value);
+	ck_assert_msg(why != NULL && strncmp(why, c->why, strlen(c->why)) == 0,
+	    "%s: got %s", c->name, why ? why : "(accepted)");
+	ck_assert_int_eq(in_value, c->in_value);
+	header_ops_free(ops);
+}
+END_TEST
+
+START_TEST(test_header_op_named_twice)
+{
+	struct header_ops *ops = NULL;
+	int in_value;
+
+	ck_assert_ptr_null(header_ops_add(&ops, 1, HEADER_OP_SET, "X-A", "1", &in_value));
+	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_ADD, "x-a", "2", &in_value),
+	    "named twice (names are case-insensitive)");
+	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_REMOVE, "X-A", NULL, &in_value),
+	    "named twice (names are case-insensitive)");
+	ck_assert_ptr_null(header_ops_add(&ops, 0, HEADER_OP_SET, "X-U", "$upstream", &in_value));
+	ck_assert_uint_eq(ops->ndrop, 2);
+	ck_assert_uint_eq(ops->nout, 2);
+	header_ops_free(ops);
 }
 END_TEST
 
@@ -330,6 +495,14 @@ headers_suite(void)
 	tcase_add_loop_test(tc, test_request_rules, 0, sizeof(req_rules) / sizeof(req_rules[0]));
 	tcase_add_loop_test(tc, test_response_rules, 0, sizeof(resp_rules) / sizeof(resp_rules[0]));
 	tcase_add_test(tc, test_request_many_headers);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("header_ops");
+	tcase_add_test(tc, test_request_header_ops);
+	tcase_add_test(tc, test_response_header_ops);
+	tcase_add_loop_test(tc, test_header_op_refusals, 0,
+	    sizeof(op_refusals) / sizeof(op_refusals[0]));
+	tcase_add_test(tc, test_header_op_named_twice);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("request_id");

@@ -82,9 +82,8 @@ static const struct req_case req_cases[] = {
 	    WHOLE, "GET", METHOD_GET, "/", "/", "", 1, "a", "abc-123", -1, 0, 0, 0, 0, 0, 3 },
 	{ "chunked", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked\r\n\r\n", WHOLE,
 	    "POST", METHOD_POST, "/", "/", "", 1, "a", "", -1, 1, 0, 0, 0, 0, 2 },
-	{ "chunked after gzip", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: gzip\r\n"
-	    "transfer-encoding: , CHUNKED\r\n\r\n", WHOLE,
-	    "POST", METHOD_POST, "/", "/", "", 1, "a", "", -1, 1, 0, 0, 0, 0, 3 },
+	{ "chunked in any case", "POST / HTTP/1.1\r\n" H11 "transfer-encoding:  ChUnKeD \r\n\r\n",
+	    WHOLE, "POST", METHOD_POST, "/", "/", "", 1, "a", "", -1, 1, 0, 0, 0, 0, 2 },
 	{ "chunked in http/1.0 closes", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
 	    WHOLE, "POST", METHOD_POST, "/", "/", "", 0, "", "", -1, 1, 1, 0, 0, 0, 1 },
 	{ "identical content-lengths", "POST / HTTP/1.1\r\n" H11 "Content-Length: 5\r\n"
@@ -113,6 +112,8 @@ static const struct req_case req_cases[] = {
 	{ "bare CR in request line", "GET / HTTP/1.1\rX\n" H11 "\r\n", HTTP_ERR_MALFORMED },
 	{ "CR in value", "GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", HTTP_ERR_MALFORMED },
 	{ "leading bare LF", "\nGET / HTTP/1.1\r\n" H11 "\r\n", HTTP_ERR_MALFORMED },
+	{ "leading CRLF, then bare LF", "\r\n\nGET / HTTP/1.1\r\n" H11 "\r\n", HTTP_ERR_MALFORMED },
+	{ "leading CR without LF", "\r\rGET / HTTP/1.1\r\n" H11 "\r\n", HTTP_ERR_MALFORMED },
 	{ "obs-fold", "GET / HTTP/1.1\r\n" H11 "X: a\r\n b\r\n\r\n", HTTP_ERR_MALFORMED },
 	{ "obs-fold tab", "GET / HTTP/1.1\r\n" H11 "X: a\r\n\tb\r\n\r\n", HTTP_ERR_MALFORMED },
 	{ "space before first header", "GET / HTTP/1.1\r\n Host: a\r\n\r\n", HTTP_ERR_MALFORMED },
@@ -168,15 +169,28 @@ static const struct req_case req_cases[] = {
 	    HTTP_ERR_FRAMING },
 	{ "CL overflow", "POST / HTTP/1.1\r\n" H11 "Content-Length: 99999999999999999999999\r\n\r\n",
 	    HTTP_ERR_FRAMING },
+	{ "CL with another coding", "POST / HTTP/1.1\r\n" H11 "Content-Length: 3\r\n"
+	    "Transfer-Encoding: gzip\r\n\r\n", HTTP_ERR_FRAMING },
+	/* A request's Transfer-Encoding is "chunked" or 501, as with nginx. */
 	{ "TE not ending in chunked", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked, gzip\r\n\r\n",
-	    HTTP_ERR_FRAMING },
+	    HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE gzip, chunked", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: gzip, chunked\r\n\r\n",
+	    HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE unknown, chunked", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: foo, chunked\r\n\r\n",
+	    HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE chunked around gzip", "POST / HTTP/1.1\r\n" H11
+	    "Transfer-Encoding: chunked, gzip, chunked\r\n\r\n", HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE chunked after gzip line", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: gzip\r\n"
+	    "transfer-encoding: CHUNKED\r\n\r\n", HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE chunked with empty element", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked,\r\n\r\n",
+	    HTTP_ERR_NOT_IMPLEMENTED },
 	{ "TE identity", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: identity\r\n\r\n",
-	    HTTP_ERR_FRAMING },
-	{ "TE empty", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding:\r\n\r\n", HTTP_ERR_FRAMING },
+	    HTTP_ERR_NOT_IMPLEMENTED },
+	{ "TE empty", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding:\r\n\r\n", HTTP_ERR_NOT_IMPLEMENTED },
 	{ "TE chunked twice", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked\r\n"
-	    "Transfer-Encoding: chunked\r\n\r\n", HTTP_ERR_FRAMING },
+	    "Transfer-Encoding: chunked\r\n\r\n", HTTP_ERR_NOT_IMPLEMENTED },
 	{ "TE chunked with parameter", "POST / HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked;x=1\r\n\r\n",
-	    HTTP_ERR_FRAMING },
+	    HTTP_ERR_NOT_IMPLEMENTED },
 };
 
 static void
@@ -294,6 +308,40 @@ START_TEST(test_request_headers)
 }
 END_TEST
 
+/* The one list tokenizer: OWS trimmed, empty elements kept, NULL after the last. */
+START_TEST(test_list_next)
+{
+	static const char v[] = " a ,\tB c\t,, ";
+	const char *p = v, *end = v + sizeof(v) - 1;
+	static const char *const want[] = { "a", "B c", "", "" };
+	struct http_str e;
+	size_t i = 0;
+
+	do {
+		ck_assert_uint_lt(i, 4);
+		p = http_list_next(p, end, &e);
+		check_str("element", e, want[i++]);
+	} while (p != NULL);
+	ck_assert_uint_eq(i, 4);
+	p = http_list_next(v, v, &e);
+	ck_assert_ptr_null(p);
+	ck_assert_uint_eq(e.len, 0);
+	ck_assert(HTTP_IEQ("Keep-Alive", 10, "keep-alive"));
+	ck_assert(!HTTP_IEQ("Keep-Alive", 10, "keep-alivex"));
+	ck_assert(!HTTP_IEQ("Keep_Alive", 10, "keep-alive"));
+}
+END_TEST
+
+START_TEST(test_reason)
+{
+	check_str("200", http_reason(200), "OK");
+	check_str("413", http_reason(413), "Content Too Large");
+	check_str("501", http_reason(501), "Not Implemented");
+	check_str("505", http_reason(505), "HTTP Version Not Supported");
+	check_str("299", http_reason(299), "");
+}
+END_TEST
+
 static char *
 many_headers(int n, size_t *len)
 {
@@ -374,6 +422,8 @@ static const struct resp_case resp_cases[] = {
 	    "Transfer-Encoding: chunked\r\n\r\n", WHOLE, 200, "OK", 1, -1, 1, 0, 1, 2 },
 	{ "TE wins over bad CL", "HTTP/1.1 200 OK\r\nContent-Length: x\r\n"
 	    "Transfer-Encoding: chunked\r\n\r\n", WHOLE, 200, "OK", 1, -1, 1, 0, 1, 2 },
+	{ "TE gzip, chunked: chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+	    WHOLE, 200, "OK", 1, -1, 1, 0, 0, 1 },
 	{ "TE gzip: until close", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", WHOLE,
 	    200, "OK", 1, -1, 0, 1, 0, 1 },
 	{ "TE chunked then gzip: until close", "HTTP/1.1 200 OK\r\n"
@@ -447,7 +497,7 @@ static const struct chunk_case chunk_cases[] = {
 	{ "leading zeros", "0005\r\nhello\r\n000\r\n\r\n", HTTP_CHUNKED_DONE, "hello" },
 	{ "empty body", "0\r\n\r\n", HTTP_CHUNKED_DONE, "" },
 	{ "extensions", "5;name=val;x=\"q;\"\r\nhello\r\n0;last\r\n\r\n", HTTP_CHUNKED_DONE, "hello" },
-	{ "BWS before extension", "5 ;a\r\nhello\r\n0\t\r\n\r\n", HTTP_CHUNKED_DONE, "hello" },
+	{ "BWS before extension", "5 ;a\r\nhello\r\n0\t \t;b\r\n\r\n", HTTP_CHUNKED_DONE, "hello" },
 	{ "trailers", "2\r\nhi\r\n0\r\nX-Sum: 1\r\nY: \r\n\r\n", HTTP_CHUNKED_DONE, "hi" },
 	{ "CRLF inside data", "4\r\n\r\n\r\n\r\n0\r\n\r\n", HTTP_CHUNKED_DONE, "\r\n\r\n" },
 	{ "next message follows", "1\r\nx\r\n0\r\n\r\nGET / HTTP/1.1\r\n", HTTP_CHUNKED_DONE, "x", 11 },
@@ -463,6 +513,8 @@ static const struct chunk_case chunk_cases[] = {
 	{ "sign", "+5\r\nhello\r\n", HTTP_CHUNKED_ERROR, "" },
 	{ "0x prefix", "0x5\r\nhello\r\n", HTTP_CHUNKED_ERROR, "" },
 	{ "space inside size", "1 2\r\n", HTTP_CHUNKED_ERROR, "" },
+	{ "space after size, no extension", "5 \r\nhello\r\n0\r\n\r\n", HTTP_CHUNKED_ERROR, "" },
+	{ "tab after last chunk, no extension", "2\r\nhi\r\n0\t\r\n\r\n", HTTP_CHUNKED_ERROR, "hi" },
 	{ "bare LF after size", "5\nhello\r\n0\r\n\r\n", HTTP_CHUNKED_ERROR, "" },
 	{ "bare LF after data", "5\r\nhello\n0\r\n\r\n", HTTP_CHUNKED_ERROR, "hello" },
 	{ "missing CRLF after data", "5\r\nhelloX\r\n0\r\n\r\n", HTTP_CHUNKED_ERROR, "hello" },
@@ -645,6 +697,8 @@ http_suite(void)
 	tcase_add_loop_test(tc, test_request_error_prefixes, 0,
 	    sizeof(req_cases) / sizeof(req_cases[0]));
 	tcase_add_test(tc, test_request_headers);
+	tcase_add_test(tc, test_list_next);
+	tcase_add_test(tc, test_reason);
 	tcase_add_test(tc, test_request_max_headers);
 	tcase_add_test(tc, test_request_scan_alignment);
 	suite_add_tcase(s, tc);

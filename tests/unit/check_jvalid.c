@@ -104,7 +104,7 @@ START_TEST(test_parsing)
 {
 	char *dir = suite_dir("test_parsing"), *buf, *out;
 	struct rewrite_program *wrap = program("[wrap: r]"), *unwrap = program("[wrap: r, unwrap: r]");
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 	struct dirent *e;
 	size_t len, i, k, ny = 0, nn = 0, ni = 0;
@@ -173,7 +173,7 @@ START_TEST(test_transform)
 	char *dir = suite_dir("test_transform"), *buf, *out;
 	struct rewrite_program *p = program("[wrap: result, unwrap: result]");
 	struct rewrite_program *inner = program("[wrap: a, wrap: b, unwrap: b.a, wrap: c]");
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 	struct dirent *e;
 	size_t len, i, k, n = 0;
@@ -249,6 +249,27 @@ START_TEST(test_depth)
 }
 END_TEST
 
+/* The one UTF-8 validator: validate: full and the escaping of $variables both use it. */
+static const struct {
+	const char *in;
+	size_t len;
+} utf8_cases[] = {
+	{ "a", 1 }, { "\x7f", 1 }, { "\xc3\xa9", 2 }, { "\xe2\x82\xac", 3 },
+	{ "\xf0\x9f\x98\x80", 4 }, { "\xf4\x8f\xbf\xbf", 4 }, { "\xc0\xaf", 0 },
+	{ "\xc1\xbf", 0 }, { "\xe0\x9f\xbf", 0 }, { "\xed\xa0\x80", 0 }, { "\xed\x9f\xbf", 3 },
+	{ "\xf0\x8f\xbf\xbf", 0 }, { "\xf4\x90\x80\x80", 0 }, { "\xf5\x80\x80\x80", 0 },
+	{ "\x80", 0 }, { "\xe2\x82", 0 }, { "\xc3", 0 }, { "\xc3(", 0 },
+};
+
+START_TEST(test_utf8_len)
+{
+	const char *in = utf8_cases[_i].in;
+
+	ck_assert_uint_eq(jvalid_utf8_len((const unsigned char *)in, strlen(in)),
+	    utf8_cases[_i].len);
+}
+END_TEST
+
 static Suite *
 jvalid_suite(void)
 {
@@ -259,6 +280,7 @@ jvalid_suite(void)
 	tcase_add_test(tc, test_transform);
 	tcase_add_loop_test(tc, test_table, 0, (int)(sizeof(jv_cases) / sizeof(jv_cases[0])));
 	tcase_add_test(tc, test_depth);
+	tcase_add_loop_test(tc, test_utf8_len, 0, (int)(sizeof(utf8_cases) / sizeof(utf8_cases[0])));
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "rewrite.h"
@@ -129,6 +130,18 @@ static const struct rw_case cases[] = {
 	{ "[rename: {d.m: n}]", "{\"d\":{\"m\":1},\"d\":{\"m\":2}}", "{\"d\":{\"n\":1},\"d\":{\"n\":2}}", 0, E },
 	{ "[rename: {msg: message}]", "{}", "{}", 0, E },
 	{ "[rename: {msg: message}]", "{\"msg\":1,}", FAIL, 0, E },
+	/* the renamed member replaces one already called so: never a duplicate key */
+	{ "[rename: {a: b}]", "{\"a\":1,\"b\":2}", "{\"b\":1}", 0, E },
+	{ "[rename: {a: b}]", "{\"b\":2,\"a\":1,\"c\":3}", "{\"b\":1,\"c\":3}", 0, E },
+	{ "[rename: {a: b}]", "{\"b\":2,\"c\":3}", "{\"b\":2,\"c\":3}", 0, E },
+	{ "[rename: {a: b}]", "{\"b\":2,\"b\":3,\"a\":1}", "{\"b\":1}", 0, E },
+	{ "[rename: {a: b, b: c}]", "{\"a\":1,\"b\":2}", "{\"b\":1,\"c\":2}", 0, E },
+	{ "[rename: {b: c, a: b}]", "{\"a\":1,\"b\":2}", "{\"b\":1,\"c\":2}", 0, E },
+	{ "[rename: {a: a}]", "{\"a\":1,\"a\":2}", "{\"a\":1,\"a\":2}", 0, E },
+	{ "[rename: {d.a: b}]", "{\"d\":{\"a\":1,\"b\":2},\"b\":3}", "{\"d\":{\"b\":1},\"b\":3}", 0, E },
+	{ "[rename: {a: b}, rename: {b: a}]", "{\"a\":1,\"b\":2}", "{\"a\":1}", 0, E },
+	{ "[rename: {a: \"\\u0062\"}]", "{\"a\":1,\"b\":2}", "{\"b\":1}", 0, E },
+	{ "[rename: {a: b}]", "{\"a\":1,\"\\u0062\":2}", "{\"b\":1}", 0, E },
 
 	/* drop */
 	{ "[drop: [debug]]", "{\"code\":0,\"debug\":{\"trace\":[1]},\"data\":1}", "{\"code\":0,\"data\":1}", 0, E },
@@ -188,6 +201,8 @@ static const struct rw_case cases[] = {
 	{ "[set: {p: \"$$\"}]", "{}", "{\"p\":\"$\"}", 0, E },
 	{ "[set: {h: $header.x-foo}]", "{}", "{\"h\":\"b\\\"ar\\n\"}", 0, E },
 	{ "[set: {h: $header.X-Missing}]", "{}", "{\"h\":null}", 0, E },
+	{ "[set: {u: $json.user.id, t: $json.tier, m: $json.missing}]", "{}",
+	  "{\"u\":\"42\",\"t\":\"g\\\"old\",\"m\":null}", 0, E },
 	{ "[set: {t: $time_iso8601}]", "{}", "{\"t\":\"2001-09-09T01:46:40+00:00\"}", 0, E },
 	{ "[set: {dn: $ssl_client_s_dn, v: $ssl_client_verify}]", "{}",
 	  "{\"dn\":\"CN=client \\\"one\\\",O=Acme\\\\, Inc.\",\"v\":\"SUCCESS\"}", 0, E },
@@ -221,18 +236,65 @@ static const struct rw_case cases[] = {
 	{ "[status_from: {field: code, map: {\"0\": 200}, default: 502}]", "{\"code\":\"\\u0030\"}", "{\"code\":\"\\u0030\"}", 200, E },
 	{ "[status_from: {field: code, map: {ok: 201}}]", "{\"code\":\"ok\"}", "{\"code\":\"ok\"}", 201, E },
 	{ "[status_from: {field: code, map: {0: 200}}]", "{\"code\":1}", "{\"code\":1}", 0, E },
-	{ "[status_from: {field: status}]", "{\"status\":201}", "{\"status\":201}", 201, E },
-	{ "[status_from: {field: status}]", "{\"status\":2010}", "{\"status\":2010}", 0, E },
 	{ "[status_from: {field: meta.code, map: {0: 200}}]", "{\"meta\":{\"code\":0}}", "{\"meta\":{\"code\":0}}", 200, E },
 	{ "[status_from: {field: code, map: {0: 200}}]", "[0]", FAIL, 0, E },
 	{ "[status_from: {field: code, map: {0: 200}, default: 502}, unwrap: data]", "{\"code\":0,\"data\":[1]}", "[1]", 200, E },
 	{ "[status_from: {field: ok, map: {true: 200, false: 500}}]", "{\"ok\":false}", "{\"ok\":false}", 500, E },
 	{ "[status_from: {field: ok, map: {null: 204}}]", "{\"ok\":null}", "{\"ok\":null}", 204, E },
-	{ "[status_from: {field: code, map: {0: 200}, default: 502}]", "{\"code\":0.0}", "{\"code\":0.0}", 502, E },
+	{ "[status_from: {field: code, map: {0: 200}, default: 502}]", "{\"code\":0.0}", "{\"code\":0.0}", 200, E },
 	{ "[status_from: {field: code, map: {0: 200}, default: 502}]", "{\"code\":1,\"code\":0}", "{\"code\":1,\"code\":0}", 200, E },
 	{ "[status_from: {field: code, map: {0: 200}, default: 502}]", "{\"code\":{\"a\":0}}", "{\"code\":{\"a\":0}}", 502, E },
 	{ "[status_from: {field: code, map: {0: 200}, default: 502}]", "{\"code\":0,}", FAIL, 0, E },
 	{ "[status_from: {field: code, map: {0: 200}}, status_from: {field: c2, map: {1: 404}}]", "{\"code\":0,\"c2\":1}", "{\"code\":0,\"c2\":1}", 404, E },
+
+	/* status_from: map keys by value, strings, ranges; unmapped keeps the status */
+	{ "[status_from: {field: code, map: {0: 200}}]", "{\"code\":0e3}", "{\"code\":0e3}", 200, E },
+	{ "[status_from: {field: code, map: {1: 201}}]", "{\"code\":1.0}", "{\"code\":1.0}", 201, E },
+	{ "[status_from: {field: code, map: {1: 201}}]", "{\"code\":\"1\"}", "{\"code\":\"1\"}", 0, E },
+	{ "[status_from: {field: code, map: {1: 201}, strings: true}]", "{\"code\":\"1\"}", "{\"code\":\"1\"}", 201, E },
+	{ "[status_from: {field: code, map: {1: 201}, strings: true}]", "{\"code\":\"1.00\"}", "{\"code\":\"1.00\"}", 201, E },
+	{ "[status_from: {field: code, map: {\"1\": 201}, strings: true}]", "{\"code\":1}", "{\"code\":1}", 201, E },
+	{ "[status_from: {field: code, map: {\"1\": 201}}]", "{\"code\":1}", "{\"code\":1}", 0, E },
+	{ "[status_from: {field: code, map: {5xx: 502, 503: 503}}]", "{\"code\":503}", "{\"code\":503}", 503, E },
+	{ "[status_from: {field: code, map: {5xx: 502, 503: 503}}]", "{\"code\":500}", "{\"code\":500}", 502, E },
+	{ "[status_from: {field: code, map: {5xx: 502, 503: 503}}]", "{\"code\":5.99e2}", "{\"code\":5.99e2}", 502, E },
+	{ "[status_from: {field: code, map: {5xx: 502, 503: 503}}]", "{\"code\":599.5}", "{\"code\":599.5}", 0, E },
+	{ "[status_from: {field: code, map: {5xx: 502, 503: 503}}]", "{\"code\":600}", "{\"code\":600}", 0, E },
+	{ "[status_from: {field: code, map: {5xx: 502}}]", "{\"code\":\"550\"}", "{\"code\":\"550\"}", 0, E },
+	{ "[status_from: {field: code, map: {5xx: 502}, strings: true}]", "{\"code\":\"550\"}", "{\"code\":\"550\"}", 502, E },
+	{ "[status_from: {field: code, map: {1xx: 409}, default: 500}]", "{\"code\":\"x\"}", "{\"code\":\"x\"}", 500, E },
+	{ "[status_from: {field: n, map: {9007199254740993: 201}}]", "{\"n\":9007199254740992}", "{\"n\":9007199254740992}", 0, E },
+	{ "[status_from: {field: n, map: {9007199254740993: 201}}]", "{\"n\":9007199254740993}", "{\"n\":9007199254740993}", 201, E },
+	{ "[status_from: {field: a, map: {1: 401}}, status_from: {field: b, map: {1: 404}}]", "{\"a\":1,\"b\":2}", "{\"a\":1,\"b\":2}", 401, E },
+
+	/* when: an op whose condition does not hold is skipped, the others run */
+	{ "[status_from: {field: code, map: {0: 200, 1001: 401, 404: 404}}, {unwrap: data, when: {field: code, equals: 0}}]",
+	  "{\"code\":0,\"data\":{\"id\":1}}", "{\"id\":1}", 200, E },
+	{ "[status_from: {field: code, map: {0: 200, 1001: 401, 404: 404}}, {unwrap: data, when: {field: code, equals: 0}}]",
+	  "{\"code\":1001,\"msg\":\"invalid token\",\"data\":null}", "{\"code\":1001,\"msg\":\"invalid token\",\"data\":null}", 401, E },
+	{ "[status_from: {field: code, map: {0: 200, 1001: 401, 404: 404}}, {unwrap: data, when: {field: code, equals: 0}}]",
+	  "{\"code\":7,\"data\":1}", "{\"code\":7,\"data\":1}", 0, E },
+	{ "[{drop: [a], when: {field: a, equals: 2}}, set: {y: 1}]", "{\"a\":1}", "{\"a\":1,\"y\":1}", 0, E },
+	{ "[{drop: [a], when: {field: a, equals: 1.0}}, set: {y: 1}]", "{\"a\":1}", "{\"y\":1}", 0, E },
+	{ "[{set: {ok: true}, when: {field: s, equals: ab}}]", "{\"s\":\"a\\u0062\"}", "{\"s\":\"a\\u0062\",\"ok\":true}", 0, E },
+	{ "[rename: {a: b}, {set: {x: 1}, when: {field: b, exists: true}}]", "{\"a\":1}", "{\"b\":1,\"x\":1}", 0, E },
+	{ "[rename: {a: b}, {set: {x: 1}, when: {field: a, exists: true}}]", "{\"a\":1}", "{\"b\":1}", 0, E },
+	{ "[set: {m.k: v}, {set: {x: 1}, when: {field: m, type: object}}]", "{}", "{\"m\":{\"k\":\"v\"},\"x\":1}", 0, E },
+	{ "[set: {m: {k: v}}, {set: {x: 1}, when: {field: m.k, equals: v}}]", "{}", "{\"m\":{\"k\":\"v\"},\"x\":1}", 0, E },
+	{ "[unwrap: data, {wrap: w, when: {field: id, in: [1, 2]}}]", "{\"data\":{\"id\":2}}", "{\"w\":{\"id\":2}}", 0, E },
+	{ "[{set: {x: 1}, when: {status: 2xx}}]", "{}", "{\"x\":1}", 0, E },
+	{ "[{set: {x: 1}, when: {status: 5xx}}]", "{}", "{}", 0, E },
+	{ "[status_from: {field: c, map: {1: 503}}, {set: {x: 1}, when: {status: 5xx}}]", "{\"c\":1}", "{\"c\":1,\"x\":1}", 503, E },
+	{ "[{set: {x: 1}, when: {all: [{status: 200}, {not: {field: e, exists: true}}]}}]", "{\"e\":0}", "{\"e\":0}", 0, E },
+	{ "[{set: {x: 1}, when: {any: [{status: 404}, {field: msg, prefix: ok}]}}]", "{\"msg\":\"okay\"}", "{\"msg\":\"okay\",\"x\":1}", 0, E },
+	{ "[{unwrap: data, when: {field: code, equals: 0}}]", "[1]", "[1]", 0, E },
+	{ "[{unwrap: data, when: {field: code, equals: 0}}]", "{\"code\":0,}", FAIL, 0, E },
+	{ "[{unwrap: data, when: {field: code, equals: 0}}]", "{\"code\":1,\"x\":[}", FAIL, 0, E },
+	{ "[{unwrap: data, when: {field: code, equals: 1}}]", "{\"code\":0} x", FAIL, 0, E },
+
+	/* rename within the parent object, old and new named by paths */
+	{ "[rename: {data.name: data.title}]", "{\"data\":{\"name\":\"n\"},\"name\":1}", "{\"data\":{\"title\":\"n\"},\"name\":1}", 0, E },
+	{ "[rename: {a.b.c: a.b.d}]", "{\"a\":{\"b\":{\"c\":1,\"d\":2}}}", "{\"a\":{\"b\":{\"d\":1}}}", 0, E },
 
 	/* several ops in order */
 	{ "[drop: [debug], rename: {msg: message}, set: {gateway: bench}]",
@@ -257,23 +319,58 @@ static const struct rw_case cases[] = {
 	{ "[drop: [data.y], unwrap: data]", "{\"data\":{\"x\":1,\"y\":2}}", "{\"x\":1}", 0, E },
 };
 
+/* Request headers as the engine asks for them: by name, in any case. */
+static int
+header_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	static const struct { const char *name, *value; } headers[] = {
+		{ "accept", "*/*" }, { "x-foo", "b\"ar\n" },
+	};
+	size_t i;
+
+	ck_assert_ptr_eq(arg, header_cb);
+	for (i = 0; i < sizeof(headers) / sizeof(headers[0]); i++)
+		if (strlen(headers[i].name) == len && strncasecmp(headers[i].name, name, len) == 0) {
+			*value = (struct rewrite_str){ headers[i].value, strlen(headers[i].value) };
+			return 1;
+		}
+	return 0;
+}
+
+/* Request body fields as route_scan gives them: the text of each, by path. */
+static int
+json_cb(const void *arg, const char *path, size_t len, struct rewrite_str *value)
+{
+	static const struct { const char *path, *value; } fields[] = {
+		{ "user.id", "42" }, { "tier", "g\"old" },
+	};
+	size_t i;
+
+	ck_assert_ptr_eq(arg, json_cb);
+	for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (strlen(fields[i].path) == len && memcmp(fields[i].path, path, len) == 0) {
+			*value = (struct rewrite_str){ fields[i].value, strlen(fields[i].value) };
+			return 1;
+		}
+	return 0;
+}
+
 static void
-vars_init(struct rewrite_vars *v, struct http_header *h)
+vars_init(struct rewrite_vars *v)
 {
 	memset(v, 0, sizeof(*v));
-	v->request_id = (struct http_str){ "abc-123", 7 };
-	v->route = (struct http_str){ "r\"o\\u\x01te", 8 };
-	v->upstream = (struct http_str){ "up\xff\xc3x", 5 };
-	v->remote_addr = (struct http_str){ "127.0.0.1", 9 };
-	v->ssl_client_s_dn = (struct http_str){ "CN=client \"one\",O=Acme\\, Inc.", 29 };
-	v->ssl_client_verify = (struct http_str){ "SUCCESS", 7 };
+	v->request_id = (struct rewrite_str){ "abc-123", 7 };
+	v->route = (struct rewrite_str){ "r\"o\\u\x01te", 8 };
+	v->upstream = (struct rewrite_str){ "up\xff\xc3x", 5 };
+	v->remote_addr = (struct rewrite_str){ "127.0.0.1", 9 };
+	v->ssl_client_s_dn = (struct rewrite_str){ "CN=client \"one\",O=Acme\\, Inc.", 29 };
+	v->ssl_client_verify = (struct rewrite_str){ "SUCCESS", 7 };
 	v->now = 1000000000;
-	h[0].name = (struct http_str){ "Accept", 6 };
-	h[0].value = (struct http_str){ "*/*", 3 };
-	h[1].name = (struct http_str){ "X-Foo", 5 };
-	h[1].value = (struct http_str){ "b\"ar\n", 5 };
-	v->headers = h;
-	v->nheaders = 2;
+	v->status = 200;
+	v->header_cb = header_cb;
+	v->header_arg = (const void *)header_cb;
+	v->json_cb = json_cb;
+	v->json_arg = (const void *)json_cb;
 }
 
 /* Output bytes of a result, into a malloc'd buffer. */
@@ -299,14 +396,13 @@ START_TEST(test_table)
 	struct rewrite_ctx *ctx;
 	struct rewrite_result res;
 	struct rewrite_vars vars;
-	struct http_header hdrs[2];
 	char err[256], *out;
 	int r;
 
 	prog = rewrite_program_from_yaml(c->ops, strlen(c->ops), err, sizeof(err));
 	ck_assert_msg(prog != NULL, "case %d: ops %s: %s", _i, c->ops, err);
-	vars_init(&vars, hdrs);
-	ctx = rewrite_ctx_new(1000);
+	vars_init(&vars);
+	ctx = rewrite_ctx_new(1000, 100000);
 	/* Twice on one ctx: reused arrays must give the same answer. */
 	for (int round = 0; round < 2; round++) {
 		r = rewrite_apply(ctx, prog, c->mode, c->in, strlen(c->in), &vars, &res);
@@ -346,20 +442,43 @@ static const struct {
 	{ "[keep: {a: 1}]", "1:8: keep expects a non-empty list of keys, e.g. [ debug, data.trace ]" },
 	{ "[rename: [a]]", "1:10: rename expects a non-empty mapping, e.g. { msg: message }" },
 	{ "[rename: {a: [b]}]", "1:14: rename: the new name of 'a' must be a non-empty string" },
+	{ "[rename: {a: c, b: c}]", "1:10: rename: 'a' and 'b' both become 'c'" },
+	{ "[rename: {data.name: title.x}]", "1:22: rename: 'data.name' to 'title.x' would move the key to another object; name the new key alone or in the same object" },
+	{ "[rename: {name: data.title}]", "1:17: rename: 'name' to 'data.title' would move the key to another object; name the new key alone or in the same object" },
+	{ "[rename: {a.b.c: a.x.c}]", "1:18: rename: 'a.b.c' to 'a.x.c' would move the key to another object; name the new key alone or in the same object" },
+	{ "[rename: {a: b..c}]", "1:14: rename: empty key in path 'b..c'" },
+	{ "[{unwrap: a, when: 1}]", "1:20: a condition is a mapping such as { field: code, equals: 0 }, { status: [ 2xx ] }, or all:, any:, not: of conditions" },
+	{ "[{unwrap: a, when: {field: a}}]", "1:20: field needs one test: equals, in, prefix, exists or type" },
+	{ "[{unwrap: a, when: {status: 700}}]", "1:29: status expects a status or a class, or a list of them, e.g. [ 200, 2xx ]" },
+	{ "[{unwrap: [a], when: {fld: 1}}]", "1:11: unwrap must be a key or a dotted path such as data.result" },
+	{ "[{when: {status: 200}}]", "1:2: each op must be a mapping with one op key and, optionally, when, e.g. '- unwrap: data'" },
+	{ "[{unwrap: a, when: {status: 200}, when: {status: 201}}]", "1:35: duplicate key 'when' (first at line 1)" },
+	{ "[{unwrap: a, wrap: b, when: {status: 200}}]", "1:2: each op must be a mapping with one op key and, optionally, when, e.g. '- unwrap: data'" },
+	{ "[status_from: {field: c, map: {0: 200, 0.0: 201}}]", "1:40: duplicate key '0.0' in status_from map" },
+	{ "[status_from: {field: c, map: {5xx: 500, 5XX: 501}}]", "1:42: duplicate key '5XX' in status_from map" },
+	{ "[status_from: {field: c, map: {0: 200}, strings: yes}]", "1:50: status_from strings expects true or false" },
+	{ "[rename: {x.a: c, x.b: c}]", "1:10: rename: 'a' and 'b' both become 'c'" },
 	{ "[set: []]", "1:7: set expects a non-empty mapping, e.g. { gateway: jsongate }" },
-	{ "[set: {a: $nope}]", "1:11: unknown variable '$nope' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
-	{ "[set: {a: \"$header.\"}]", "1:11: unknown variable '$header.' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
+	{ "[set: {a: $nope}]", "1:11: unknown variable '$nope' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
+	{ "[set: {a: \"$header.\"}]", "1:11: unknown variable '$header.' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
 	{ "[set: {a: $header.a:b}]", "1:11: bad header name in variable '$header.a:b'" },
+	{ "[set: {a: $json.a..b}]", "1:11: bad path in variable '$json.a..b': an empty key or more than 32 keys" },
+	{ "[set: {a: \"$json.\"}]", "1:11: unknown variable '$json.' (expected $request_id, $route, $upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, $ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)" },
 	{ "[set: {a: {[1]: 2}}]", "1:12: object keys in a set value must be scalars" },
-	{ "[status_from: {map: {0: 200}}]", "1:15: status_from needs a field, e.g. { field: code }" },
+	{ "[status_from: {map: {0: 200}}]", "1:15: status_from needs a field, e.g. { field: code, map: { 0: 200 } }" },
+	{ "[status_from: {field: code}]", "1:15: status_from needs a map of field values to statuses, e.g. { field: code, map: { 0: 200, 1001: 401 } }" },
+	{ "[status_from: {field: code, default: 502}]", "1:15: status_from needs a map of field values to statuses, e.g. { field: code, map: { 0: 200, 1001: 401 } }" },
 	{ "[status_from: {field: c, default: 99}]", "1:35: status must be an HTTP status code between 100 and 599" },
 	{ "[status_from: {field: c, map: {0: abc}}]", "1:35: status must be an HTTP status code between 100 and 599" },
-	{ "[status_from: {field: c, map: [1]}]", "1:31: status_from map must be a mapping of field values to status codes, e.g. { 0: 200, 404: 404 }" },
+	{ "[status_from: {field: c, map: [1]}]", "1:31: status_from map must be a mapping of field values to status codes, e.g. { 0: 200, 404: 404, 5xx: 502 }" },
 	{ "[status_from: {field: c, map: {0: 200, 0: 201}}]", "1:40: duplicate key '0' in status_from map" },
-	{ "[status_from: {field: c, mapp: {}}]", "1:26: unknown key 'mapp' in status_from (expected field, map, default)" },
-	{ "[status_from: 1]", "1:15: status_from expects a non-empty mapping, e.g. { field: code, map: { 0: 200 }, default: 502 }" },
-	{ "[{unwrap: a, wrap: b}]", "1:2: each op must be a mapping with one key, e.g. '- unwrap: data'" },
-	{ "[unwrap]", "1:2: each op must be a mapping with one key, e.g. '- unwrap: data'" },
+	{ "[status_from: {field: c, mapp: {}}]", "1:26: unknown key 'mapp' in status_from (expected field, map, default, strings)" },
+	{ "[status_from: {field: c, map: {0: 200}, field: d}]", "1:41: duplicate key 'field' (first at line 1)" },
+	{ "[rename: {a: b, a: c}]", "1:17: duplicate key 'a' (first at line 1)" },
+	{ "[set: {a: 1, b: 2, a: 3}]", "1:20: duplicate key 'a' (first at line 1)" },
+	{ "[status_from: 1]", "1:15: status_from expects a non-empty mapping, e.g. { field: code, map: { 0: 200, 1001: 401 } }" },
+	{ "[{unwrap: a, wrap: b}]", "1:2: each op must be a mapping with one op key and, optionally, when, e.g. '- unwrap: data'" },
+	{ "[unwrap]", "1:2: each op must be a mapping with one op key and, optionally, when, e.g. '- unwrap: data'" },
 	{ "{unwrap: data}", "1:1: expected a list of ops, e.g. [ { unwrap: data } ]" },
 };
 
@@ -381,7 +500,7 @@ START_TEST(test_spans_point_into_input)
 	static const char in[] = "{\"code\":0,\"msg\":\"ok\",\"data\":{\"a\":[1,2]},\"debug\":{}}";
 	static const char ops[] = "[drop: [debug], rename: {msg: message}, set: {gateway: g}]";
 	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 	size_t i, from_input = 0;
 
@@ -416,7 +535,7 @@ START_TEST(test_depth_limit)
 {
 	static const char ops[] = "[unwrap: data]";
 	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 	char *ok = nested(999, "{\"data\":", "}"), *deep = nested(1000, "{\"data\":", "}");
 
@@ -434,15 +553,20 @@ START_TEST(test_depth_limit)
 }
 END_TEST
 
-/* 4 MB bodies of 10^6 nested arrays or 10^6 tiny elements: linear, well under 50 ms. */
+/*
+ * 4 MB bodies of 10^6 nested arrays or 10^6 tiny elements, and an object of 50,000 members
+ * whose values are containers: linear, well under 50 ms.
+ */
 START_TEST(test_linear_time)
 {
-	static const char ops[] = "[wrap: r]";
+	static const char ops[] = "[wrap: r]", ops2[] = "[set: {x: 1}]";
 	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_program *prog2 = rewrite_program_from_yaml(ops2, strlen(ops2), NULL, 0);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 	size_t n = 1000000, i;
-	char *deep = nested(2 * n, "", ""), *wide = malloc(4 * n + 16);
+	char *deep = nested(2 * n, "", ""), *wide = malloc(4 * n + 16), *many = malloc(n / 2);
+	size_t nmany = 0;
 	struct timespec a, b;
 	double ms;
 
@@ -450,17 +574,117 @@ START_TEST(test_linear_time)
 	for (i = 0; i < n; i++)
 		memcpy(wide + 6 + 2 * i, "1,", 2);
 	memcpy(wide + 6 + 2 * n - 1, "]}", 3);
+	many[nmany++] = '{';
+	for (i = 0; i < 50000; i++) {
+		memcpy(many + nmany, "\"a\":[],", 7);
+		nmany += 7;
+	}
+	many[nmany - 1] = '}';
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
 	ck_assert_int_eq(rewrite_apply(ctx, prog, E, deep, strlen(deep), NULL, &res), -1);
 	ck_assert_int_eq(rewrite_apply(ctx, prog, F, deep, strlen(deep), NULL, &res), -1);
 	ck_assert_int_eq(rewrite_apply(ctx, prog, E, wide, strlen(wide), NULL, &res), 0);
 	ck_assert_int_eq(rewrite_apply(ctx, prog, F, wide, strlen(wide), NULL, &res), 0);
+	ck_assert_int_eq(rewrite_apply(ctx, prog2, E, many, nmany, NULL, &res), 0);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
 	ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
 	/* Generous for sanitizer and valgrind builds; a plain -O2 build takes a few ms. */
 	ck_assert_msg(ms < (getenv("JG_SLOW") ? 5000.0 : 200.0), "took %.1f ms", ms);
 	free(deep);
 	free(wide);
+	free(many);
+	rewrite_ctx_free(ctx);
+	rewrite_program_free(prog);
+	rewrite_program_free(prog2);
+}
+END_TEST
+
+/*
+ * limits.max_members counts the members of every object the ops tokenize in one body; a body
+ * with more fails (on_error applies), and the same ctx then serves small bodies again.
+ */
+START_TEST(test_max_members)
+{
+	static const char ops[] = "[drop: [a.x, b.x]]";
+	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 5);
+	struct rewrite_result res;
+	const char *five = "{\"a\":{\"x\":1,\"y\":2},\"b\":{\"x\":3}}";
+	const char *six = "{\"a\":{\"x\":1,\"y\":2},\"b\":{\"x\":3,\"z\":4}}";
+	const char *flat = "{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"f\":6}";
+	const char *aside = "{\"q\":{\"1\":1,\"2\":2,\"3\":3,\"4\":4,\"5\":5,\"6\":6}}";
+	char *out;
+
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, five, strlen(five), NULL, &res), 0);
+	out = join(&res);
+	ck_assert_str_eq(out, "{\"a\":{\"y\":2},\"b\":{}}");
+	free(out);
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, six, strlen(six), NULL, &res), -1);
+	ck_assert_str_eq(res.error, "more members to edit than limits.max_members");
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, flat, strlen(flat), NULL, &res), -1);
+	ck_assert_str_eq(res.error, "more members to edit than limits.max_members");
+	/* Objects the ops do not look into are not counted. */
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, aside, strlen(aside), NULL, &res), 0);
+	rewrite_ctx_release(ctx);
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, five, strlen(five), NULL, &res), 0);
+	rewrite_ctx_free(ctx);
+	rewrite_program_free(prog);
+}
+END_TEST
+
+struct sunk {
+	char buf[4096];
+	size_t len;
+	unsigned calls;
+};
+
+static int
+sink_cb(void *arg, const struct rewrite_span *spans, size_t n)
+{
+	struct sunk *k = arg;
+	size_t i;
+
+	k->calls++;
+	for (i = 0; i < n; i++) {
+		ck_assert_uint_gt(spans[i].len, 0);
+		ck_assert_uint_le(k->len + spans[i].len, sizeof(k->buf));
+		memcpy(k->buf + k->len, spans[i].p, spans[i].len);
+		k->len += spans[i].len;
+	}
+	return k->calls == 3 ? -1 : 0;  /* the third call fails */
+}
+
+/* With a sink the output arrives in batches, identical to the collected spans. */
+START_TEST(test_sink)
+{
+	static const char ops[] = "[rename: {a: b}]";
+	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
+	struct rewrite_result res;
+	struct sunk k = { .len = 0 };
+	char in[4096], *want;
+	size_t n = 0;
+	int i;
+
+	/* 200 renamed members make about 400 spans: more than one batch. */
+	n += (size_t)sprintf(in, "{");
+	for (i = 0; i < 200; i++)
+		n += (size_t)sprintf(in + n, "%s\"a\":%d", i ? "," : "", i);
+	n += (size_t)sprintf(in + n, "}");
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, n, NULL, &res), 0);
+	want = join(&res);
+	rewrite_ctx_sink(ctx, sink_cb, &k);
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, n, NULL, &res), 0);
+	ck_assert_uint_eq(res.nspans, 0);
+	ck_assert_uint_eq(res.total_len, strlen(want));
+	ck_assert_uint_eq(k.len, strlen(want));
+	ck_assert_int_eq(memcmp(k.buf, want, k.len), 0);
+	ck_assert_uint_eq(k.calls, 2);
+	k.len = 0;
+	k.calls = 1;
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, n, NULL, &res), -1);
+	ck_assert_str_eq(res.error, "cannot write the output");
+	free(want);
 	rewrite_ctx_free(ctx);
 	rewrite_program_free(prog);
 }
@@ -472,7 +696,7 @@ START_TEST(test_embedded_nul)
 	static const char ops[] = "[unwrap: data]";
 	static const char in[] = "{\"data\":\"a\0b\"}";
 	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 
 	ck_assert_int_eq(rewrite_apply(ctx, prog, F, in, sizeof(in) - 1, NULL, &res), -1);
@@ -484,10 +708,37 @@ START_TEST(test_embedded_nul)
 }
 END_TEST
 
+/* RFC 8259 forbids a byte order mark: the failure says so, in both modes and for any op. */
+START_TEST(test_bom)
+{
+	static const char *const programs[] = { "[unwrap: data]", "[set: {a: 1}]", "[wrap: w]", "[]" };
+	static const char in[] = "\xef\xbb\xbf{\"data\":1}";
+	static const char inside[] = "{\"data\":\"\xef\xbb\xbf\"}";
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
+	struct rewrite_program *prog;
+	struct rewrite_result res;
+	size_t i;
+
+	for (i = 0; i < sizeof(programs) / sizeof(programs[0]); i++) {
+		prog = rewrite_program_from_yaml(programs[i], strlen(programs[i]), NULL, 0);
+		ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, strlen(in), NULL, &res), -1);
+		ck_assert_str_eq(res.error,
+		    "body starts with a UTF-8 byte order mark (RFC 8259 forbids it)");
+		ck_assert_int_eq(rewrite_apply(ctx, prog, F, in, strlen(in), NULL, &res), -1);
+		ck_assert_str_eq(res.error,
+		    "body starts with a UTF-8 byte order mark (RFC 8259 forbids it)");
+		/* Only at the start: inside a string it is a character like any other. */
+		ck_assert_int_eq(rewrite_apply(ctx, prog, F, inside, strlen(inside), NULL, &res), 0);
+		rewrite_program_free(prog);
+	}
+	rewrite_ctx_free(ctx);
+}
+END_TEST
+
 /* A NULL program (a route without ops) still validates and passes the body through. */
 START_TEST(test_null_program)
 {
-	struct rewrite_ctx *ctx = rewrite_ctx_new(1000);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
 	struct rewrite_result res;
 
 	ck_assert_int_eq(rewrite_apply(ctx, NULL, E, " [1] ", 5, NULL, &res), 0);
@@ -546,7 +797,10 @@ rewrite_suite(void)
 	tcase_add_test(tc, test_depth_limit);
 	tcase_add_test(tc, test_linear_time);
 	tcase_add_test(tc, test_embedded_nul);
+	tcase_add_test(tc, test_max_members);
+	tcase_add_test(tc, test_sink);
 	tcase_add_test(tc, test_null_program);
+	tcase_add_test(tc, test_bom);
 	tcase_add_test(tc, test_uses_vars);
 	tcase_add_test(tc, test_escape);
 	suite_add_tcase(s, tc);

@@ -287,6 +287,78 @@ START_TEST(test_target_capacity)
 }
 END_TEST
 
+/* The captures of template for path, as "name=value ..." ("-" when it does not match), or
+ * the template's error. */
+static const char *
+captures(const char *template, const char *path)
+{
+	static char out[512];
+	struct http_str caps[ROUTE_MAX_CAPTURES];
+	struct route_pattern *p;
+	const char *why;
+	size_t i, n = 0;
+
+	if ((p = route_pattern_new(template, &why)) == NULL)
+		return why;
+	if (!route_pattern_match(p, path, strlen(path), caps)) {
+		route_pattern_free(p);
+		return "-";
+	}
+	out[0] = '\0';
+	for (i = 0; i < route_pattern_ncaptures(p); i++)
+		n += (size_t)snprintf(out + n, sizeof(out) - n, "%s[%.*s]", i ? " " : "",
+		    (int)caps[i].len, caps[i].p);
+	route_pattern_free(p);
+	return out;
+}
+
+START_TEST(test_templates)
+{
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users/42/dashboard"), "[42]");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users/a%2Fb/dashboard"), "[a%2Fb]");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users//dashboard"), "-");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users/42/dashboard/"), "-");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users/42"), "-");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/users/4/2/dashboard"), "-");
+	ck_assert_str_eq(captures("/users/{id}/dashboard", "/Users/42/dashboard"), "-");
+	ck_assert_str_eq(captures("/{a}/{b}/", "/x/y/"), "[x] [y]");
+	ck_assert_str_eq(captures("/{a}/{b}/", "/x/y"), "-");
+	ck_assert_str_eq(captures("/files/{rest...}", "/files/a/b/c"), "[a/b/c]");
+	ck_assert_str_eq(captures("/files/{rest...}", "/files/"), "[]");
+	ck_assert_str_eq(captures("/files/{rest...}", "/files"), "-");
+	ck_assert_str_eq(captures("/{t}/{rest...}", "/a/b/c"), "[a] [b/c]");
+	ck_assert_str_eq(captures("/users/{id", "/users/1"),
+	    "a capture in braces must be a whole segment, as in /users/{id}");
+	ck_assert_str_eq(captures("/users/x{id}", "/users/1"),
+	    "a capture in braces must be a whole segment, as in /users/{id}");
+	ck_assert_str_eq(captures("/users/{}", "/users/1"),
+	    "a capture's name is letters, digits, '_' and '-'");
+	ck_assert_str_eq(captures("/users/{a b}", "/users/1"),
+	    "a capture's name is letters, digits, '_' and '-'");
+	ck_assert_str_eq(captures("/{rest...}/x", "/a/x"),
+	    "a {NAME...} capture must be the last segment");
+	ck_assert_str_eq(captures("/{a}/{a}", "/1/2"), "two captures have the same name");
+}
+END_TEST
+
+START_TEST(test_template_route)
+{
+	struct config_route *r;
+	const char *why;
+	int mm;
+
+	reset();
+	r = add("dash", NULL, "/users/{id}/dashboard", NULL, METHOD_GET, NULL);
+	r->pattern = route_pattern_new(r->path, &why);
+	add("exact", NULL, "/users/me/dashboard", NULL, 0, NULL);
+	ck_assert_str_eq(match("h", "/users/me/dashboard", METHOD_GET, &mm), "dash");
+	ck_assert_str_eq(match("h", "/users/me/dashboard", METHOD_POST, &mm), "exact");
+	ck_assert_str_eq(match("h", "/users/1/dashboard", METHOD_POST, &mm), "-");
+	ck_assert_int_eq(mm, 1);
+	route_pattern_free(r->pattern);
+}
+END_TEST
+
 static Suite *
 route_suite(void)
 {
@@ -303,6 +375,8 @@ route_suite(void)
 	tcase_add_test(tc, test_methods_405);
 	tcase_add_test(tc, test_405_needs_host_match);
 	tcase_add_test(tc, test_lengths);
+	tcase_add_test(tc, test_templates);
+	tcase_add_test(tc, test_template_route);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("target");

@@ -1,0 +1,3 @@
+module jsongate/bench/goagg
+
+go 1.19

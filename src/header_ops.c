@@ -1,0 +1,308 @@
+/*
+ * Header ops of a route: what they may name, and how they change a head being written.
+ */
+#include "config.h"
+#include "header_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "headers.h"
+
+#define HEADER_OPS_TIME_LEN (sizeof("1970-01-01T00:00:00+00:00") - 1)
+/* A name's bit in drop_bits: its length and last letter, so that few names need a compare. */
+#define HEADER_OPS_BIT(name, len) \
+	(1ULL << (((len) * 7 + http_lc((unsigned char)(name)[(len) - 1])) & 63))
+
+/* The request variables a value may be, as `set` of the envelope ops knows them. */
+static const struct {
+	const char *name;
+	enum rewrite_var var;
+} header_ops_vars[] = {
+	{ "$request_id", REWRITE_VAR_REQUEST_ID }, { "$route", REWRITE_VAR_ROUTE },
+	{ "$upstream", REWRITE_VAR_UPSTREAM }, { "$remote_addr", REWRITE_VAR_REMOTE_ADDR },
+	{ "$time_iso8601", REWRITE_VAR_TIME_ISO8601 },
+	{ "$ssl_client_s_dn", REWRITE_VAR_SSL_CLIENT_S_DN },
+	{ "$ssl_client_verify", REWRITE_VAR_SSL_CLIENT_VERIFY },
+};
+
+static int
+header_ops_is_token(const char *s, size_t len)
+{
+	static const char extra[] = "!#$%&'*+-.^_`|~";
+	size_t i;
+
+	if (len == 0)
+		return 0;
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c != '\0' && strchr(extra, c) != NULL)))
+			return 0;
+	}
+	return 1;
+}
+
+/* Why jsongate keeps a header name to itself, or NULL. */
+static const char *
+header_ops_reserved(const char *name, size_t len)
+{
+	struct http_str n = { name, len };
+
+	if (HTTP_IEQ(name, len, "content-length") || HTTP_IEQ(name, len, "transfer-encoding"))
+		return "message framing, which jsongate writes itself";
+	if (headers_is_hop_by_hop(n))
+		return "a hop-by-hop header, which jsongate removes and manages itself";
+	if (HTTP_IEQ(name, len, "host"))
+		return "the Host sent upstream is the client's, or upstreams.NAME.host_header";
+	return NULL;
+}
+
+/* Parse value into op: literal text or one variable.  NULL or why not. */
+static const char *
+header_ops_value(struct header_op *op, const char *value, int request)
+{
+	size_t len = strlen(value), i;
+
+	op->var = REWRITE_VAR_NONE;
+	if (len >= 2 && value[0] == '$' && value[1] == '$') {
+		value++;
+		len--;
+	} else if (len > 0 && value[0] == '$') {
+		for (i = 0; i < sizeof(header_ops_vars) / sizeof(header_ops_vars[0]); i++)
+			if (strcmp(value, header_ops_vars[i].name) == 0)
+				op->var = header_ops_vars[i].var;
+		if (op->var == REWRITE_VAR_UPSTREAM && request)
+			return "$upstream is not known yet when the request head is written "
+			    "(once for every try)";
+		if (op->var == REWRITE_VAR_NONE && strncmp(value, "$header.", 8) == 0) {
+			if (!header_ops_is_token(value + 8, len - 8))
+				return "bad header name in $header.NAME";
+			op->var = REWRITE_VAR_HEADER;
+			value += 8;
+			len -= 8;
+		}
+		if (op->var == REWRITE_VAR_NONE)
+			return "unknown variable (expected $request_id, $route, $upstream, "
+			    "$remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, "
+			    "$ssl_client_verify; $$ for a literal $)";
+		if (op->var != REWRITE_VAR_HEADER)
+			len = 0;
+	}
+	for (i = 0; op->var == REWRITE_VAR_NONE && i < len; i++)
+		if (((unsigned char)value[i] < 0x20 && value[i] != '\t') || value[i] == 0x7f)
+			return "the value has a control character";
+	if ((op->value = malloc(len + 1)) == NULL)
+		return "out of memory";
+	memcpy(op->value, value, len);
+	op->value[len] = '\0';
+	op->value_len = len;
+	return NULL;
+}
+
+static const struct header_op *
+header_ops_find(const struct header_op *list, size_t n, const char *name, size_t len)
+{
+	for (size_t i = 0; i < n; i++)
+		if (list[i].len == len && http_lower_eq(name, list[i].lower, len))
+			return &list[i];
+	return NULL;
+}
+
+static int
+header_ops_append(struct header_op **list, size_t *n, const struct header_op *op)
+{
+	struct header_op *grown = realloc(*list, (*n + 1) * sizeof(**list));
+
+	if (grown == NULL)
+		return -1;
+	*list = grown;
+	grown[(*n)++] = *op;
+	return 0;
+}
+
+static void
+header_ops_op_free(struct header_op *op)
+{
+	free(op->name);
+	free(op->lower);
+	free(op->value);
+}
+
+const char *
+header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
+    const char *name, const char *value, int *in_value)
+{
+	struct header_ops *ops = *opsp;
+	struct header_op op = { 0 }, drop;
+	size_t len = strlen(name), i;
+	const char *why;
+
+	*in_value = 0;
+	if (!header_ops_is_token(name, len))
+		return "not a header name (letters, digits and !#$%&'*+-.^_`|~)";
+	if ((why = header_ops_reserved(name, len)) != NULL)
+		return why;
+	if (ops == NULL && (ops = *opsp = calloc(1, sizeof(*ops))) == NULL)
+		return "out of memory";
+	if (header_ops_find(ops->drop, ops->ndrop, name, len) != NULL ||
+	    header_ops_find(ops->out, ops->nout, name, len) != NULL)
+		return "named twice (names are case-insensitive)";
+	op.len = len;
+	if ((op.name = strdup(name)) == NULL || (op.lower = strdup(name)) == NULL) {
+		header_ops_op_free(&op);
+		return "out of memory";
+	}
+	for (i = 0; i < len; i++)
+		op.lower[i] = (char)http_lc((unsigned char)op.lower[i]);
+	if (kind != HEADER_OP_REMOVE && (why = header_ops_value(&op, value, request)) != NULL) {
+		header_ops_op_free(&op);
+		*in_value = 1;
+		return why;
+	}
+	if (kind != HEADER_OP_ADD) {
+		/* The drop list shares nothing with out: its own copies. */
+		drop = (struct header_op){ strdup(name), strdup(op.lower), len, REWRITE_VAR_NONE,
+		    NULL, 0 };
+		if (drop.name == NULL || drop.lower == NULL ||
+		    header_ops_append(&ops->drop, &ops->ndrop, &drop) < 0) {
+			header_ops_op_free(&drop);
+			header_ops_op_free(&op);
+			return "out of memory";
+		}
+		ops->drop_bits |= HEADER_OPS_BIT(name, len);
+		if (HTTP_IEQ(name, len, "x-forwarded-for"))
+			ops->own |= HEADER_OPS_XFF;
+		else if (HTTP_IEQ(name, len, "x-forwarded-proto"))
+			ops->own |= HEADER_OPS_XFP;
+		else if (HTTP_IEQ(name, len, "x-request-id"))
+			ops->own |= HEADER_OPS_REQUEST_ID;
+	}
+	if (kind == HEADER_OP_REMOVE) {
+		header_ops_op_free(&op);
+		return NULL;
+	}
+	ops->vars |= 1u << op.var;
+	if (header_ops_append(&ops->out, &ops->nout, &op) < 0) {
+		header_ops_op_free(&op);
+		return "out of memory";
+	}
+	return NULL;
+}
+
+void
+header_ops_free(struct header_ops *ops)
+{
+	size_t i;
+
+	if (ops == NULL)
+		return;
+	for (i = 0; i < ops->ndrop; i++)
+		header_ops_op_free(&ops->drop[i]);
+	for (i = 0; i < ops->nout; i++)
+		header_ops_op_free(&ops->out[i]);
+	free(ops->drop);
+	free(ops->out);
+	free(ops);
+}
+
+int
+header_ops_drops(const struct header_ops *ops, struct http_str name)
+{
+	return name.len != 0 && (ops->drop_bits & HEADER_OPS_BIT(name.p, name.len)) != 0 &&
+	    header_ops_find(ops->drop, ops->ndrop, name.p, name.len) != NULL;
+}
+
+/* The value of a variable for this request into *v; 0: a request header it does not carry. */
+static int
+header_ops_var(const struct header_op *op, const struct rewrite_vars *vars,
+    struct rewrite_str *v)
+{
+	switch (op->var) {
+	case REWRITE_VAR_REQUEST_ID: *v = vars->request_id; return 1;
+	case REWRITE_VAR_ROUTE: *v = vars->route; return 1;
+	case REWRITE_VAR_UPSTREAM: *v = vars->upstream; return 1;
+	case REWRITE_VAR_REMOTE_ADDR: *v = vars->remote_addr; return 1;
+	case REWRITE_VAR_SSL_CLIENT_S_DN: *v = vars->ssl_client_s_dn; return 1;
+	case REWRITE_VAR_SSL_CLIENT_VERIFY: *v = vars->ssl_client_verify; return 1;
+	case REWRITE_VAR_HEADER:
+		return vars->header_cb != NULL &&
+		    vars->header_cb(vars->header_arg, op->value, op->value_len, v);
+	default:
+		return 0;
+	}
+}
+
+size_t
+header_ops_size(const struct header_ops *ops, const struct rewrite_vars *vars)
+{
+	struct rewrite_str v;
+	size_t i, size = 0;
+
+	for (i = 0; i < ops->nout; i++) {
+		const struct header_op *op = &ops->out[i];
+
+		size += op->len + 4;
+		if (op->var == REWRITE_VAR_NONE)
+			size += op->value_len;
+		else if (op->var == REWRITE_VAR_TIME_ISO8601)
+			size += HEADER_OPS_TIME_LEN;
+		else if (header_ops_var(op, vars, &v))
+			size += v.len;
+	}
+	return size;
+}
+
+char *
+header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars *vars)
+{
+	struct rewrite_str v;
+	char tbuf[HEADER_OPS_TIME_LEN + 1];
+	struct http_str text;
+	struct tm tm;
+	time_t t;
+	size_t i, j;
+
+	for (i = 0; i < ops->nout; i++) {
+		const struct header_op *op = &ops->out[i];
+		/* A route's name may hold any byte its YAML can; the other values are checked
+		 * where they come from (here at load, the request parser, the certificate's
+		 * printer in RFC 2253 form, ours). */
+		int checked = op->var != REWRITE_VAR_ROUTE;
+
+		if (op->var == REWRITE_VAR_NONE) {
+			text.p = op->value;
+			text.len = op->value_len;
+		} else if (op->var == REWRITE_VAR_TIME_ISO8601) {
+			t = (time_t)vars->now;
+			gmtime_r(&t, &tm);
+			text.len = strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%S+00:00", &tm);
+			text.p = tbuf;
+		} else if (header_ops_var(op, vars, &v)) {
+			text.p = v.p;
+			text.len = v.len;
+		} else {
+			continue;       /* a request header the request does not carry */
+		}
+		memcpy(w, op->name, op->len);
+		w += op->len;
+		*w++ = ':';
+		*w++ = ' ';
+		if (checked) {
+			memcpy(w, text.p, text.len);
+			w += text.len;
+		} else {
+			/* A variable's bytes: control characters would break the head. */
+			for (j = 0; j < text.len; j++) {
+				unsigned char c = (unsigned char)text.p[j];
+				if ((c >= 0x20 && c != 0x7f) || c == '\t')
+					*w++ = (char)c;
+			}
+		}
+		*w++ = '\r';
+		*w++ = '\n';
+	}
+	return w;
+}

@@ -1,0 +1,24 @@
+/* Active health checks: one checker per upstream server for the whole daemon, run on the
+ * main thread's event loop; the results go to the state every worker reads. */
+#ifndef JG_HEALTH_H
+#define JG_HEALTH_H
+
+#include <stddef.h>
+
+struct event_base;
+struct config;
+struct config_health;
+
+struct health;
+
+/* Check every server of every upstream of cfg that has `health:`; NULL when there is none
+ * (or without memory, logged).  cfg must outlive the checks. */
+struct health *health_start(struct event_base *base, const struct config *cfg);
+/* Stop all checks (checks in progress are dropped without a verdict). */
+void health_stop(struct health *h);
+
+/* 1 when an answer passes cfg's expectations: status, and the JSON field when set. */
+int health_expect(const struct config_health *cfg, int status, const char *body, size_t len,
+    const char **why);
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * Strings with ${variables} (a backend's request-target and header values), compiled at
+ * load and interpolated per request:
+ *
+ *   ${path.NAME}           a capture of the route's path template
+ *   ${query.NAME}          the first query parameter NAME, decoded (empty when absent)
+ *   ${header.NAME}         the first request header NAME (empty when absent)
+ *   ${backend.NAME.FIELD}  a field (dotted path) of the answer of a backend waited for
+ *   ${request_id}, ${remote_addr}
+ *
+ * $$ is a literal $.  In a request-target every value is percent-encoded (all but
+ * A-Z a-z 0-9 - . _ ~; the slashes of a {NAME...} capture stay in the path); in a header a
+ * value holding CR, LF or NUL is refused.
+ */
+#ifndef JG_TEMPLATE_H
+#define JG_TEMPLATE_H
+
+#include <stddef.h>
+
+#include "http.h"
+
+struct evbuffer;
+struct route_pattern;
+
+enum template_var {
+	TEMPLATE_TEXT,                  /* literal text */
+	TEMPLATE_PATH,
+	TEMPLATE_QUERY,
+	TEMPLATE_HEADER,
+	TEMPLATE_BACKEND,
+	TEMPLATE_REQUEST_ID,
+	TEMPLATE_REMOTE_ADDR
+};
+
+struct template_piece {
+	enum template_var var;
+	char *text;                     /* the literal, or the variable as written in ${} */
+	size_t len;
+	size_t off;                     /* where its name (capture, parameter, lowercase header,
+	                                 * field) starts in text */
+	unsigned index;                 /* the capture, or the backend */
+	unsigned rest : 1;              /* a {NAME...} capture */
+	unsigned in_query : 1;          /* after the '?' of a request-target */
+};
+
+struct template {
+	struct template_piece *pieces;
+	size_t npieces;
+	int target;                     /* a request-target, else a header value */
+	unsigned vars;                  /* bit 1 << var of each variable used */
+};
+
+/* The names a template may use. */
+struct template_scope {
+	const struct route_pattern *pattern;    /* the route's path template, or NULL */
+	const char *const *backends;    /* the backends ${backend.NAME...} may read ... */
+	const unsigned *backend_index;  /* ... and their indexes */
+	size_t nbackends;
+};
+
+/* Compile text (a request-target when target, else a header value).  0, or -1 with a
+ * message in err. */
+int template_parse(struct template *t, const char *text, int target,
+    const struct template_scope *scope, char *err, size_t errcap);
+void template_free(struct template *t);
+
+/* What ${backend.NAME.FIELD} reads: 0 with the field's value as text (a string decoded),
+ * or -1 with *why. */
+typedef int (*template_backend_fn)(void *arg, unsigned backend, const char *field,
+    size_t len, struct http_str *value, const char **why);
+
+/* A request's values. */
+struct template_values {
+	const struct http_request *req;
+	const struct http_str *captures;    /* of the route's path template, as sent */
+	struct http_str request_id;
+	struct http_str remote_addr;
+	template_backend_fn backend;
+	void *backend_arg;
+};
+
+/* Why a template could not be rendered. */
+enum template_error {
+	TEMPLATE_BAD_VALUE = 1,         /* a request's value cannot go there (CR or LF in a header) */
+	TEMPLATE_BAD_FIELD = 2          /* a backend's field is missing or not a scalar */
+};
+
+/* Append the interpolated text to out: 0, or a template_error with a message in err. */
+int template_render(const struct template *t, const struct template_values *v,
+    struct evbuffer *out, char *err, size_t errcap);
+
+#endif

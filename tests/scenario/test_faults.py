@@ -1,0 +1,284 @@
+"""Fault injection: one server of two fails in each way a real server does
+(refuses, resets at accept, after the request or after the head, answers
+garbage, a wrong Content-Length, stalls mid-body, answers slowly, closes idle
+keep-alive connections, answers 503 with Retry-After, is killed and
+restarted).  For each: the status the client gets, which server received
+what, and the retries and ejections in /metrics.  Then 10,000 requests
+through rotating faults must leave no file descriptor or memory behind."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+
+T = Suite(__file__)
+
+BODY = b'{"server":"good"}'
+GOOD = answer(http_response(200, BODY, [('Content-Type', 'application/json')]))
+
+
+def with_admin(conf):
+    port = free_port()
+    conf['admin'] = {'listen': '127.0.0.1:%d' % port}
+    return conf, port
+
+
+def metric(port, name, **labels):
+    c = Client(port)
+    try:
+        r = c.request('GET', '/metrics', [('Host', 'admin')])
+    finally:
+        c.close()
+    key = name
+    if labels:
+        key += '{' + ','.join('%s="%s"' % kv for kv in sorted(labels.items())) + '}'
+    for line in r.body.decode().splitlines():
+        k, _, v = line.rpartition(' ')
+        if not line.startswith('#') and canonical(k) == key:
+            return float(v)
+    return 0.0
+
+
+def canonical(key):
+    """name{b="2",a="1"} -> name{a="1",b="2"}: labels in a fixed order."""
+    if '{' not in key:
+        return key
+    name, _, rest = key.partition('{')
+    labels = sorted(re.findall(r'(\w+="[^"]*")', rest))
+    return name + '{' + ','.join(labels) + '}'
+
+
+def pair(env, faulty_steps, faulty_default=None, **upstream):
+    """A faulty server first and a good one; requests alternate between them."""
+    bad = env.scripted(faulty_steps, faulty_default)
+    good = env.scripted(default=GOOD)
+    conf, aport = with_admin(upstream_config(bad.address, good.address, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '1s', 'shutdown_grace': '5s'}))
+    conf['upstreams']['app'].update(upstream)
+    return bad, good, conf, aport
+
+
+def get(env, gw, path, method='GET', headers=()):
+    c = env.client(gw.port)
+    try:
+        body = b'{}' if method == 'POST' else None
+        hdrs = [('Host', 'a')] + list(headers)
+        if body is not None:
+            hdrs.append(('Content-Length', '2'))
+        return c.request(method, path, hdrs, body=body)
+    except (ProtocolError, OSError, socket.timeout):
+        return None
+    finally:
+        c.close()
+
+
+@T.case
+def refused_killed_and_restarted(env):
+    bad, good, conf, aport = pair(env, [], GOOD, max_fails=1, fail_timeout='1s')
+    gw = env.daemon(conf)
+    bad.kill()
+    statuses = [get(env, gw, '/%d' % i).status for i in range(10)]
+    statuses += [get(env, gw, '/p%d' % i, 'POST').status for i in range(4)]
+    env.eq('killed server: every GET and POST answered by the other', statuses, [200] * 14)
+    env.eq('the killed server got nothing', len(bad.requests), 0)
+    env.eq('one ejection', metric(aport, 'jsongate_upstream_ejections_total', upstream='app',
+                                  server=bad.address), 1)
+    env.eq('one failover', metric(aport, 'jsongate_upstream_retries_total', upstream='app',
+                                  reason='connect_error'), 1)
+    bad.restart()
+    env.require('after fail_timeout a trial request goes to it and brings it back',
+                wait_until(lambda: get(env, gw, '/trial') and len(bad.requests) > 0, 5, 0.1))
+    env.check('logged', gw.wait_log(r'server %s back in service after a successful trial'
+                                    % re.escape(bad.address)))
+    env.eq('in service again', metric(aport, 'jsongate_upstream_server_up', upstream='app',
+                                      server=bad.address), 1)
+
+
+@T.case
+def failed_trial_ejects_for_longer(env):
+    bad, good, conf, aport = pair(env, [], GOOD, max_fails=1, fail_timeout='500ms')
+    gw = env.daemon(conf)
+    bad.kill()
+    get(env, gw, '/first')
+    env.require('ejected', gw.wait_log(r'ejected for 500ms after 1 connect error'))
+    env.require('the trial fails after the first ejection', wait_until(
+        lambda: get(env, gw, '/t') and re.search(r'failed its trial request \(connect error\): '
+                                                 r'ejected for 1000ms', gw.log()), 5, 0.05))
+    env.eq('every request still answered', get(env, gw, '/after').status, 200)
+
+
+@T.case
+def reset_on_accept_and_after_request(env):
+    bad, good, conf, aport = pair(env, [], reset(), max_fails=0)
+    gw = env.daemon(conf)
+    gets = [get(env, gw, '/g%d' % i).status for i in range(4)]
+    env.eq('reset after the request: GETs retried on the good server', gets, [200] * 4)
+    posts = [r.status if r else None for r in (get(env, gw, '/p%d' % i, 'POST')
+                                                  for i in range(4))]
+    env.eq('POSTs are not sent twice: the two on the resetting server fail', sorted(posts),
+           [200, 200, 502, 502])
+    env.eq('retries counted as resets', metric(aport, 'jsongate_upstream_retries_total',
+                                               upstream='app', reason='reset'), 2)
+    env.eq('the resetting server saw 2 GETs and 2 POSTs', [r.method for r in bad.requests],
+           ['GET', 'GET', 'POST', 'POST'])
+
+    bad2, good2, conf2, aport2 = pair(env, [], reset_on_accept(), max_fails=0)
+    gw2 = env.daemon(conf2)
+    statuses = [get(env, gw2, '/a%d' % i).status for i in range(4)]
+    env.eq('reset at accept: GETs answered by the other server', statuses, [200] * 4)
+    env.eq('nothing was read by the resetting server', len(bad2.requests), 0)
+
+
+@T.case
+def reset_after_head_cuts_the_answer(env):
+    head = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n'
+    bad, good, conf, aport = pair(env, [reset_after(head + b'{"par')], GOOD, max_fails=0)
+    gw = env.daemon(conf)
+    r = get(env, gw, '/cut')
+    env.check('the head went to the client: no retry, the answer is cut short',
+              r is None or not r.complete, r)
+    env.eq('the good server got nothing for it', len(good.requests), 0)
+    env.eq('no retry counted', metric(aport, 'jsongate_upstream_retries_total',
+                                      upstream='app', reason='reset'), 0)
+
+
+@T.case
+def garbage_is_invalid(env):
+    bad, good, conf, aport = pair(env, [], garbage(), max_fails=0)
+    gw = env.daemon(conf)
+    statuses = sorted(get(env, gw, '/%d' % i).status for i in range(4))
+    env.eq('garbage: 502 upstream_invalid unless invalid is in retry_on', statuses,
+           [200, 200, 502, 502])
+    bad2, good2, conf2, aport2 = pair(env, [], garbage(), max_fails=0,
+                                      retry_on=['connect_error', 'timeout', 'reset', 'invalid'])
+    gw2 = env.daemon(conf2)
+    statuses = [get(env, gw2, '/%d' % i).status for i in range(4)]
+    env.eq('with retry_on invalid: all answered', statuses, [200] * 4)
+    env.eq('counted', metric(aport2, 'jsongate_upstream_retries_total', upstream='app',
+                             reason='invalid'), 2)
+
+
+@T.case
+def wrong_content_length(env):
+    bad, good, conf, aport = pair(env, [wrong_length(b'{"a":1}', 50)], GOOD, max_fails=0)
+    gw = env.daemon(conf)
+    r = get(env, gw, '/long')
+    env.check('a Content-Length longer than the body: the answer is cut short',
+              r is None or not r.complete, r)
+    bad2, good2, conf2, aport2 = pair(env, [wrong_length(b'{"a":1}XXXX', 7)], GOOD,
+                                      max_fails=0)
+    gw2 = env.daemon(conf2)
+    r = get(env, gw2, '/short')
+    env.eq('a shorter Content-Length: exactly that many bytes', (r.status, r.body),
+           (200, b'{"a":1}'))
+    for i in range(3):
+        get(env, gw2, '/next%d' % i)
+    env.eq('the connection with bytes past the answer is not reused', bad2.connections,
+           len(bad2.requests))
+
+
+@T.case
+def stall_mid_body_times_out(env):
+    head = b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n'
+    bad, good, conf, aport = pair(env, [stall_mid_body(head + b'{"x":')], GOOD, max_fails=0)
+    gw = env.daemon(conf)
+    start = time.monotonic()
+    r = get(env, gw, '/stall')
+    env.check('stalled mid-body: the client gets the head and a cut answer after '
+              'upstream_response', (r is None or not r.complete) and
+              time.monotonic() - start >= 0.9, r)
+    env.check('logged', gw.wait_log(r'upstream app server %s failed in the middle of a '
+                                    r'response' % re.escape(bad.address)))
+
+
+@T.case
+def slow_answer_and_per_try_timeout(env):
+    bad, good, conf, aport = pair(env, [], answer(http_response(200, b'{"slow":1}'), delay=2),
+                                  max_fails=0)
+    conf['timeouts']['upstream_try'] = '200ms'
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(2)]
+    env.eq('a slow server: its try times out and the other answers', statuses, [200, 200])
+    env.eq('counted as a timeout retry', metric(aport, 'jsongate_upstream_retries_total',
+                                                upstream='app', reason='timeout'), 1)
+
+
+@T.case
+def idle_keepalive_closed_by_the_server(env):
+    ok = http_response(200, b'{"server":"closer"}')
+    bad = env.scripted(default=close_when_idle(ok))
+    conf, aport = with_admin(upstream_config(bad.address))
+    gw = env.daemon(conf)
+    bodies = []
+    for i in range(6):
+        r = get(env, gw, '/%d' % i)
+        bodies.append((r.status, r.body))
+        time.sleep(0.05)        # let the server's close reach the pooled connection
+    env.eq('every request answered though the server closes idle connections', bodies,
+           [(200, b'{"server":"closer"}')] * 6)
+    env.eq('no server failure: nothing ejected', metric(
+        aport, 'jsongate_upstream_ejections_total', upstream='app', server=bad.address), 0)
+
+
+@T.case
+def retry_after_503(env):
+    bad, good, conf, aport = pair(env, [retry_after(60)], GOOD,
+                                  retry_on=['connect_error', 'timeout', 'reset', 503])
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(6)]
+    env.eq('503 with Retry-After: retried, then the server is left alone', statuses, [200] * 6)
+    env.eq('the busy server got one request', len(bad.requests), 1)
+    env.eq('server_up stays 1 (Retry-After is no ejection)', metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=bad.address), 1)
+
+
+def fds(pid):
+    return len(os.listdir('/proc/%d/fd' % pid))
+
+
+@T.case
+def ten_thousand_faulty_requests_leave_nothing_behind(env):
+    head = b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n'
+    faults = [reset(), garbage(), close_before_answer(), reset_after(head + b'{'),
+              wrong_length(b'{}', 20), answer(http_response(200, b'{}'))]
+    rotation = {'i': 0}
+
+    def next_fault(req):
+        rotation['i'] += 1
+        return faults[rotation['i'] % len(faults)]
+
+    bad = env.scripted(default=GOOD)
+    good = env.scripted(default=GOOD)
+    bad._next_step = lambda: next_fault(None)
+    conf = upstream_config(bad.address, good.address, keepalive=4)
+    conf['upstreams']['app'].update(max_fails=0)
+    gw = env.daemon(conf)
+    total = int(os.environ.get('FAULT_REQUESTS', '10000')) // (SLOW if WRAPPER else 1)
+
+    def burst(n):
+        c = env.client(gw.port)
+        for i in range(n):
+            try:
+                r = c.request('GET', '/%d' % i, [('Host', 'a')])
+                if r.header('Connection') == 'close' or not r.complete:
+                    raise ProtocolError('closed')
+            except (ProtocolError, OSError, socket.timeout):
+                c.close()
+                c = env.client(gw.port)
+        c.close()
+
+    burst(total // 10)
+    base_fds, base_rss = fds(gw.proc.pid), gw.rss()['VmRSS']
+    burst(total - total // 10)
+    time.sleep(0.2)
+    env.check('no file descriptor left behind (%d before, %d after)' % (
+        base_fds, fds(gw.proc.pid)), fds(gw.proc.pid) <= base_fds + 2)
+    rss = gw.rss()['VmRSS']
+    env.check('memory stays put (%d kB before, %d kB after)' % (base_rss, rss),
+              rss <= base_rss + 2048)
+    env.check('the faulty server was used throughout', len(bad.requests) > total // 4,
+              len(bad.requests))
+
+
+T.run()

@@ -1,0 +1,208 @@
+"""$json.PATH variables: request body fields in `set` of request and
+response ops (decoded strings, other values as their bytes, absent as
+null, a field outside limits.route_scan), the `hash` balancing key (sticky
+by $json.user_id, escapes decoded), the access log (log.json_fields, never
+the values of an earlier request on the connection), the same look serving
+match.json and the variables, and configuration errors."""
+
+import gzip
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+
+T = Suite(__file__)
+
+
+def echo(env):
+    """An upstream answering with the request body it got."""
+    return env.scripted([], answer(lambda req: http_response(200, req.body)))
+
+
+def post(c, body, target='/api', headers=()):
+    return c.request('POST', target, [('Host', 'a'), ('Content-Type', 'application/json')] +
+                     list(headers), body)
+
+
+def read_lines(path, n, timeout=5):
+    def enough():
+        if not os.path.exists(path):
+            return None
+        with open(path, 'rb') as f:
+            lines = f.read().decode('utf-8', 'replace').splitlines()
+        return lines if len(lines) >= n else None
+    return wait_until(enough, timeout * SLOW) or []
+
+
+@T.case
+def set_in_request_and_response_ops(env):
+    up = echo(env)
+    conf = upstream_config(up.address, routes=[{
+        'name': 'ops', 'upstream': 'app',
+        'request': [{'set': {'v_user': '$json.user.id', 'v_tier': '$json.tier',
+                             'v_meta': '$json.meta', 'v_n': '$json.n', 'v_gone': '$json.missing',
+                             'v_deep': {'t': '$json.tier'}}}],
+        'response': [{'set': {'asked_by': '$json.user.id', 'flag': '$json.flag'}}]}])
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = post(c, b'{"user":{"id":"u\\u0031"},"tier":"g\\"old","meta":{"a":[1, 2]},"n":1.50,'
+                b'"flag":true}')
+    env.eq('request ops got the fields: strings decoded, other values as their bytes, '
+           'absent null', up.requests[0].body if up.requests else None,
+           b'{"user":{"id":"u\\u0031"},"tier":"g\\"old","meta":{"a":[1, 2]},"n":1.50,'
+           b'"flag":true,"v_user":"u1","v_tier":"g\\"old","v_meta":"{\\"a\\":[1, 2]}",'
+           b'"v_n":"1.50","v_gone":null,"v_deep":{"t":"g\\"old"}}')
+    sent = up.requests[0].body if up.requests else b''
+    env.eq('the answer carries fields of the request body (flag set in place)',
+           r.body if r else None,
+           sent.replace(b'"flag":true', b'"flag":"true"')[:-1] + b',"asked_by":"u1"}')
+    # A body without the fields, or that is not JSON, gives null.
+    r = post(c, b'{"other":1}')
+    env.eq('no such fields: null', up.requests[1].body if len(up.requests) > 1 else None,
+           b'{"other":1,"v_user":null,"v_tier":null,"v_meta":null,"v_n":null,"v_gone":null,'
+           b'"v_deep":{"t":null}}')
+    sent = up.requests[1].body if len(up.requests) > 1 else b''
+    env.eq('... in the answer too', r.body if r else None,
+           sent[:-1] + b',"asked_by":null,"flag":null}')
+
+
+@T.case
+def fields_of_compressed_and_long_bodies(env):
+    up = env.scripted([], answer(http_response(200, b'{}')))
+    conf = upstream_config(up.address, limits={'route_scan': '1k'}, routes=[{
+        'name': 'ops', 'upstream': 'app',
+        'response': [{'set': {'t': '$json.type'}}]}])
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    plain = b'{"type":"order","pad":"' + b'x' * 3000 + b'"}'
+    r = c.request('POST', '/', [('Host', 'a'), ('Content-Type', 'application/json'),
+                                ('Content-Encoding', 'gzip')], gzip.compress(plain, mtime=0))
+    env.eq('a gzip body: its field', r.body if r else None, b'{"t":"order"}')
+    env.eq('the gzip body went upstream untouched', up.requests[0].body,
+           gzip.compress(plain, mtime=0))
+    r = post(c, b'{"pad":"' + b'x' * 3000 + b'","type":"order"}', target='/')
+    env.eq('a field past the window: null', r.body if r else None, b'{"t":null}')
+    r = post(c, b'{"type":"order"', target='/')
+    env.eq('a body cut short after the field: the field', r.body if r else None,
+           b'{"t":"order"}')
+
+
+@T.case
+def one_look_for_match_and_variables(env):
+    """A route chosen by a field and reading fields in its ops: one look serves both."""
+    a, b = echo(env), echo(env)
+    conf = upstream_config(a.address, routes=[
+        {'name': 'orders', 'match': {'json': {'field': 'kind', 'equals': 'order'}},
+         'upstream': 'app', 'request': [{'set': {'routed_by': '$json.kind', 'the_id': '$json.id'}}]},
+        {'name': 'rest', 'upstream': 'other',
+         'request': [{'set': {'routed_by': '$json.kind'}}]}])
+    conf['upstreams']['other'] = {'servers': [b.address]}
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    post(c, b'{"kind":"ord\\u0065r","id":7}')
+    post(c, b'{"kind":"refund","id":8}')
+    env.eq('orders route', [q.body for q in a.requests],
+           [b'{"kind":"ord\\u0065r","id":7,"routed_by":"order","the_id":"7"}'])
+    env.eq('the next route', [q.body for q in b.requests],
+           [b'{"kind":"refund","id":8,"routed_by":"refund"}'])
+
+
+@T.case
+def hash_key_by_body_field(env):
+    servers = [env.scripted([], answer(http_response(200, b's%d' % i))) for i in range(3)]
+    conf = upstream_config(*[s.address for s in servers])
+    conf['upstreams']['app'].update(balance='hash', hash_key='$json.user_id')
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    seen = {}
+    for user in range(12):
+        bodies = {post(c, b'{"user_id":"u%d","n":%d}' % (user, i)).body for i in range(3)}
+        env.eq('user %d always on one server' % user, len(bodies), 1)
+        seen[user] = bodies.pop()
+    env.check('users spread over the servers', len(set(seen.values())) >= 2, seen)
+    env.eq('"u\\u0031" is user u1', post(c, b'{"n":0,"user_id":"u\\u0031"}').body, seen[1])
+    env.eq('a number: keyed by its bytes, sticky too',
+           len({post(c, b'{"user_id":1234}').body for _ in range(3)}), 1)
+    counts = [len(s.requests) for s in servers]
+    r = post(c, b'{"no_user":1}')
+    env.eq('no such field: still answered', r.status if r else None, 200)
+    env.eq('every body reached a server whole', sum(len(s.requests) for s in servers),
+           sum(counts) + 1)
+
+
+@T.case
+def access_log_fields(env):
+    up = env.scripted([], answer(http_response(200, b'{}')))
+    path = os.path.join(env.tmp, 'access.log')
+    conf = upstream_config(up.address, log={'level': 'info', 'access': path, 'format': 'json',
+                                            'json_fields': ['user_id', 'tenant.id', 'amount']})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    post(c, b'{"amount":12.50,"user_id":"u\\u00e9\\"","tenant":{"id":{"x":[1]}}}')
+    post(c, b'{"other":1}')
+    c.send(b'BAD REQUEST LINE\r\n\r\n')
+    c.read_response()
+    lines = read_lines(path, 3)
+    env.require('three lines', len(lines) == 3, lines)
+    entries = [json.loads(line) for line in lines]
+    env.eq('the fields: decoded text (bytes escaped as the log does), other values as bytes',
+           entries[0].get('json'), {'user_id': 'u\u00c3\u00a9"', 'tenant.id': '{"x":[1]}',
+                                    'amount': '12.50'})
+    env.check('the line ends with the object', lines[0].endswith(
+        ',"json":{"user_id":"u\\u00c3\\u00a9\\"","tenant.id":"{\\"x\\":[1]}","amount":"12.50"}}'),
+        lines[0][-120:])
+    env.eq('fields absent: null', entries[1].get('json'),
+           {'user_id': None, 'tenant.id': None, 'amount': None})
+    env.eq('a request that never got a route: null, not the fields of the one before',
+           (entries[2].get('status'), entries[2].get('json')),
+           (400, {'user_id': None, 'tenant.id': None, 'amount': None}))
+
+
+@T.case
+def access_log_fields_that_do_not_fit(env):
+    """Fields that do not fit in the line's 8 KB are left out, with those after them; the
+    line stays one JSON object."""
+    up = env.scripted([], answer(http_response(200, b'{}')))
+    path = os.path.join(env.tmp, 'access.log')
+    names = ['f%d' % i + 'n' * 240 for i in range(16)]
+    conf = upstream_config(up.address, log={'level': 'info', 'access': path, 'format': 'json',
+                                            'json_fields': names})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    value = 'v' * 250
+    post(c, json.dumps({n: value for n in names}).encode(), target='/' + 'p' * 3000)
+    lines = read_lines(path, 1)
+    env.require('one line', len(lines) == 1, lines)
+    env.check('at most 8 KB', len(lines[0]) < 8192, len(lines[0]))
+    fields = json.loads(lines[0]).get('json', {})
+    env.check('the first fields whole, in order, the rest left out',
+              list(fields) == names[:len(fields)] and 3 <= len(fields) < 16 and
+              set(fields.values()) == {value}, fields)
+
+
+@T.case
+def configuration_errors(env):
+    def check(what, conf, message):
+        conf['listeners'] = [{'listen': '127.0.0.1:1'}]
+        path = os.path.join(env.tmp, 'bad.yaml')
+        with open(path, 'w') as f:
+            f.write(to_yaml(conf))
+        p = env.run([JSONGATE, '-t', '-c', path])
+        env.check(what, p.returncode == 1 and message in p.stderr.decode(), p.stderr.decode())
+    conf = upstream_config('127.0.0.1:1')
+    conf['upstreams']['app'].update(balance='hash', hash_key='$json.a..b')
+    check('hash_key: a bad path', conf, 'hash_key: expected a field or a dotted path of at most '
+          '32 keys such as user.id, got "a..b"')
+    conf = upstream_config('127.0.0.1:1', log={'access': 'stderr', 'format': 'combined',
+                                               'json_fields': ['a']})
+    check('json_fields with the combined format', conf,
+          'log.json_fields: only the json access log format has body fields')
+    conf = upstream_config('127.0.0.1:1', log={'json_fields': ['f%d' % i for i in range(17)]})
+    check('17 fields', conf, 'log.json_fields: at most 16 fields')
+    conf = upstream_config('127.0.0.1:1', log={'json_fields': ['ok', '.x']})
+    check('a bad path among the fields', conf, 'log.json_fields: expected a field or a dotted '
+          'path of at most 32 keys such as user.id, got ".x"')
+
+
+T.run()

@@ -1,0 +1,436 @@
+"""Upstream resilience: failover after failed connects, retries (retry_on,
+idempotency, the retry budget, per-try timeouts), passive health (ejection,
+max_ejected_percent, panic), Retry-After, backups, circuit breaking
+(max_connections, max_pending, the queue), active health checks with a JSON
+expectation, balancing (least_conn, hash), and the metrics and logs that show
+it all."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+
+T = Suite(__file__)
+
+OK = http_response(200, b'{"ok":true}', [('Content-Type', 'application/json')])
+
+
+def ok_from(name):
+    """An answer naming the server, so that a test sees who answered."""
+    return answer(http_response(200, ('{"server":"%s"}' % name).encode(),
+                                [('Content-Type', 'application/json')]))
+
+
+def with_admin(conf):
+    port = free_port()
+    conf['admin'] = {'listen': '127.0.0.1:%d' % port}
+    return conf, port
+
+
+def metrics(port):
+    c = Client(port)
+    try:
+        r = c.request('GET', '/metrics', [('Host', 'admin')])
+    finally:
+        c.close()
+    out = {}
+    for line in r.body.decode().splitlines():
+        if line.startswith('#') or not line:
+            continue
+        key, _, val = line.rpartition(' ')
+        out[key] = float(val)
+    return out
+
+
+def metric(port, name, **labels):
+    key = name
+    if labels:
+        key += '{' + ','.join('%s="%s"' % kv for kv in labels.items()) + '}'
+    return metrics(port).get(key)
+
+
+def dead_address():
+    """An address where nothing listens: connects are refused."""
+    return '127.0.0.1:%d' % free_port()
+
+
+def get(env, gw, path='/x', method='GET', headers=(), body=None):
+    c = env.client(gw.port)
+    r = c.request(method, path, [('Host', 'a')] + list(headers), body=body)
+    c.close()
+    return r
+
+
+@T.case
+def failover_from_a_refusing_server(env):
+    up = env.scripted(default=ok_from('live'))
+    dead = dead_address()
+    conf, aport = with_admin(upstream_config(dead, up.address))
+    conf['log']['access'] = os.path.join(env.tmp, 'access.log')
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/g%d' % i).status for i in range(40)]
+    statuses += [get(env, gw, '/p%d' % i, 'POST', [('Content-Length', '2')], b'{}').status
+                 for i in range(20)]
+    env.eq('40 GETs and 20 POSTs with one server refusing: all 200', statuses, [200] * 60)
+    env.eq('the live server got every request', len(up.requests), 60)
+    env.check('the dead server was ejected once and logged',
+              gw.wait_log(r'upstream app: server %s ejected for 10000ms after 1 connect error'
+                          % re.escape(dead)))
+    env.eq('ejections_total', metric(aport, 'jsongate_upstream_ejections_total',
+                                     upstream='app', server=dead), 1)
+    env.eq('server_up of the dead one', metric(aport, 'jsongate_upstream_server_up',
+                                               upstream='app', server=dead), 0)
+    env.eq('server_up of the live one', metric(aport, 'jsongate_upstream_server_up',
+                                               upstream='app', server=up.address), 1)
+    env.eq('one failover counted', metric(aport, 'jsongate_upstream_retries_total',
+                                          upstream='app', reason='connect_error'), 1)
+    with open(conf['log']['access']) as f:
+        lines = [json.loads(line) for line in f]
+    tried = [line['upstream'] for line in lines]
+    env.check('the access log lists both servers for the request that failed over',
+              '%s, %s' % (dead, up.address) in tried, tried[:3])
+
+
+@T.case
+def every_server_refusing(env):
+    conf = upstream_config(dead_address(), dead_address())
+    gw = env.daemon(conf)
+    r = get(env, gw)
+    env.gateway_error('both refused', r, 502, 'upstream_unavailable',
+                      'connect to upstream app refused', close=False)
+    env.check('each server was tried once', len(re.findall(r'connect to upstream app server',
+                                                         gw.log())) == 2, gw.log()[-800:])
+
+
+@T.case
+def retry_after_reset_only_when_idempotent(env):
+    a = env.scripted(default=close_before_answer())
+    b = env.scripted(default=ok_from('b'))
+    conf, aport = with_admin(upstream_config(a.address, b.address,
+                                             timeouts={'upstream_connect': '2s',
+                                                       'upstream_response': '10s',
+                                                       'shutdown_grace': '5s'}))
+    conf['upstreams']['app']['max_fails'] = 0      # keep both in service
+    gw = env.daemon(conf)
+    for i in range(4):
+        r = get(env, gw, '/get%d' % i)
+        env.eq('GET %d answered by a server that works' % i, (r.status, r.body),
+               (200, b'{"server":"b"}'))
+    env.eq('a saw the GETs that went to it first', len(a.requests), 2)
+    posts = [get(env, gw, '/post%d' % i, 'POST', [('Content-Length', '2')], b'{}')
+             for i in range(4)]
+    env.eq('POSTs are not sent twice: half fail', sorted(r.status for r in posts),
+           [200, 200, 502, 502])
+    keyed = [get(env, gw, '/keyed%d' % i, 'POST', [('Content-Length', '2'),
+                                                    ('Idempotency-Key', 'k%d' % i)], b'{}')
+             for i in range(4)]
+    env.eq('POSTs with Idempotency-Key are retried', [r.status for r in keyed], [200] * 4)
+    env.eq('the kept body reached b intact', b.requests[-1].body, b'{}')
+    env.eq('retries counted as resets', metric(aport, 'jsongate_upstream_retries_total',
+                                               upstream='app', reason='reset'), 4)
+
+
+@T.case
+def retry_budget_stops_retries(env):
+    a = env.scripted(default=close_before_answer())
+    b = env.scripted(default=ok_from('b'))
+    conf, aport = with_admin(upstream_config(a.address, b.address))
+    conf['upstreams']['app'].update(max_fails=0, retry_budget={'percent': 0, 'min': 0})
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(4)]
+    env.eq('no retry without budget: the tries on a fail', sorted(statuses), [200, 200, 502, 502])
+    env.eq('budget exhaustion counted', metric(
+        aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'), 2)
+    env.check('logged', gw.wait_log(r'upstream app: retry budget exhausted'))
+
+
+@T.case
+def retry_on_status_and_retry_after(env):
+    busy = http_response(503, b'{"busy":true}', [('Retry-After', '30')])
+    a = env.scripted(default=answer(busy))
+    b = env.scripted(default=ok_from('b'))
+    conf, aport = with_admin(upstream_config(a.address, b.address))
+    conf['upstreams']['app'].update(retry_on=['connect_error', 'timeout', 'reset', 503])
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(6)]
+    env.eq('503 retried on the other server', statuses, [200] * 6)
+    env.eq('after its Retry-After, a gets nothing more', len(a.requests), 1)
+    env.eq('status retry counted', metric(aport, 'jsongate_upstream_retries_total',
+                                          upstream='app', reason='status'), 1)
+
+
+@T.case
+def status_not_in_retry_on_passes_through(env):
+    a = env.scripted(default=answer(http_response(503, b'{"busy":true}')))
+    gw = env.daemon(upstream_config(a.address))
+    r = get(env, gw)
+    env.eq('a 503 reaches the client as it is', (r.status, r.body), (503, b'{"busy":true}'))
+
+
+@T.case
+def last_status_kept_when_no_server_left(env):
+    a = env.scripted(default=answer(http_response(503, b'{"busy":"a"}')))
+    conf = upstream_config(a.address)
+    conf['upstreams']['app'].update(retry_on=[503])
+    gw = env.daemon(conf)
+    r = get(env, gw)
+    env.eq('one server: its 503 is the answer', (r.status, r.body), (503, b'{"busy":"a"}'))
+
+
+@T.case
+def per_try_timeout_moves_on(env):
+    a = env.scripted(default=answer(OK, delay=3))
+    b = env.scripted(default=ok_from('b'))
+    conf = upstream_config(a.address, b.address,
+                           timeouts={'upstream_connect': '2s', 'upstream_response': '10s',
+                                     'upstream_try': '300ms', 'shutdown_grace': '5s'})
+    conf['upstreams']['app']['max_fails'] = 0
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(2)]
+    env.eq('a slow server: the try times out and b answers', statuses, [200, 200])
+    env.check('logged as a timeout', gw.wait_log(r'upstream app server %s did not answer in time'
+                                                 % re.escape(a.address)))
+
+
+@T.case
+def passive_5xx_ejection_and_max_ejected_percent(env):
+    bad = env.scripted(default=answer(http_response(500, b'{}')))
+    good = [env.scripted(default=ok_from('g%d' % i)) for i in range(3)]
+    conf, aport = with_admin(upstream_config(bad.address, *[g.address for g in good]))
+    conf['upstreams']['app'].update(fail_on=['5xx'], max_fails=2, fail_timeout='30s',
+                                    max_ejected_percent=25)
+    gw = env.daemon(conf)
+    for i in range(16):
+        get(env, gw, '/%d' % i)
+    env.eq('the server answering 500 was ejected after 2 of them', len(bad.requests), 2)
+    env.check('logged with the reason', gw.wait_log(
+        r'server %s ejected for 30000ms after 2 error statuses' % re.escape(bad.address)))
+    for g in good:
+        g.default = answer(http_response(500, b'{}'))
+    for i in range(24):
+        get(env, gw, '/later%d' % i)
+    up = [metric(aport, 'jsongate_upstream_server_up', upstream='app', server=s.address)
+          for s in [bad] + good]
+    env.eq('max_ejected_percent 25 of 4: only one server ejected at a time', up,
+           [0, 1, 1, 1])
+
+
+@T.case
+def panic_when_every_server_is_out(env):
+    a = env.scripted(default=answer(http_response(500, b'{}')))
+    b = env.scripted(default=answer(http_response(500, b'{}')))
+    conf = upstream_config(a.address, b.address)
+    conf['upstreams']['app'].update(fail_on=['5xx'], max_fails=1, fail_timeout='60s',
+                                    max_ejected_percent=100)
+    gw = env.daemon(conf)
+    for i in range(2):
+        get(env, gw, '/%d' % i)
+    env.require('both ejected', len(re.findall('ejected for', gw.log())) == 2, gw.log()[-600:])
+    a.default = ok_from('a')
+    b.default = ok_from('b')
+    statuses = [get(env, gw, '/after%d' % i).status for i in range(4)]
+    env.eq('every server out: they are tried anyway', statuses, [200] * 4)
+
+
+@T.case
+def backup_only_while_primaries_are_out(env):
+    primary = env.scripted(default=ok_from('primary'))
+    backup = env.scripted(default=ok_from('backup'))
+    conf = upstream_config(primary.address, {'address': backup.address, 'backup': True})
+    gw = env.daemon(conf)
+    bodies = {get(env, gw, '/%d' % i).body for i in range(6)}
+    env.eq('the backup takes nothing while the primary works', bodies,
+           {b'{"server":"primary"}'})
+    primary.stop()
+    bodies = [get(env, gw, '/down%d' % i).body for i in range(4)]
+    env.eq('primary down: the backup answers', bodies, [b'{"server":"backup"}'] * 4)
+
+
+@T.case
+def max_connections_and_the_queue(env):
+    a = env.scripted([answer(OK, delay=1.0)], default=answer(OK))
+    conf, aport = with_admin(upstream_config(a.address, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '10s', 'queue': '3s',
+        'shutdown_grace': '5s'}))
+    conf['upstreams']['app'].update(max_connections=1, max_pending=1)
+    gw = env.daemon(conf)
+    slow = env.client(gw.port)
+    slow.send(build_request('GET', '/slow', [('Host', 'a')]))
+    env.require('the slow request is in flight', wait_until(lambda: a.requests, 5))
+    queued = env.client(gw.port)
+    queued.send(build_request('GET', '/queued', [('Host', 'a')]))
+    env.require('the second request waits', wait_until(
+        lambda: metric(aport, 'jsongate_upstream_requests_in_flight', upstream='app',
+                       server=a.address) == 1, 5))
+    r = get(env, gw, '/overflow')
+    env.gateway_error('max_pending 1: a third request gets 503 at once', r, 503,
+                      'upstream_overloaded', 'every upstream server is at its limit', close=False)
+    env.eq('slow one answered', slow.read_response().status, 200)
+    env.eq('queued one answered after it', queued.read_response().status, 200)
+    env.eq('overloaded counted', metric(aport, 'jsongate_upstream_overloaded_total',
+                                        upstream='app'), 1)
+
+
+@T.case
+def queue_wait_runs_out(env):
+    a = env.scripted([hang()], default=answer(OK))
+    conf = upstream_config(a.address, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '10s', 'queue': '200ms',
+        'shutdown_grace': '5s'})
+    conf['upstreams']['app'].update(max_connections=1)
+    gw = env.daemon(conf)
+    hung = env.client(gw.port)
+    hung.send(build_request('GET', '/hang', [('Host', 'a')]))
+    env.require('the first request holds the only place', wait_until(lambda: a.requests, 5))
+    start = time.monotonic()
+    r = get(env, gw, '/waits')
+    env.gateway_error('queued past timeouts.queue: 503', r, 503, 'upstream_overloaded',
+                      'every upstream server is at its limit', close=False)
+    env.check('it waited for the queue timeout', time.monotonic() - start >= 0.15,
+              time.monotonic() - start)
+
+
+def health_answer(state, name='checked'):
+    """A /health answer following state['status'] and state['body']."""
+    def make(req):
+        if req.target == '/health':
+            return http_response(state['status'], state['body'],
+                                 [('Content-Type', 'application/json')])
+        return http_response(200, ('{"server":"%s"}' % name).encode(),
+                             [('Content-Type', 'application/json')])
+    return answer(make)
+
+
+@T.case
+def active_health_checks_with_json(env):
+    state = {'status': 200, 'body': b'{"status":"ok","db":{"up":true}}'}
+    checked = env.scripted(default=health_answer(state))
+    other = env.scripted(default=health_answer({'status': 200, 'body': b'{"status":"ok"}'},
+                                               'other'))
+    conf, aport = with_admin(upstream_config(checked.address, other.address))
+    conf['upstreams']['app']['health'] = {
+        'path': '/health', 'interval': '50ms', 'timeout': '1s', 'fails': 2, 'passes': 2,
+        'expect': {'status': ['2xx'], 'json': {'field': 'status', 'equals': 'ok'}}}
+    gw = env.daemon(conf)
+    env.require('checks run', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_health_checks_total', upstream='app', server=checked.address,
+        result='passed'), 5))
+    check = [r for r in checked.requests if r.target == '/health'][0]
+    env.eq('the check request', check.head.decode().split('\r\n')[0], 'GET /health HTTP/1.1')
+    env.eq('checks close their connection', check.header('Connection'), 'close')
+    bodies = {get(env, gw, '/%d' % i).body for i in range(4)}
+    env.eq('both servers in service', len(bodies), 2)
+
+    state['body'] = b'{"status":"degraded"}'
+    env.require('a JSON field that differs takes it out', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+    env.check('logged once with the reason', gw.wait_log(
+        r'server %s failed 2 health checks \(JSON field has another value\): out of service'
+        % re.escape(checked.address)))
+    bodies = {get(env, gw, '/out%d' % i).body for i in range(4)}
+    env.eq('no requests to a server failing its checks', bodies, {b'{"server":"other"}'})
+
+    state['body'] = b'{"status":"ok"}'
+    env.require('passing again brings it back', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 1, 5))
+    env.check('logged', gw.wait_log(r'server %s passed 2 health checks: back in service'
+                                    % re.escape(checked.address)))
+    state['status'] = 500
+    env.require('a status outside expect.status takes it out', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+
+
+@T.case
+def health_state_survives_reload(env):
+    state = {'status': 500, 'body': b'{}'}
+    checked = env.scripted(default=health_answer(state))
+    other = env.scripted(default=health_answer({'status': 200, 'body': b'{}'}, 'other'))
+    conf, aport = with_admin(upstream_config(checked.address, other.address))
+    conf['upstreams']['app']['health'] = {'path': '/health', 'interval': '1s', 'fails': 1}
+    gw = env.daemon(conf)
+    env.require('out of service', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+    conf['upstreams']['app']['health']['interval'] = '10s'
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % gw.port}]
+    gw.write_config(conf)
+    gw.signal(signal.SIGHUP)
+    env.require('reloaded', gw.wait_log('configuration reloaded'))
+    bodies = {get(env, gw, '/%d' % i).body for i in range(4)}
+    env.eq('after the reload it is still out of service', bodies, {b'{"server":"other"}'})
+
+
+@T.case
+def hash_balancing_is_sticky(env):
+    servers = [env.scripted(default=ok_from('s%d' % i)) for i in range(3)]
+    conf = upstream_config(*[s.address for s in servers])
+    conf['upstreams']['app'].update(balance='hash', hash_key='$header.X-User')
+    gw = env.daemon(conf)
+    seen = {}
+    for user in range(12):
+        bodies = {get(env, gw, '/%d' % i, headers=[('X-User', 'u%d' % user)]).body
+                  for i in range(3)}
+        env.eq('user %d always on one server' % user, len(bodies), 1)
+        seen[user] = bodies.pop()
+    env.check('users spread over the servers', len(set(seen.values())) >= 2, seen)
+
+
+@T.case
+def least_conn_prefers_the_idle_server(env):
+    slow = env.scripted(default=answer(OK, delay=0.5))
+    fast = env.scripted(default=ok_from('fast'))
+    conf = upstream_config(slow.address, fast.address)
+    conf['upstreams']['app']['balance'] = 'least_conn'
+    gw = env.daemon(conf)
+    busy = env.client(gw.port)
+    busy.send(build_request('GET', '/busy', [('Host', 'a')]))
+    env.require('one request in flight', wait_until(lambda: slow.requests or fast.requests, 5))
+    first = slow if slow.requests else fast
+    other = fast if first is slow else slow
+    before = len(other.requests)
+    for i in range(3):
+        get(env, gw, '/%d' % i)
+    env.check('requests go to the server with none in flight',
+              len(other.requests) - before >= 2 or first is fast,
+              (len(slow.requests), len(fast.requests)))
+    busy.read_response()
+
+
+@T.case
+def config_errors(env):
+    bad = [
+        ({'balance': 'hash'}, 'balance: hash needs hash_key'),
+        ({'hash_key': '$remote_addr'}, 'hash_key is used only with balance: hash'),
+        ({'balance': 'hash', 'hash_key': '$nope'}, 'expected $remote_addr, $request_uri'),
+        ({'retry_on': ['sometimes']}, 'unknown failure "sometimes"'),
+        ({'retries': 16}, 'expected an integer from 0 to 15'),
+        ({'retry_budget': 'lots'}, 'expected a percent from 0 to 100'),
+        ({'health': {'interval': '1s'}}, "health: missing required key 'path'"),
+        ({'health': {'path': '/h', 'expect': {'status': ['2yy']}}}, 'expected a status'),
+        ({'health': {'path': '/h', 'expect': {'json': {'field': 'a'}}}},
+         'expected exactly { field: PATH, equals: VALUE }'),
+    ]
+    for extra, message in bad:
+        conf = upstream_config('127.0.0.1:1')
+        conf['upstreams']['app'].update(extra)
+        conf['listeners'] = [{'listen': '127.0.0.1:1'}]
+        path = os.path.join(env.tmp, 'bad.yaml')
+        with open(path, 'w') as f:
+            f.write(to_yaml(conf))
+        p = env.run([JSONGATE, '-t', '-c', path])
+        out = p.stderr.decode()
+        env.check('%s: -t refuses with FILE:LINE:COL' % message,
+                  p.returncode == 1 and re.search(r'%s:\d+:\d+: .*%s' % (
+                      re.escape(path), re.escape(message)), out), out)
+    conf = upstream_config('127.0.0.1:1', {'address': '127.0.0.1:2', 'backup': True})
+    conf['upstreams']['app']['servers'] = [{'address': '127.0.0.1:2', 'backup': True}]
+    conf['listeners'] = [{'listen': '127.0.0.1:1'}]
+    path = os.path.join(env.tmp, 'backups.yaml')
+    with open(path, 'w') as f:
+        f.write(to_yaml(conf))
+    p = env.run([JSONGATE, '-t', '-c', path])
+    env.check('only backups: refused', p.returncode == 1 and
+              b'every server is a backup' in p.stderr, p.stderr)
+
+
+T.run()

@@ -1,0 +1,224 @@
+/* Templates with ${variables}: parsing against a scope, rendering with percent-encoding. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "route.h"
+#include "template.h"
+
+static struct route_pattern *pattern;
+static const char *backend_names[] = { "user", "user.v2" };
+static const unsigned backend_index[] = { 3, 5 };
+
+static void
+setup(void)
+{
+	const char *why;
+
+	pattern = route_pattern_new("/users/{id}/files/{rest...}", &why);
+	ck_assert_ptr_nonnull(pattern);
+}
+
+static void
+teardown(void)
+{
+	route_pattern_free(pattern);
+}
+
+static struct template_scope
+scope(void)
+{
+	struct template_scope s = { pattern, backend_names, backend_index, 2 };
+
+	return s;
+}
+
+/* The error parsing text gives, or "" when it parses. */
+static const char *
+parse_error(const char *text, int target)
+{
+	static char err[512];
+	struct template_scope s = scope();
+	struct template t;
+
+	if (template_parse(&t, text, target, &s, err, sizeof(err)) == 0) {
+		template_free(&t);
+		return "";
+	}
+	return err;
+}
+
+static unsigned last_backend;
+static char last_field[64];
+
+static int
+field_cb(void *arg, unsigned backend, const char *field, size_t len, struct http_str *value,
+    const char **why)
+{
+	(void)arg;
+	last_backend = backend;
+	snprintf(last_field, sizeof(last_field), "%.*s", (int)len, field);
+	if (strcmp(last_field, "missing") == 0) {
+		*why = "no such field";
+		return -1;
+	}
+	if (strcmp(last_field, "crlf") == 0) {
+		*value = (struct http_str){ "a\r\nb", 4 };
+		return 0;
+	}
+	*value = (struct http_str){ "42/x y", 6 };
+	return 0;
+}
+
+/* Render text for a request "GET target" with headers, path captures from the pattern. */
+static const char *
+render(const char *text, int target, const char *request, int *result)
+{
+	static char out[1024];
+	static struct http_request req;
+	struct template_scope s = scope();
+	struct http_str caps[ROUTE_MAX_CAPTURES];
+	struct template_values v;
+	struct evbuffer *buf = evbuffer_new();
+	struct template t;
+	char err[512];
+	size_t n;
+
+	ck_assert_int_eq(template_parse(&t, text, target, &s, err, sizeof(err)), 0);
+	ck_assert_int_gt(http_parse_request(request, strlen(request), &req), 0);
+	memset(caps, 0, sizeof(caps));
+	route_pattern_match(pattern, req.path.p, req.path.len, caps);
+	v.req = &req;
+	v.captures = caps;
+	v.request_id = (struct http_str){ "r-1", 3 };
+	v.remote_addr = (struct http_str){ "10.0.0.1", 8 };
+	v.backend = field_cb;
+	v.backend_arg = NULL;
+	*result = template_render(&t, &v, buf, err, sizeof(err));
+	if (*result != 0) {
+		snprintf(out, sizeof(out), "%s", err);
+	} else {
+		n = evbuffer_get_length(buf);
+		ck_assert_uint_lt(n, sizeof(out));
+		evbuffer_remove(buf, out, n);
+		out[n] = '\0';
+	}
+	evbuffer_free(buf);
+	template_free(&t);
+	return out;
+}
+
+#define REQ(target, headers) "GET " target " HTTP/1.1\r\nHost: h\r\n" headers "\r\n"
+
+START_TEST(test_parse_errors)
+{
+	ck_assert_str_eq(parse_error("/a/${path.id}/${query.q}/${header.X-Y}", 1), "");
+	ck_assert_str_eq(parse_error("/a/${request_id}?x=${remote_addr}&c=$$1", 1), "");
+	ck_assert_str_eq(parse_error("/${backend.user.id}/${backend.user.v2.a.b}", 1), "");
+	ck_assert_str_eq(parse_error("/${path.idd}", 1),
+	    "${path.idd}: the route's path template has no {idd}");
+	ck_assert_str_eq(parse_error("/${foo}", 1), "unknown variable ${foo} (expected "
+	    "${path.NAME}, ${query.NAME}, ${header.NAME}, ${backend.NAME.FIELD}, ${request_id} "
+	    "or ${remote_addr}; $$ for a literal $)");
+	ck_assert_str_eq(parse_error("/$id", 1), "a '$' starts ${NAME} or $$ (a literal $)");
+	ck_assert_str_eq(parse_error("/${path.id", 1), "'${' without its '}'");
+	ck_assert_str_eq(parse_error("/${backend.orders.id}", 1), "${backend.orders.id}: only "
+	    "the answer of a backend named in after can be read, as ${backend.NAME.FIELD}");
+	ck_assert_str_eq(parse_error("/${backend.user.}", 1), "${backend.user.}: only the "
+	    "answer of a backend named in after can be read, as ${backend.NAME.FIELD}");
+	ck_assert_str_eq(parse_error("/${backend.user.a..b}", 1),
+	    "${backend.user.a..b}: a field is names joined by dots");
+	ck_assert_str_eq(parse_error("/${header.a b}", 1), "${header.a b}: not a header name");
+	ck_assert_str_eq(parse_error("/a b", 1),
+	    "a request-target holds visible ASCII characters only, without '#'");
+	ck_assert_str_eq(parse_error("/a#b", 1),
+	    "a request-target holds visible ASCII characters only, without '#'");
+	ck_assert_str_eq(parse_error("a\nb", 0), "a header value cannot hold a line break");
+	ck_assert_str_eq(parse_error("a b #${path.id}", 0), "");
+}
+END_TEST
+
+START_TEST(test_parse_without_pattern)
+{
+	struct template_scope s = { NULL, NULL, NULL, 0 };
+	struct template t;
+	char err[256];
+
+	ck_assert_int_eq(template_parse(&t, "/${path.id}", 1, &s, err, sizeof(err)), -1);
+	ck_assert_str_eq(err, "${path.id}: the route's match.path is not a path template");
+}
+END_TEST
+
+START_TEST(test_render_target)
+{
+	int r;
+
+	ck_assert_str_eq(render("/u/${path.id}/f/${path.rest}?q=${query.q}&r=${path.rest}", 1,
+	    REQ("/users/a%2Fb%20c/files/x/y%20z?q=1+2%263&p", ""), &r),
+	    "/u/a%2Fb%20c/f/x/y%20z?q=1%202%263&r=x%2Fy%20z");
+	ck_assert_int_eq(r, 0);
+	ck_assert_str_eq(render("/${query.missing}/${query.a b}/${query.p}$$/${request_id}", 1,
+	    REQ("/users/1/files/?%61+b=%C3%A9&p&a+b=2", ""), &r), "//%C3%A9/$/r-1");
+	ck_assert_str_eq(render("/${header.x-tenant}?ip=${remote_addr}", 1,
+	    REQ("/users/1/files/", "X-Tenant: Acme Corp/é\r\n"), &r),
+	    "/Acme%20Corp%2F%C3%A9?ip=10.0.0.1");
+	ck_assert_str_eq(render("/${path.id}%41~", 1, REQ("/users/%zz-._~/files/", ""), &r),
+	    "/%25zz-._~%41~");
+}
+END_TEST
+
+START_TEST(test_render_backend_field)
+{
+	int r;
+
+	ck_assert_str_eq(render("/o/${backend.user.v2.account.id}", 1, REQ("/users/1/files/", ""),
+	    &r), "/o/42%2Fx%20y");
+	ck_assert_uint_eq(last_backend, 5);
+	ck_assert_str_eq(last_field, "account.id");
+	ck_assert_str_eq(render("/o/${backend.user.missing}", 1, REQ("/users/1/files/", ""), &r),
+	    "${backend.user.missing}: no such field");
+	ck_assert_int_eq(r, TEMPLATE_BAD_FIELD);
+	ck_assert_uint_eq(last_backend, 3);
+}
+END_TEST
+
+START_TEST(test_render_header)
+{
+	int r;
+
+	ck_assert_str_eq(render("Bearer ${header.authorization} ${path.id}", 0,
+	    REQ("/users/a%2Fb/files/", "Authorization: t0k/en\r\n"), &r), "Bearer t0k/en a/b");
+	ck_assert_str_eq(render("id ${path.id}", 0, REQ("/users/a%0D%0Ab/files/", ""), &r),
+	    "the value of ${path.id} holds a line break: it cannot go in a header");
+	ck_assert_int_eq(r, TEMPLATE_BAD_VALUE);
+	ck_assert_str_eq(render("${query.x}", 0, REQ("/users/1/files/?x=%0a", ""), &r),
+	    "the value of ${query.x} holds a line break: it cannot go in a header");
+	ck_assert_str_eq(render("${backend.user.crlf}", 0, REQ("/users/1/files/", ""), &r),
+	    "the value of ${backend.user.crlf} holds a line break: it cannot go in a header");
+	ck_assert_int_eq(r, TEMPLATE_BAD_FIELD);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("template");
+	TCase *tc = tcase_create("template");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_parse_errors);
+	tcase_add_test(tc, test_parse_without_pattern);
+	tcase_add_test(tc, test_render_target);
+	tcase_add_test(tc, test_render_backend_field);
+	tcase_add_test(tc, test_render_header);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
