@@ -686,7 +686,7 @@ agg_backend_start(struct aggregate *a, struct agg_backend *b, const struct http_
 	b->sent = 1;
 	fetch_start(&b->f, up, b->hash_key, b->hash_key_len,
 	    (cfg->method_bit & (METHOD_GET | METHOD_PUT | METHOD_DELETE | METHOD_OPTIONS)) != 0,
-	    agg_cfg(a)->limits.max_body, cfg->timeout);
+	    agg_cfg(a)->limits.max_body, &a->route->timeouts, cfg->timeout);
 }
 
 /* The client's request again, for backends that start once others answered. */

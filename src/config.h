@@ -262,7 +262,7 @@ struct config_route {
 	struct rewrite_program *error_response;  /* ops for the other statuses, or NULL */
 	struct header_ops *request_headers;     /* NULL when none */
 	struct header_ops *response_headers;    /* NULL when none */
-	struct {                        /* ms; the global timeouts unless the route sets them */
+	struct route_timeouts {         /* ms; the global timeouts unless the route sets them */
 		uint64_t upstream_connect;
 		uint64_t upstream_response;
 		uint64_t upstream_try;      /* 0: none */

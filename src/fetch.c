@@ -159,7 +159,8 @@ fetch_fail(struct fetch *f, enum gateway_error err, const char *fmt, const char 
 
 void
 fetch_start(struct fetch *f, struct upstream_pool *up, const char *key, size_t keylen,
-    int idempotent, size_t max_body, uint64_t timeout_ms)
+    int idempotent, size_t max_body, const struct route_timeouts *timeouts,
+    uint64_t timeout_ms)
 {
 	struct timeval tv;
 
@@ -167,6 +168,9 @@ fetch_start(struct fetch *f, struct upstream_pool *up, const char *key, size_t k
 	f->up = up;
 	f->idempotent = idempotent != 0;
 	f->max_body = max_body;
+	f->timeouts = timeouts;
+	f->ex.connect_timeout = timeouts->upstream_connect;
+	f->ex.try_timeout = timeouts->upstream_try;
 	f->retries = 0;
 	f->stale_retried = 0;
 	f->error = GW_UPSTREAM_UNAVAILABLE;
@@ -266,7 +270,7 @@ static void
 fetch_send(struct fetch *f)
 {
 	struct conn *uc = &f->ex.uc->conn;
-	uint64_t ms = f->up->wr->rt->cfg->timeouts.upstream_response;
+	uint64_t ms = f->timeouts->upstream_response;
 
 	evbuffer_add(uc->out, evbuffer_pullup(f->request, -1), evbuffer_get_length(f->request));
 	if (uc->ssl == NULL)

@@ -40,6 +40,7 @@ struct fetch {
 	struct evbuffer *request;       /* head and body, sent again on each try */
 	int idempotent;
 	size_t max_body;
+	const struct route_timeouts *timeouts;   /* the owner's route's */
 	struct server_pool *tried[CONFIG_MAX_TRIES];
 	size_t ntried;
 	unsigned retries;
@@ -69,12 +70,14 @@ void fetch_free(struct fetch *f);
 /*
  * Send the request in f->request (complete: head with framing, then the body; the owner fills
  * it and it is kept for other tries; never a HEAD request) to up, with the hash key key, and
- * collect the answer (bodies over max_body fail as upstream_invalid).  timeout_ms bounds the
- * whole fetch (0: only the upstream's timeouts).  cb is called once, from the loop or from
+ * collect the answer (bodies over max_body fail as upstream_invalid).  Each try connects,
+ * waits for the head and reads within the route's timeouts; timeout_ms bounds the whole fetch
+ * (0: only those).  cb is called once, from the loop or from
  * here when it fails at once, with f->status set (the answer) or 0 (f->error, f->message).
  */
 void fetch_start(struct fetch *f, struct upstream_pool *up, const char *key, size_t keylen,
-    int idempotent, size_t max_body, uint64_t timeout_ms);
+    int idempotent, size_t max_body, const struct route_timeouts *timeouts,
+    uint64_t timeout_ms);
 /* Give up a running fetch without calling cb; the buffers stay for the next start.  Also
  * what a finished fetch's owner calls once done with the answer: the servers it tried and
  * the body's block are let go. */

@@ -63,7 +63,7 @@ __all__ = [
     'Suite', 'Env', 'Client', 'Response', 'ScriptedUpstream', 'Request',
     'answer', 'slowly', 'pieces', 'close_before_answer', 'close_mid_body', 'hang',
     'reset', 'reset_on_accept', 'reset_after', 'garbage', 'wrong_length', 'stall_mid_body',
-    'close_when_idle', 'retry_after', 'GARBAGE',
+    'close_when_idle', 'retry_after', 'blackhole', 'GARBAGE',
     'http_response', 'build_request', 'upstream_config', 'to_yaml', 'free_port',
     'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until', 'instrumented',
     'gateway_error_body', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
@@ -647,6 +647,23 @@ def close_when_idle(data, after=0):
 def retry_after(seconds, status=503, body=b'{"error":"overloaded"}'):
     """Answer status (503 or 429) with `Retry-After: seconds`, keeping the connection."""
     return answer(http_response(status, body, headers=[('Retry-After', str(seconds))]))
+
+
+def blackhole():
+    """A listener whose accept queue is full: connecting to it times out."""
+    lst = socket.socket()
+    lst.bind(('127.0.0.1', 0))
+    lst.listen(0)
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(lst.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    return lst, fillers
 
 
 def _hold_port(port=0, host='127.0.0.1'):

@@ -482,6 +482,32 @@ def a_required_backend_that_fails_fails_the_route(env):
 
 
 @T.case
+def backends_connect_within_the_route_timeouts(env):
+    # Connecting to the full listener never completes: only upstream_connect can end it.
+    lst, fillers = blackhole()
+    try:
+        fast = env.scripted(default=json_answer(b'1'))
+        conf = aggregated(
+            {'fast': {'upstream': 'fast', 'path': '/f'},
+             'hole': {'upstream': 'hole', 'path': '/h', 'required': False}},
+            {'fast': [fast.address], 'hole': ['127.0.0.1:%d' % lst.getsockname()[1]]},
+            timeouts={'upstream_connect': '%dms' % (500 * SLOW)})
+        gw = env.daemon(conf)
+        start = time.monotonic()
+        r = get(env, gw, headers=[('X-Request-Id', 'c-1')])
+        took = time.monotonic() - start
+        want = (b'{"fast":1,"errors":{"hole":{"error":"upstream_timeout","message":'
+                b'"connect to upstream hole timed out"}}}')
+        env.eq('the backend that cannot connect is left out', (r.status, r.body), (200, want))
+        env.check('after the route\'s upstream_connect, not at once', took >= 0.4 * SLOW,
+                  '%.2fs' % took)
+    finally:
+        for s in fillers:
+            s.close()
+        lst.close()
+
+
+@T.case
 def every_backend_failing(env):
     closed = env.closed_port()
     slow = env.scripted(default=hang())

@@ -271,23 +271,6 @@ def route_timeouts_override_global_ones(env):
         lst.close()
 
 
-def blackhole():
-    """A listener whose accept queue is full: connecting to it times out."""
-    lst = socket.socket()
-    lst.bind(('127.0.0.1', 0))
-    lst.listen(0)
-    fillers = []
-    for _ in range(4):
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(lst.getsockname())
-        except BlockingIOError:
-            pass
-        fillers.append(s)
-    return lst, fillers
-
-
 @T.case
 def upstream_connect_timeout(env):
     lst, fillers = blackhole()
