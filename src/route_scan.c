@@ -219,15 +219,23 @@ route_scan_conds(const struct config_route *route, const struct config *cfg,
 	return more ? -1 : 1;
 }
 
+/* The $json. hash key of the route's upstream, or NULL (an aggregated route has none). */
+static const char *
+route_scan_hash_key(const struct config_route *route)
+{
+	const char *key = route->upstream != NULL ? route->upstream->hash_key : NULL;
+
+	return key != NULL && strncmp(key, "$json.", 6) == 0 ? key : NULL;
+}
+
 /* 1 when the route reads $json values: in its ops, its upstream's hash key, the access log. */
 static int
 route_scan_reads_values(const struct config *cfg, const struct config_route *route)
 {
-	const char *key = route->upstream->hash_key;
 
 	return rewrite_program_uses(route->request, REWRITE_VAR_JSON) ||
 	    rewrite_program_uses(route->response, REWRITE_VAR_JSON) ||
-	    (key != NULL && strncmp(key, "$json.", 6) == 0) || cfg->njson_fields != 0;
+	    route_scan_hash_key(route) != NULL || cfg->njson_fields != 0;
 }
 
 struct route_scan_capture {
@@ -310,12 +318,12 @@ route_scan_capture(struct route_scan *rs, const struct config *cfg,
     const struct config_route *route, const struct route_scan_window *win)
 {
 	struct route_scan_capture cap = { rs, cfg, win, 0 };
-	const char *key = route->upstream->hash_key;
+	const char *key = route_scan_hash_key(route);
 	size_t i;
 
 	rewrite_program_names(route->request, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	rewrite_program_names(route->response, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
-	if (key != NULL && strncmp(key, "$json.", 6) == 0)
+	if (key != NULL)
 		route_scan_capture_cb(&cap, key + 6, strlen(key + 6));
 	for (i = 0; i < cfg->njson_fields; i++)
 		route_scan_capture_cb(&cap, cfg->json_fields[i], strlen(cfg->json_fields[i]));

@@ -821,6 +821,12 @@ def a_request_body_is_not_forwarded(env):
     env.eq('answered', (r.status, r.body), (200, b'{"one":1}'))
     env.eq('then the connection closes', (r.header('Connection'), c.wait_closed()), ('close', True))
     env.eq('the backend got no body', up.requests[0].body, b'')
+    # A JSON body is looked at for $json fields only on routes that have an upstream.
+    c = env.client(gw.port)
+    r = c.request('POST', '/agg', [('Host', 'a'), ('Content-Type', 'application/json')],
+                  body=b'{"ignored":true}')
+    env.eq('a JSON body too', (r.status, r.body), (200, b'{"one":1}'))
+    env.eq('neither reached the backend', [q.body for q in up.requests], [b'', b''])
 
 
 T.run()
