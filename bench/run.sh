@@ -29,6 +29,10 @@ Environment:
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
   NGINX=nginx          nginx binary
+  HAPROXY=haproxy      HAProxy binary (the haproxy row)
+  COUNT_SECONDS=3      seconds of an extra wrk run per row (first round) during which perf
+                       counts the proxy's system calls and malloc/calloc/realloc calls, shown
+                       per request (0: skip; needs perf, and root for the malloc uprobes)
   NGINX_MODULES=...    directory of the nginx Lua module (nginx-lua-* variants; default: the
                        first of /usr/lib/nginx/modules, /usr/share/nginx/modules that has it)
   PROXY_CPU=0 LOAD_CPU=1        CPU of the proxy; CPU shared by wrk and the upstream
@@ -57,6 +61,8 @@ CONNECTIONS=${CONNECTIONS:-16}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
 JSONGATE=${JSONGATE:-$ROOT_DIR/build/src/jsongate}
 NGINX=${NGINX:-nginx}
+HAPROXY=${HAPROXY:-haproxy}
+COUNT_SECONDS=${COUNT_SECONDS:-3}
 NGINX_MODULES=${NGINX_MODULES:-}
 if [ -z "$NGINX_MODULES" ]; then
 	for NGINX_MODULES in /usr/lib/nginx/modules /usr/share/nginx/modules; do
@@ -84,6 +90,7 @@ IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 VARIANTS=(
 	"nginx               nginx     nginx-proxy.conf.in      http"
 	"jsongate            jsongate  jsongate-pass.yaml.in    http"
+	"haproxy             haproxy   haproxy-proxy.cfg.in     http"
 	"nginx-tls           nginx     nginx-proxy-tls.conf.in  tls"
 	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
 	"nginx-tls-close     nginx     nginx-proxy-tls.conf.in  tls-close"
@@ -104,6 +111,7 @@ VARIANTS=(
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
 RATIOS=(
 	"jsongate/nginx"
+	"jsongate/haproxy"
 	"jsongate-tls/nginx-tls"
 	"jsongate-tls-close/nginx-tls-close"
 	"jsongate-tls-full/nginx-tls-full"
@@ -183,6 +191,24 @@ jsongate_start() {
 	PROXY_MEM_PID=$BG_PID
 }
 
+# HAProxy, the other pass-through peer (the resilience benchmark's too).
+haproxy_require() { command -v "$HAPROXY" >/dev/null || printf '%s\n' "haproxy (Debian: haproxy)"; }
+haproxy_version() { "$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $1, $2, $3 }'; }
+
+haproxy_start() {
+	local name=$1 template=$2 maxconn=$3 conf
+	PROXY_PORT=$(pick_port)
+	conf=$RUNDIR/$name.cfg
+	render "$template" "$conf" "$name" "$PROXY_PORT" "$maxconn"
+	"$HAPROXY" -c -q -f "$conf" >"$RUNDIR/$name.test.log" 2>&1 ||
+		die "haproxy rejects $conf: $(cat "$RUNDIR/$name.test.log")"
+	start_bg "$RUNDIR/$name.out" taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$conf"
+	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
+	PROXY_MAIN=$BG_PID
+	PROXY_CPU_PIDS=$BG_PID
+	PROXY_MEM_PID=$BG_PID
+}
+
 # nginx with the Lua module (OpenResty's lua-nginx-module) and lua-cjson: body filters that
 # decode, edit and re-encode JSON, as Kong's response-transformer does.
 nginx_lua_require() {
@@ -249,7 +275,7 @@ proxy_start() { # proxy_start NAME MAX_CONNECTIONS
 # ---------------------------------------------------------------------------------------------
 # Checks
 
-for knob in DURATION WARMUP ROUNDS CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU; do
+for knob in DURATION WARMUP ROUNDS CONNECTIONS IDLE_CLIENTS PROXY_CPU LOAD_CPU COUNT_SECONDS; do
 	is_uint "${!knob}" || die "$knob must be a non-negative integer (got '${!knob}')"
 done
 { [ "$DURATION" -ge 1 ] && [ "$DURATION" -le 600 ]; } || die "DURATION must be 1..600 seconds"
@@ -302,6 +328,28 @@ if [ "$IDLE_CLIENTS" -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# Counting system calls and allocations: perf's syscall tracepoint, and uprobes on libc's
+# allocator (made here when missing; the same probes serve every proxy, all linking that
+# libc).  Counted in a run of their own, since uprobes cost the proxy CPU.
+
+COUNT_EVENTS=''
+if [ "$COUNT_SECONDS" -gt 0 ] && command -v perf >/dev/null; then
+	if perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1; then
+		COUNT_EVENTS=raw_syscalls:sys_enter
+		libc=$(ldd "$JSONGATE" 2>/dev/null | awk '$1 ~ /^libc\.so/ { print $3 }')
+		for fn in malloc calloc realloc; do
+			perf probe -l 2>/dev/null | grep -q "probe_libc:$fn " ||
+				perf probe -q -x "$libc" -a "$fn" >/dev/null 2>&1 || true
+		done
+		if perf stat -e probe_libc:malloc,probe_libc:calloc,probe_libc:realloc true >/dev/null 2>&1; then
+			COUNT_EVENTS="$COUNT_EVENTS,probe_libc:malloc,probe_libc:calloc,probe_libc:realloc"
+		fi
+	fi
+fi
+[ -n "$COUNT_EVENTS" ] || [ "$COUNT_SECONDS" -eq 0 ] ||
+	log "bench: perf cannot count system calls here: no syscall or malloc columns"
+
+# ---------------------------------------------------------------------------------------------
 # Upstream
 
 RUNDIR=$(mktemp -d "${TMPDIR:-/tmp}/jsongate-bench.XXXXXX")
@@ -337,7 +385,7 @@ done
 
 # Per row (SIZE|NAME): the median run's figures, the spread of CPU per request over the runs,
 # the highest peak RSS and every run's wrk errors. Per run (SIZE|NAME|ROUND): RUN_*.
-declare -A CPU_US RPS P50 P99 HWM NOTE SPREAD
+declare -A CPU_US RPS P50 P99 HWM NOTE SPREAD SYSCALLS MALLOCS
 declare -A RUN_CPU RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
 CLIENT_MODE=http
@@ -397,6 +445,7 @@ measure() { # measure NAME SIZE ROUND
 	# shellcheck disable=SC2086
 	t1=$(cpu_ticks $PROXY_CPU_PIDS)
 	RUN_HWM[$key]=$(status_kb "$PROXY_MEM_PID" VmHWM)
+	[ "$3" != 1 ] || count_calls "$name" "$size"
 	stop_pid "$PROXY_MAIN"
 
 	requests=$(awk '/ requests in / { print $1 }' "$out")
@@ -408,6 +457,24 @@ measure() { # measure NAME SIZE ROUND
 	errors=$(awk '/Socket errors:|Non-2xx/ { sub(/^ +/, ""); printf "%s; ", $0 }' "$out")
 	RUN_NOTE[$key]=$errors
 	log "  $size $name (round $3): ${RUN_CPU[$key]} µs/req, ${RUN_RPS[$key]} req/s${errors:+ ($errors)}"
+}
+
+# System calls and allocator calls per request of the running proxy, over a wrk run of
+# COUNT_SECONDS (all its processes and threads; nginx: master and worker).
+count_calls() { # count_calls NAME SIZE
+	local name=$1 size=$2 out=$RUNDIR/count-$1-$2 pids requests
+	[ -n "$COUNT_EVENTS" ] || return 0
+	pids=$(printf '%s' "$PROXY_CPU_PIDS" | tr ' ' ,)
+	perf stat -x, -e "$COUNT_EVENTS" -p "$pids" -o "$out.perf" -- sleep $((COUNT_SECONDS + 2)) &
+	local perf_pid=$!
+	sleep 0.5
+	run_wrk "$COUNT_SECONDS" "$PROXY_PORT" "$size" "$out.wrk"
+	wait "$perf_pid" || true
+	requests=$(awk '/ requests in / { print $1 }' "$out.wrk")
+	is_uint "$requests" && [ "$requests" -gt 0 ] || return 0
+	SYSCALLS[$size|$name]=$(awk -F, -v n="$requests" '$3 == "raw_syscalls:sys_enter" { printf "%.2f", $1 / n }' "$out.perf")
+	MALLOCS[$size|$name]=$(awk -F, -v n="$requests" '$3 ~ /^probe_libc:/ { m += $1; seen = 1 }
+		END { if (seen) printf "%.2f", m / n }' "$out.perf")
 }
 
 # A row's figures are those of its run with the median CPU per request (of an even number of
@@ -514,14 +581,14 @@ report() {
 	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
 		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
 	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs\n\n' "$ROUNDS"
-	printf '| size | proxy | CPU µs/req | CPU range | req/s | p50 | p99 | peak RSS |\n'
-	printf '|---|---|---:|---:|---:|---:|---:|---:|\n'
+	printf '| size | proxy | CPU µs/req | CPU range | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
+	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for name in $PROXIES; do
 			key="$size|$name"
-			printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
+			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
 				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
-				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")"
+				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" "${SYSCALLS[$key]:-–}" "${MALLOCS[$key]:-–}"
 		done
 	done
 	local ratios=""
