@@ -57,26 +57,27 @@ conn_timeout_tv(struct event *ev, uint64_t ms, struct timeval *tv)
 	return common;
 }
 
-/* Arm (or disarm) the read or write inactivity timer.  A running one is left alone: the
- * persistent event restarts it on every activity, which is what inactivity means. */
+/* Start (or stop) the read or write inactivity timeout.  A running one is left alone: the
+ * socket's events restart it (conn_touch), which is what inactivity means. */
 static void
 conn_arm_timer(struct conn *c, int write, uint64_t ms, int on)
 {
-	struct event *ev = write ? c->wev : c->rev;
-	uint64_t *armed = write ? &c->wtimer_ms : &c->rtimer_ms;
-	struct timeval tv;
+	struct deadline *d = write ? &c->wtimer : &c->rtimer;
 
-	if (!on || ms == 0) {
-		if (*armed != 0) {
-			event_remove_timer(ev);
-			*armed = 0;
-		}
-		return;
-	}
-	if (*armed == ms)
-		return;
-	event_add(ev, conn_timeout_tv(ev, ms, &tv));
-	*armed = ms;
+	if (!on || ms == 0)
+		deadline_stop(d);
+	else if (!deadline_running(d) || d->ms != ms)
+		deadline_start(d, ms);
+}
+
+/* The socket showed life in one direction: its inactivity timeout starts again. */
+static void
+conn_touch(struct conn *c, int write)
+{
+	struct deadline *d = write ? &c->wtimer : &c->rtimer;
+
+	if (deadline_running(d))
+		deadline_start(d, d->ms);
 }
 
 /* Read timeouts run only while input is wanted; write timeouts while output waits. */
@@ -88,9 +89,30 @@ conn_update_timers(struct conn *c)
 	    c->connecting || evbuffer_get_length(c->out) != 0);
 }
 
-int
-conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg)
+static void
+conn_read_timeout_cb(struct deadline *d, void *arg)
 {
+	struct conn *c = arg;
+
+	(void)d;
+	if (c->reading)
+		c->cb(c, CONN_TIMEOUT, c->arg);
+}
+
+static void
+conn_write_timeout_cb(struct deadline *d, void *arg)
+{
+	struct conn *c = arg;
+
+	(void)d;
+	c->cb(c, CONN_TIMEOUT, c->arg);
+}
+
+int
+conn_init(struct conn *c, struct timers *t, int fd, conn_cb cb, void *arg)
+{
+	struct event_base *base = timers_base(t);
+
 	c->fd = fd;
 	c->cb = cb;
 	c->arg = arg;
@@ -110,7 +132,8 @@ conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg
 	c->out = evbuffer_new();
 	c->peer_closed = 0;
 	c->recheck = 0;
-	c->rtimer_ms = c->wtimer_ms = 0;
+	deadline_init(&c->rtimer, t, conn_read_timeout_cb, c);
+	deadline_init(&c->wtimer, t, conn_write_timeout_cb, c);
 	c->sink = NULL;
 	c->sink_left = 0;
 	c->rev = event_new(base, fd, EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, conn_read_event_cb,
@@ -148,6 +171,8 @@ conn_close(struct conn *c)
 		free(c->tls_held);
 		c->tls_held = NULL;
 	}
+	deadline_stop(&c->rtimer);
+	deadline_stop(&c->wtimer);
 	event_free(c->rev);
 	event_free(c->wev);
 	evbuffer_free(c->in);
@@ -283,11 +308,7 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 		conn_tls_read_event_cb(fd, events, arg);
 		return;
 	}
-	if (events & EV_TIMEOUT) {
-		if (c->reading)
-			c->cb(c, CONN_TIMEOUT, c->arg);
-		return;
-	}
+	conn_touch(c, 0);
 	c->recheck = 0;
 	c->readable = 1;
 	if (events & EV_CLOSED)
@@ -382,10 +403,8 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 	socklen_t len = sizeof(c->error);
 
 	(void)fd;
-	if (events & EV_TIMEOUT) {
-		c->cb(c, CONN_TIMEOUT, c->arg);
-		return;
-	}
+	(void)events;
+	conn_touch(c, 1);
 	if (c->error) {
 		c->cb(c, CONN_ERROR, c->arg);
 		return;
@@ -823,11 +842,8 @@ conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	struct conn *c = arg;
 
 	(void)fd;
-	if (events & EV_TIMEOUT) {
-		if (c->reading)
-			c->cb(c, CONN_TIMEOUT, c->arg);
-		return;
-	}
+	(void)events;
+	conn_touch(c, 0);
 	if (c->error)
 		return;
 	c->readable = 1;

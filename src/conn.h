@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "timers.h"
+
 struct event;
 struct event_base;
 struct evbuffer;
@@ -41,7 +43,7 @@ struct conn {
 	size_t write_low;               /* CONN_DRAINED threshold */
 	uint64_t read_timeout_ms;       /* 0: none */
 	uint64_t write_timeout_ms;      /* 0: none */
-	uint64_t rtimer_ms, wtimer_ms;  /* the timers running now, 0: none */
+	struct deadline rtimer, wtimer; /* the inactivity timeouts, running while they apply */
 	char *sink;                     /* when set (plain TCP only), reads go here, not to in */
 	size_t sink_left;               /* room left at sink; reaching 0 clears sink */
 	int error;
@@ -73,8 +75,9 @@ struct conn {
 	size_t tls_held_len;
 };
 
-/* Take fd (non-blocking); 0, or -1 on allocation failure (fd is then not closed). */
-int conn_init(struct conn *c, struct event_base *base, int fd, conn_cb cb, void *arg);
+/* Take fd (non-blocking), on the loop of t; 0, or -1 on allocation failure (fd is then not
+ * closed). */
+int conn_init(struct conn *c, struct timers *t, int fd, conn_cb cb, void *arg);
 /* Close the socket and free the buffers and events. */
 void conn_close(struct conn *c);
 void conn_set_cb(struct conn *c, conn_cb cb, void *arg);

@@ -100,7 +100,7 @@ exchange_connect(struct exchange *ex, struct server_pool *sp, int trial, int fre
 		exchange_try_timer(ex);
 		return 1;
 	}
-	uc = upstream_connect(sp, ex->up->wr->w->base, exchange_conn_cb, ex);
+	uc = upstream_connect(sp, ex->up->wr->w->timers, exchange_conn_cb, ex);
 	if (uc == NULL) {
 		ex->fail = FAIL_CONNECT;
 		ex->error = errno;

@@ -39,6 +39,7 @@ struct health_check {
 
 struct health {
 	struct event_base *base;
+	struct timers *timers;          /* the checks' connection timeouts */
 	struct health_check *checks;
 	size_t nchecks;
 };
@@ -263,7 +264,7 @@ health_begin(struct health_check *hc)
 		return;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (conn_init(&hc->conn, hc->h->base, fd, health_conn_cb, hc) < 0) {
+	if (conn_init(&hc->conn, hc->h->timers, fd, health_conn_cb, hc) < 0) {
 		close(fd);
 		health_done(hc, 0, "out of memory");
 		return;
@@ -315,6 +316,12 @@ health_start(struct event_base *base, const struct config *cfg)
 		return NULL;
 	}
 	h->base = base;
+	if ((h->timers = timers_new(base)) == NULL) {
+		free(h->checks);
+		free(h);
+		log_errorx("out of memory for health checks");
+		return NULL;
+	}
 	for (i = 0; i < cfg->nupstreams; i++) {
 		const struct config_upstream *up = &cfg->upstreams[i];
 		const struct upstream_set *set = up->current;
@@ -350,5 +357,6 @@ health_stop(struct health *h)
 		tls_session_free(hc->tls_session);
 	}
 	free(h->checks);
+	timers_free(h->timers);
 	free(h);
 }

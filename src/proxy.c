@@ -2308,7 +2308,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 	c->w = w;
 	c->timer = evtimer_new(w->base, client_timer_cb, c);
 	if (c->timer == NULL || exchange_init(&c->ex, w, proxy_exchange_cb, c) < 0 ||
-	    conn_init(&c->conn, w->base, fd, client_conn_cb, c) < 0) {
+	    conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
 		if (c->timer != NULL)
 			event_free(c->timer);
 		exchange_free(&c->ex);

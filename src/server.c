@@ -18,6 +18,7 @@
 #include "log.h"
 #include "mempool.h"
 #include "proxy.h"
+#include "timers.h"
 #include "upstream.h"
 #include "upstream_set.h"
 
@@ -376,7 +377,7 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 	event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
 	w->base = event_base_new_with_config(ecfg);
 	event_config_free(ecfg);
-	if (w->base == NULL)
+	if (w->base == NULL || (w->timers = timers_new(w->base)) == NULL)
 		return -1;
 	w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (w->notify_fd < 0)
@@ -524,6 +525,7 @@ server_join(void)
 		body_pool_free(w->bodies);
 		evbuffer_free(w->rewritten);
 		close(w->notify_fd);
+		timers_free(w->timers);
 		event_base_free(w->base);
 		pthread_mutex_destroy(&w->lock);
 		free(w->target_buf);

@@ -44,6 +44,7 @@ struct worker {
 	unsigned id;
 	pthread_t thread;
 	struct event_base *base;
+	struct timers *timers;          /* the deadlines of its connections */
 	int notify_fd;                  /* eventfd: the main thread posts messages */
 	struct event *notify_ev;
 	pthread_mutex_t lock;           /* guards the message fields below */

@@ -414,7 +414,7 @@ upstream_take_idle(struct server_pool *sp)
 }
 
 struct upconn *
-upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb, void *arg)
+upstream_connect(struct server_pool *sp, struct timers *timers, conn_cb cb, void *arg)
 {
 	const struct config_addr *addr = &sp->srv->addr;
 	struct upconn *uc;
@@ -428,7 +428,7 @@ upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb, vo
 		return NULL;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (conn_init(&uc->conn, base, fd, cb, arg) < 0) {
+	if (conn_init(&uc->conn, timers, fd, cb, arg) < 0) {
 		close(fd);
 		free(uc);
 		errno = ENOMEM;

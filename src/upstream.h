@@ -96,7 +96,7 @@ void upstream_unqueue(struct upstream_pool *up, struct exchange *ex);
 /* An idle pooled connection to sp, or NULL. */
 struct upconn *upstream_take_idle(struct server_pool *sp);
 /* Start a non-blocking connect to sp, reporting to cb. NULL with errno on error. */
-struct upconn *upstream_connect(struct server_pool *sp, struct event_base *base, conn_cb cb,
+struct upconn *upstream_connect(struct server_pool *sp, struct timers *timers, conn_cb cb,
     void *arg);
 /* Return a connection whose exchange completed cleanly to the pool (or close it if full). */
 void upstream_release(struct upconn *uc);

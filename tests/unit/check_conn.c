@@ -112,6 +112,7 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
 		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3, .session_tickets = 1 };
 	struct event_base *base = event_base_new();
+	struct timers *timers;
 	struct tls_server *ts;
 	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
 	SSL *client;
@@ -122,10 +123,11 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	int sv[2], i, rc = -1;
 
 	ck_assert_ptr_nonnull(base);
+	ck_assert_ptr_nonnull(timers = timers_new(base));
 	ck_assert_ptr_nonnull(cctx);
 	ck_assert_ptr_nonnull(ts = tls_server_new(&cfg, tls_error, NULL));
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	ck_assert_int_eq(conn_init(&srv, base, sv[0], on_conn, NULL), 0);
+	ck_assert_int_eq(conn_init(&srv, timers, sv[0], on_conn, NULL), 0);
 	ck_assert_int_eq(tls_accept(&srv, ts), 0);
 	conn_read_start(&srv);
 	/* A reload frees the configuration that accepted the connection before its ClientHello
@@ -177,6 +179,7 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	SSL_free(client);
 	close(sv[1]);
 	SSL_CTX_free(cctx);
+	timers_free(timers);
 	event_base_free(base);
 }
 END_TEST
@@ -208,18 +211,20 @@ START_TEST(reset_with_data_is_seen)
 	socklen_t salen = sizeof(sa);
 	struct linger lg = { 1, 0 };
 	struct event_base *base = event_base_new();
+	struct timers *timers;
 	struct timeval limit = { 5, 0 };
 	struct conn c;
 	int lfd, cfd, sfd;
 
 	ck_assert_ptr_nonnull(base);
+	ck_assert_ptr_nonnull(timers = timers_new(base));
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ck_assert_int_ge(lfd = socket(AF_INET, SOCK_STREAM, 0), 0);
 	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_eq(listen(lfd, 1), 0);
 	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&sa, &salen), 0);
 	ck_assert_int_ge(cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), 0);
-	ck_assert_int_eq(conn_init(&c, base, cfd, reset_owner_cb, NULL), 0);
+	ck_assert_int_eq(conn_init(&c, timers, cfd, reset_owner_cb, NULL), 0);
 	ck_assert_int_eq(conn_connect(&c, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	ck_assert_int_ge(sfd = accept(lfd, NULL, NULL), 0);
 	event_base_loop(base, EVLOOP_NONBLOCK);         /* the connect completes */
@@ -241,6 +246,7 @@ START_TEST(reset_with_data_is_seen)
 	ck_assert_uint_eq(evbuffer_get_length(c.in), sizeof(response) - 1);
 	conn_close(&c);
 	close(lfd);
+	timers_free(timers);
 	event_base_free(base);
 }
 END_TEST
