@@ -85,8 +85,9 @@ static void
 conn_update_timers(struct conn *c)
 {
 	conn_arm_timer(c, 0, c->read_timeout_ms, c->reading && !c->eof);
-	conn_arm_timer(c, 1, c->write_timeout_ms,
-	    c->connecting || evbuffer_get_length(c->out) != 0);
+	if (c->write_timeout_ms != 0 || deadline_running(&c->wtimer))
+		conn_arm_timer(c, 1, c->write_timeout_ms,
+		    c->connecting || evbuffer_get_length(c->out) != 0);
 }
 
 static void
@@ -361,10 +362,13 @@ conn_read_stop(struct conn *c)
 static int
 conn_drain(struct conn *c)
 {
+	size_t len;
 	int n;
 
-	while (c->writable && evbuffer_get_length(c->out) != 0) {
+	while (c->writable && (len = evbuffer_get_length(c->out)) != 0) {
 		n = evbuffer_write_atmost(c->out, c->fd, -1);
+		if ((size_t)n == len)
+			break;          /* all of it: no need to look again */
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				c->writable = 0;

@@ -37,60 +37,59 @@ headers_ieq(struct http_str a, struct http_str b)
 	return 1;
 }
 
-#define HEADERS_IS(n, lit) HTTP_IEQ((n).p, (n).len, lit)
+
+/* Hop-by-hop (RFC 9110 7.6.1), or framing the proxy writes itself. */
+static int
+headers_kind_is_hop_by_hop(enum http_name k)
+{
+	switch (k) {
+	case HN_TE:
+	case HN_TRAILER:
+	case HN_UPGRADE:
+	case HN_CONNECTION:
+	case HN_KEEP_ALIVE:
+	case HN_CONTENT_LENGTH:
+	case HN_TRANSFER_ENCODING:
+	case HN_PROXY:
+		return 1;
+	default:
+		return 0;
+	}
+}
 
 int
 headers_is_hop_by_hop(struct http_str n)
 {
-	switch (n.len) {
-	case 2:
-		return HEADERS_IS(n, "te");
-	case 7:
-		return HEADERS_IS(n, "trailer") || HEADERS_IS(n, "upgrade");
-	case 10:
-		return HEADERS_IS(n, "connection") || HEADERS_IS(n, "keep-alive");
-	case 14:
-		return HEADERS_IS(n, "content-length");
-	case 17:
-		return HEADERS_IS(n, "transfer-encoding");
-	}
-	return n.len > 6 && http_lower_eq(n.p, "proxy-", 6);
+	return headers_kind_is_hop_by_hop(http_name_of(n.p, n.len));
 }
 
 static enum headers_kind
-headers_request_kind(struct http_str n)
+headers_request_kind(const struct http_header *h)
 {
-	if (headers_is_hop_by_hop(n))
-		return HK_DROP;
-	switch (n.len) {
-	case 4:
-		if (HEADERS_IS(n, "host"))
-			return HK_HOST;
-		break;
-	case 12:
-		if (HEADERS_IS(n, "x-request-id"))
-			return HK_REQUEST_ID;
-		break;
-	case 15:
-		if (HEADERS_IS(n, "x-forwarded-for"))
-			return HK_XFF;
-		break;
-	case 17:
-		if (HEADERS_IS(n, "x-forwarded-proto"))
-			return HK_DROP;
-		break;
-	}
-	return HK_KEEP;
-}
+	enum http_name k = http_header_kind(h);
 
-static enum headers_kind
-headers_response_kind(struct http_str n)
-{
-	if (headers_is_hop_by_hop(n))
+	if (headers_kind_is_hop_by_hop(k) || k == HN_XFP)
 		return HK_DROP;
-	if (HEADERS_IS(n, "x-request-id"))
+	switch (k) {
+	case HN_HOST:
+		return HK_HOST;
+	case HN_REQUEST_ID:
 		return HK_REQUEST_ID;
-	return HK_KEEP;
+	case HN_XFF:
+		return HK_XFF;
+	default:
+		return HK_KEEP;
+	}
+}
+
+static enum headers_kind
+headers_response_kind(const struct http_header *h)
+{
+	enum http_name k = http_header_kind(h);
+
+	if (headers_kind_is_hop_by_hop(k))
+		return HK_DROP;
+	return k == HN_REQUEST_ID ? HK_REQUEST_ID : HK_KEEP;
 }
 
 /* Names listed in Connection headers (RFC 9110 7.6.1): they are hop-by-hop too. */
@@ -124,14 +123,17 @@ headers_listed_collect(struct headers_listed *l, const struct http_header *hs, s
 	l->hs = hs;
 	l->nhs = nhs;
 	for (size_t i = 0; i < nhs; i++) {
-		if (!HEADERS_IS(hs[i].name, "connection"))
+		if (http_header_kind(&hs[i]) != HN_CONNECTION)
 			continue;
 		const char *p = hs[i].value.p, *end = p + hs[i].value.len;
 		struct http_str tok;
 
 		do {
 			p = http_list_next(p, end, &tok);
-			if (tok.len == 0)
+			/* The usual options name no field to drop: "close" is a reserved field
+			 * name (RFC 9110 18.4) and Keep-Alive is dropped anyway. */
+			if (tok.len == 0 || HTTP_IEQ(tok.p, tok.len, "close") ||
+			    HTTP_IEQ(tok.p, tok.len, "keep-alive"))
 				continue;
 			if (l->n == HEADERS_MAX_LISTED) {
 				l->overflow = 1;
@@ -149,7 +151,7 @@ headers_is_listed(const struct headers_listed *l, struct http_str name)
 		return 0;
 	if (l->overflow) {
 		for (size_t i = 0; i < l->nhs; i++)
-			if (HEADERS_IS(l->hs[i].name, "connection") &&
+			if (http_header_kind(&l->hs[i]) == HN_CONNECTION &&
 			    headers_connection_lists(&l->hs[i], name))
 				return 1;
 		return 0;
@@ -233,7 +235,7 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &req->headers[i];
 
-		kind[i] = (unsigned char)headers_request_kind(h->name);
+		kind[i] = (unsigned char)headers_request_kind(h);
 		if (kind[i] == HK_KEEP && headers_is_listed(&listed, h->name))
 			kind[i] = HK_DROP;
 		if ((kind[i] == HK_KEEP && ops != NULL && header_ops_drops(ops, h->name)) ||
@@ -333,7 +335,7 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &resp->headers[i];
 
-		kind[i] = (unsigned char)headers_response_kind(h->name);
+		kind[i] = (unsigned char)headers_response_kind(h);
 		if (kind[i] != HK_DROP && headers_is_listed(&listed, h->name))
 			kind[i] = HK_DROP;
 		if (kind[i] != HK_DROP && ops != NULL && header_ops_drops(ops, h->name))
@@ -457,21 +459,33 @@ headers_rng_next(void)
 	return r;
 }
 
+/* The 16 hex digits of v, most significant first, eight at a time: each nibble spread to a
+ * byte, then 0-9 and a-f told apart by a carry. */
+static void
+headers_hex16(char out[16], uint64_t v)
+{
+	for (int half = 0; half < 2; half++) {
+		uint64_t x = (v >> (32 - 32 * half)) & 0xffffffffULL, digits;
+
+		/* Nibbles of x, high first, one per byte of a little-endian word. */
+		x = ((x & 0xffff0000ULL) >> 16) | ((x & 0x0000ffffULL) << 32);
+		x = ((x & 0x0000ff000000ff00ULL) >> 8) | ((x & 0x000000ff000000ffULL) << 16);
+		x = ((x & 0x00f000f000f000f0ULL) >> 4) | ((x & 0x000f000f000f000fULL) << 8);
+		/* 0x06 added makes a nibble above 9 carry into bit 4. */
+		digits = x + 0x3030303030303030ULL +
+		    (((x + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL) * 0x27;
+		memcpy(out + 8 * half, &digits, 8);
+	}
+}
+
 void
 headers_request_id_generate(char out[REQUEST_ID_LEN])
 {
-	static const char hex[16] = "0123456789abcdef";
-
 	if (!headers_rng_ready)
 		headers_rng_seed();
-	uint64_t v[2] = { headers_rng_next(), headers_rng_next() };
-	/* Two digits a byte: an id is written on every request. */
-	for (int i = 0; i < 2; i++)
-		for (int j = 0; j < 8; j++) {
-			unsigned b = (unsigned)(v[i] >> (56 - 8 * j)) & 0xff;
-			out[i * 16 + 2 * j] = hex[b >> 4];
-			out[i * 16 + 2 * j + 1] = hex[b & 0xf];
-		}
+	/* An id is written on every request: no per-digit table lookups. */
+	headers_hex16(out, headers_rng_next());
+	headers_hex16(out + 16, headers_rng_next());
 }
 
 int

@@ -64,20 +64,30 @@ http_has_byte(uint64_t w, unsigned b)
 	return (x - HTTP_ONES) & ~x & HTTP_HIGHS;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HTTP_SWAR_FIRST 1       /* the lowest set bit of a mask is the first byte in memory */
+#endif
+
 /*
  * First byte at or after p that is not in class cls.  Eight bytes at a time while no byte is
- * below lo or DEL (the common case of plain ASCII), byte by byte around the exceptions.
+ * below lo or DEL (the common case of plain ASCII); a block with such a byte goes straight
+ * to it, and the class decides there (a value may hold HTAB).
  */
 static inline const char *
 http_scan(const char *p, const char *end, unsigned cls, unsigned lo)
 {
 	for (;;) {
 		while (end - p >= 8) {
-			uint64_t w;
+			uint64_t w, m;
 
 			memcpy(&w, p, 8);
-			if (http_has_less(w, lo) | http_has_byte(w, 0x7f))
+			m = http_has_less(w, lo) | http_has_byte(w, 0x7f);
+			if (m != 0) {
+#ifdef HTTP_SWAR_FIRST
+				p += __builtin_ctzll(m) >> 3;      /* exact: see http_scan_name */
+#endif
 				break;
+			}
 			p += 8;
 		}
 		const char *stop = end - p > 8 ? p + 8 : end;
@@ -85,6 +95,47 @@ http_scan(const char *p, const char *end, unsigned cls, unsigned lo)
 			p++;
 		if (p < stop || p == end)
 			return p;
+	}
+}
+
+/* High bit set in each byte of w (all of them ASCII above space) that is a letter, a digit
+ * or '-': what header names are made of nearly always. */
+static inline uint64_t
+http_name_bytes(uint64_t w)
+{
+	uint64_t t = w | (HTTP_ONES * 0x20);    /* case folded; digits and '-' stay */
+	uint64_t letter = (t + HTTP_ONES * (0x80 - 'a')) & ~(t + HTTP_ONES * (0x7f - 'z'));
+	uint64_t digit = (t + HTTP_ONES * (0x80 - '0')) & ~(t + HTTP_ONES * (0x7f - '9'));
+	uint64_t x = t ^ (HTTP_ONES * '-');
+	uint64_t dash = ~((x + HTTP_ONES * 0x7f) | x);
+
+	return (letter | digit | dash) & HTTP_HIGHS;
+}
+
+/* First byte at or after p that is not a tchar (RFC 9110 5.6.2). */
+static inline const char *
+http_scan_name(const char *p, const char *end)
+{
+	for (;;) {
+#ifdef HTTP_SWAR_FIRST
+		while (end - p >= 8) {
+			uint64_t w, other;
+
+			memcpy(&w, p, 8);
+			/* The first byte that is not a letter, digit or '-' is told exactly: bytes
+			 * before it carry nothing into it. */
+			other = (w & HTTP_HIGHS) | http_has_less(w, 0x21) |
+			    (~http_name_bytes(w) & HTTP_HIGHS);
+			if (other != 0) {
+				p += __builtin_ctzll(other) >> 3;
+				break;
+			}
+			p += 8;
+		}
+#endif
+		if (p == end || !(http_ctype[(unsigned char)*p] & C_TCHAR))
+			return p;
+		p++;
 	}
 }
 
@@ -144,45 +195,96 @@ http_method_bit(const char *m, size_t len)
 	return METHOD_OTHER;
 }
 
-enum http_kind {
-	HK_OTHER, HK_CL, HK_TE, HK_CONNECTION, HK_EXPECT, HK_HOST, HK_REQUEST_ID, HK_UPGRADE
-};
-
-/* The headers the parser itself interprets; the length switch keeps the rest cheap. */
-static enum http_kind
-http_name_kind(const char *n, size_t len)
+/*
+ * n[0..len) (tchars, as parsed) is lit (lowercase letters and '-', len bytes), ignoring
+ * case.  Setting bit 5 lowercases a letter and leaves '-' as it is; no other tchar becomes a
+ * lowercase letter or '-' that way.  Compared a word at a time, overlapping at the end.
+ */
+static inline int
+http_name_is(const char *n, const char *lit, size_t len)
 {
+	uint64_t a, b;
+	uint32_t c, d;
+
+	if (len >= 8) {
+		for (size_t i = 0; i + 8 < len; i += 8) {
+			memcpy(&a, n + i, 8);
+			memcpy(&b, lit + i, 8);
+			if ((a | HTTP_ONES * 0x20) != b)
+				return 0;
+		}
+		memcpy(&a, n + len - 8, 8);
+		memcpy(&b, lit + len - 8, 8);
+		return (a | HTTP_ONES * 0x20) == b;
+	}
+	if (len >= 4) {
+		memcpy(&c, n, 4);
+		memcpy(&d, lit, 4);
+		if ((c | 0x20202020U) != d)
+			return 0;
+		memcpy(&c, n + len - 4, 4);
+		memcpy(&d, lit + len - 4, 4);
+		return (c | 0x20202020U) == d;
+	}
+	for (size_t i = 0; i < len; i++)
+		if (((unsigned char)n[i] | 0x20) != (unsigned char)lit[i])
+			return 0;
+	return 1;
+}
+
+#define HTTP_NAME_IS(n, lit) http_name_is((n), (lit), sizeof(lit) - 1)
+
+enum http_name
+http_name_of(const char *n, size_t len)
+{
+	/* The length and the first letter rule out nearly every other name at once. */
 	switch (len) {
+	case 2:
+		if (HTTP_NAME_IS(n, "te"))
+			return HN_TE;
+		break;
 	case 4:
-		if (http_lower_eq(n, "host", 4))
-			return HK_HOST;
+		if (HTTP_NAME_IS(n, "host"))
+			return HN_HOST;
 		break;
 	case 6:
-		if (http_lower_eq(n, "expect", 6))
-			return HK_EXPECT;
+		if (HTTP_NAME_IS(n, "expect"))
+			return HN_EXPECT;
 		break;
 	case 7:
-		if (http_lower_eq(n, "upgrade", 7))
-			return HK_UPGRADE;
+		if (HTTP_NAME_IS(n, "upgrade"))
+			return HN_UPGRADE;
+		if (HTTP_NAME_IS(n, "trailer"))
+			return HN_TRAILER;
 		break;
 	case 10:
-		if (http_lower_eq(n, "connection", 10))
-			return HK_CONNECTION;
+		if (HTTP_NAME_IS(n, "connection"))
+			return HN_CONNECTION;
+		if (HTTP_NAME_IS(n, "keep-alive"))
+			return HN_KEEP_ALIVE;
 		break;
 	case 12:
-		if (http_lower_eq(n, "x-request-id", 12))
-			return HK_REQUEST_ID;
+		if (HTTP_NAME_IS(n, "x-request-id"))
+			return HN_REQUEST_ID;
 		break;
 	case 14:
-		if (http_lower_eq(n, "content-length", 14))
-			return HK_CL;
+		if (HTTP_NAME_IS(n, "content-length"))
+			return HN_CONTENT_LENGTH;
+		break;
+	case 15:
+		if (HTTP_NAME_IS(n, "x-forwarded-for"))
+			return HN_XFF;
 		break;
 	case 17:
-		if (http_lower_eq(n, "transfer-encoding", 17))
-			return HK_TE;
+		if (HTTP_NAME_IS(n, "transfer-encoding"))
+			return HN_TRANSFER_ENCODING;
+		if (HTTP_NAME_IS(n, "x-forwarded-proto"))
+			return HN_XFP;
 		break;
 	}
-	return HK_OTHER;
+	if (len > 6 && ((unsigned char)n[0] | 0x20) == 'p' && http_name_is(n, "proxy-", 6))
+		return HN_PROXY;
+	return HN_OTHER;
 }
 
 /* What the header loop learns; turned into struct http_framing once the head is complete. */
@@ -313,8 +415,7 @@ http_parse_fields(const char *buf, const char *p, const char *end, struct http_h
 
 		/* A line starting with SP/HTAB (obs-fold) or ':' has an empty name. */
 		const char *name = p;
-		while (p < end && (http_ctype[(unsigned char)*p] & C_TCHAR))
-			p++;
+		p = http_scan_name(p, end);
 		if (p == end)
 			return HTTP_INCOMPLETE;
 		if (*p != ':' || p == name)
@@ -347,24 +448,23 @@ http_parse_fields(const char *buf, const char *p, const char *end, struct http_h
 		h->name.len = nlen;
 		h->value.p = val;
 		h->value.len = vlen;
+		h->kind = (unsigned char)http_name_of(name, nlen);
 
-		switch (http_name_kind(name, nlen)) {
-		case HK_OTHER:
-			break;
-		case HK_CL:
+		switch (h->kind) {
+		case HN_CONTENT_LENGTH:
 			http_acc_cl(a, val, vlen);
 			break;
-		case HK_TE:
+		case HN_TRANSFER_ENCODING:
 			http_acc_te(a, val, vlen);
 			break;
-		case HK_CONNECTION:
+		case HN_CONNECTION:
 			http_acc_connection(f, val, vlen);
 			break;
-		case HK_EXPECT:
+		case HN_EXPECT:
 			if (HTTP_IEQ(val, vlen, "100-continue"))
 				f->expect_continue = 1;
 			break;
-		case HK_HOST:
+		case HN_HOST:
 			if (a->host_count < 2)
 				a->host_count++;
 			if (a->host_count == 1) {
@@ -372,13 +472,13 @@ http_parse_fields(const char *buf, const char *p, const char *end, struct http_h
 				a->host.len = vlen;
 			}
 			break;
-		case HK_REQUEST_ID:
+		case HN_REQUEST_ID:
 			if (a->request_id.p == NULL) {
 				a->request_id.p = val;
 				a->request_id.len = vlen;
 			}
 			break;
-		case HK_UPGRADE:
+		case HN_UPGRADE:
 			f->upgrade = 1;
 			break;
 		}

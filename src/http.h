@@ -14,10 +14,42 @@ struct http_str {
 	size_t len;
 };
 
+/* The header names jsongate's own header handling looks for, told apart once, by the parser
+ * (http_name_of). */
+enum http_name {
+	HN_UNKNOWN,                     /* not looked at yet (a header made by hand): 0 */
+	HN_OTHER,
+	HN_HOST,
+	HN_CONTENT_LENGTH,
+	HN_TRANSFER_ENCODING,
+	HN_CONNECTION,
+	HN_KEEP_ALIVE,
+	HN_TE,
+	HN_TRAILER,
+	HN_UPGRADE,
+	HN_PROXY,                       /* Proxy-*: hop-by-hop */
+	HN_EXPECT,
+	HN_REQUEST_ID,
+	HN_XFF,                         /* X-Forwarded-For */
+	HN_XFP                          /* X-Forwarded-Proto */
+};
+
 struct http_header {
 	struct http_str name;
 	struct http_str value;          /* leading/trailing OWS removed */
+	unsigned char kind;             /* enum http_name */
 };
+
+/* Which of enum http_name a name is. */
+enum http_name http_name_of(const char *name, size_t len);
+
+/* The header's enum http_name, from the parser or from its name. */
+static inline enum http_name
+http_header_kind(const struct http_header *h)
+{
+	return h->kind != HN_UNKNOWN ? (enum http_name)h->kind :
+	    http_name_of(h->name.p, h->name.len);
+}
 
 /* Fields common to requests and responses, derived from the headers while parsing. */
 struct http_framing {

@@ -56,7 +56,7 @@ struct client {
 	LIST_ENTRY(client) entry;
 	struct worker *w;
 	struct conn conn;
-	struct event *timer;
+	struct deadline timer;          /* keep-alive, header and lingering-close limits */
 	enum timer_mode timer_mode;
 	enum client_state state;
 	char addr[INET6_ADDRSTRLEN];
@@ -245,13 +245,11 @@ put_content_length(char *p, uint64_t v)
 static void
 client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 {
-	struct timeval tv;
-
 	c->timer_mode = mode;
 	if (mode == TIMER_OFF)
-		evtimer_del(c->timer);
+		deadline_stop(&c->timer);
 	else
-		evtimer_add(c->timer, conn_timeout_tv(c->timer, ms, &tv));
+		deadline_start(&c->timer, ms);
 }
 
 /* Every state change goes through here, so the active/idle connection gauges stay true. */
@@ -286,7 +284,7 @@ client_free(struct client *c)
 	LIST_REMOVE(c, entry);
 	w->nclients--;
 	metrics_client(w, -1);
-	evtimer_del(c->timer);
+	deadline_stop(&c->timer);
 	conn_close(&c->conn);
 	LIST_INSERT_HEAD(&w->dead, c, entry);
 	event_active(w->reaper, EV_TIMEOUT, 0);
@@ -310,7 +308,6 @@ proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	while ((c = LIST_FIRST(&w->dead)) != NULL) {
 		LIST_REMOVE(c, entry);
-		event_free(c->timer);
 		exchange_free(&c->ex);
 		proxy_free_buffer(c->resp_head);
 		proxy_free_buffer(c->body);
@@ -2284,10 +2281,9 @@ client_conn_cb(struct conn *conn, int what, void *arg)
 /* Idle keep-alive, a head that did not arrive in time, or a lingering close: close quietly,
  * like nginx. */
 static void
-client_timer_cb(evutil_socket_t fd, short what, void *arg)
+client_timer_cb(struct deadline *d, void *arg)
 {
-	(void)fd;
-	(void)what;
+	(void)d;
 	client_free(arg);
 }
 
@@ -2306,11 +2302,9 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 		return -1;
 	}
 	c->w = w;
-	c->timer = evtimer_new(w->base, client_timer_cb, c);
-	if (c->timer == NULL || exchange_init(&c->ex, w, proxy_exchange_cb, c) < 0 ||
+	deadline_init(&c->timer, w->timers, client_timer_cb, c);
+	if (exchange_init(&c->ex, w, proxy_exchange_cb, c) < 0 ||
 	    conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
-		if (c->timer != NULL)
-			event_free(c->timer);
 		exchange_free(&c->ex);
 		close(fd);
 		free(c);
@@ -2318,7 +2312,6 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 	}
 	if (tls != NULL && tls_accept(&c->conn, tls) < 0) {
 		conn_close(&c->conn);
-		event_free(c->timer);
 		exchange_free(&c->ex);
 		free(c);
 		return -1;
