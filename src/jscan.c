@@ -62,13 +62,30 @@ jscan_prefix_xor(uint64_t x)
 	return x;
 }
 
+#ifdef JSCAN_X86
+/* The same by multiplying with all ones without carries: bit i is the XOR of bits 0..i. */
+/* Not forced inline: only the variants built with pclmul keep a call to it, and inline it. */
+__attribute__((target("pclmul,sse2")))
+static inline uint64_t
+jscan_prefix_xor_clmul(uint64_t x)
+{
+	__m128i v = _mm_clmulepi64_si128(_mm_set_epi64x(0, (long long)x),
+	    _mm_set1_epi8((char)0xff), 0);
+
+	return (uint64_t)_mm_cvtsi128_si64(v);
+}
+#else
+#define jscan_prefix_xor_clmul jscan_prefix_xor
+#endif
+
 /*
  * Process one block whose masks are m and bytes are p[0..64).  Returns the index one past the
  * end of the value inside the block, 64 + 1 + ... never: -1 to continue, or a JSCAN_ERR_*.
  */
-/* Always inlined, so each variant compiles it for its own target (popcnt with AVX2). */
+/* Always inlined, so each variant compiles it for its own target (popcnt with AVX2);
+ * clmul (a constant) says whether the prefix XOR is one carry-less multiply. */
 static inline __attribute__((always_inline)) int
-jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end)
+jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end, int clmul)
 {
 	uint64_t quote, inside, brackets, open, close;
 	unsigned bit, obj, nopen, nclose;
@@ -77,7 +94,7 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 	quote = m->quote;
 	if (m->bslash != 0 || st->esc_carry != 0)
 		quote &= ~jscan_escaped(m->bslash, &st->esc_carry);
-	inside = jscan_prefix_xor(quote) ^ st->in_string;
+	inside = (clmul ? jscan_prefix_xor_clmul(quote) : jscan_prefix_xor(quote)) ^ st->in_string;
 	st->in_string = (uint64_t)((int64_t)inside >> 63);
 	if (st->depth == 0) {
 		/* Skipping a string: its closing quote is the first quote not escaped. */
@@ -218,7 +235,7 @@ jscan_masks_avx512(const char *p, struct jscan_masks *m)
  * The block loop, instantiated once per variant so each is compiled for its own target.  The
  * last partial block is copied into a buffer padded with spaces, which carry no structure.
  */
-#define JSCAN_DEFINE(name, masks_fn, attr)						\
+#define JSCAN_DEFINE(name, masks_fn, clmul, attr)					\
 attr static ssize_t									\
 name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 {											\
@@ -243,14 +260,14 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	}										\
 	for (i = pos + 1; i + 64 <= len; i += 64) {					\
 		masks_fn(buf + i, &m);							\
-		if ((r = jscan_block(&st, buf + i, &m, &end)) != 0)			\
+		if ((r = jscan_block(&st, buf + i, &m, &end, clmul)) != 0)			\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
 	}										\
 	if (i < len) {									\
 		memset(tail, ' ', sizeof(tail));					\
 		memcpy(tail, buf + i, len - i);						\
 		masks_fn(tail, &m);							\
-		if ((r = jscan_block(&st, tail, &m, &end)) != 0) {			\
+		if ((r = jscan_block(&st, tail, &m, &end, clmul)) != 0) {			\
 			if (r < 0)							\
 				return r;						\
 			if (i + (size_t)end <= len)					\
@@ -260,12 +277,13 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	return JSCAN_ERR_SYNTAX;							\
 }
 
-JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, )
+JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, 0, )
 #ifdef JSCAN_X86
-JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, __attribute__((target("avx2,popcnt,bmi"))))
-JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512,
-    __attribute__((target("avx512f,avx512bw,popcnt,bmi"))))
+JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, 0, __attribute__((target("sse2"))))
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, 1,
+    __attribute__((target("avx2,popcnt,bmi,pclmul"))))
+JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, 1,
+    __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
 typedef ssize_t (*jscan_fn)(const char *, size_t, size_t, unsigned);
@@ -281,10 +299,11 @@ jscan_impl_available(enum jscan_impl impl)
 		return __builtin_cpu_supports("sse2");
 	case JSCAN_AVX2:
 		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
-		    __builtin_cpu_supports("bmi");
+		    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("pclmul");
 	case JSCAN_AVX512:
 		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
+		    __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
+		    __builtin_cpu_supports("pclmul");
 #endif
 	default:
 		return 0;
