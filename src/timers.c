@@ -160,24 +160,39 @@ deadline_stop(struct deadline *d)
 	d->list = NULL;
 }
 
-/* Run every deadline that is due, then sleep until the earliest one left. */
+/* The list whose head is due first, or NULL when no head is due by now. */
+static struct timer_list *
+timers_first_due(struct timers *t, uint64_t now)
+{
+	struct timer_list *first = NULL;
+	struct deadline *d;
+	size_t i;
+
+	for (i = 0; i < t->nlists; i++)
+		if ((d = TAILQ_FIRST(&t->lists[i].queue)) != NULL && d->at <= now &&
+		    (first == NULL || d->at < TAILQ_FIRST(&first->queue)->at))
+			first = &t->lists[i];
+	return first;
+}
+
+/* Run every deadline that is due, earliest first, then sleep until the earliest one left. */
 static void
 timers_wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct timers *t = arg;
 	uint64_t now = timers_now(), next = 0;
+	struct timer_list *l;
 	struct deadline *d;
 	size_t i;
 
 	(void)fd;
 	(void)what;
 	t->wake_at = 0;
-	for (i = 0; i < t->nlists; i++) {
-		/* A callback may start or stop deadlines, even in this list: take one at a time. */
-		while ((d = TAILQ_FIRST(&t->lists[i].queue)) != NULL && d->at <= now) {
-			deadline_stop(d);
-			d->cb(d, d->arg);
-		}
+	/* A callback may start or stop any deadline: look for the next one afresh each time. */
+	while ((l = timers_first_due(t, now)) != NULL) {
+		d = TAILQ_FIRST(&l->queue);
+		deadline_stop(d);
+		d->cb(d, d->arg);
 	}
 	for (i = 0; i < t->nlists; i++)
 		if ((d = TAILQ_FIRST(&t->lists[i].queue)) != NULL && (next == 0 || d->at < next))
