@@ -70,6 +70,7 @@ struct aggregate {
 	size_t nb, cap;
 	size_t pending;                 /* backends whose answer is not settled */
 	struct agg_backend *failed;     /* the required backend whose failure is the answer */
+	unsigned refused : 1;           /* the request cannot go to the backends: 400 (message) */
 	struct event *finish_ev;
 	struct event *timer;            /* the route's timeout */
 	aggregate_done_cb cb;
@@ -223,6 +224,17 @@ agg_failed(struct agg_backend *b)
 		return;
 	if (a->failed == NULL)
 		a->failed = b;
+	agg_finish(a);
+}
+
+/* The client's request cannot be put to a backend (message says why): a bad request,
+ * whatever required says. */
+static void
+agg_refuse(struct aggregate *a, const char *backend, const char *why)
+{
+	if (!a->refused)
+		snprintf(a->message, sizeof(a->message), "backend %s: %s", backend, why);
+	a->refused = 1;
 	agg_finish(a);
 }
 
@@ -672,6 +684,8 @@ agg_backend_start(struct aggregate *a, struct agg_backend *b, const struct http_
 
 	if ((r = agg_build_request(a, b, req, &tlen, err, sizeof(err))) != 0) {
 		agg_not_sent(b, r == TEMPLATE_BAD_VALUE ? GW_BAD_REQUEST : GW_UPSTREAM_INVALID, err);
+		if (r == TEMPLATE_BAD_VALUE)
+			agg_refuse(a, cfg->name, err);
 		return;
 	}
 	target.p = (const char *)evbuffer_pullup(b->f.request, (ev_ssize_t)(mlen + 1 + tlen)) +
@@ -795,6 +809,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	struct aggregate *a;
 	struct agg_backend *b;
 	struct timeval tv;
+	char err[256];
 	size_t i;
 	int waits = 0;
 
@@ -810,7 +825,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	a->cb = cb;
 	a->arg = arg;
 	a->failed = NULL;
-	a->finishing = 0;
+	a->refused = a->finishing = 0;
 	a->pending = a->nb;
 	a->tls = r->tls;
 	snprintf(a->request_id, sizeof(a->request_id), "%s", r->request_id);
@@ -828,7 +843,12 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	a->client = r->client;
 	if (waits || body_needs_headers(route->response))
 		evbuffer_add(a->head, r->head, r->head_len);
-	if (route->timeout != 0)
+	/* No backend request goes out for a path that would climb out of a backend's. */
+	for (i = 0; i < a->nb && !a->finishing; i++)
+		if (template_dot_segment(&route->backends[i].target, a->captures, err,
+		    sizeof(err)) != 0)
+			agg_refuse(a, route->backends[i].name, err);
+	if (route->timeout != 0 && !a->finishing)
 		evtimer_add(a->timer, conn_timeout_tv(a->timer, route->timeout, &tv));
 	for (i = 0; i < a->nb && !a->finishing; i++)
 		if (a->b[i]->cfg->nafter == 0)
@@ -1006,7 +1026,9 @@ agg_finish_cb(evutil_socket_t fd, short what, void *arg)
 	ans.error = GW_UPSTREAM_INVALID;
 	ans.message = a->message;
 	ans.partial = ok < a->nb;
-	if (failed != NULL) {
+	if (a->refused) {
+		ans.error = GW_BAD_REQUEST;
+	} else if (failed != NULL) {
 		/* A required backend failed, or every one did: the first failure answers. */
 		ans.error = failed->f.error;
 		snprintf(a->message, sizeof(a->message), "backend %s: %s", failed->cfg->name,

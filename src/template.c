@@ -323,11 +323,12 @@ template_unreserved(unsigned char c)
 	    c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-/* Write one byte of a value: percent-encoded in a request-target, refused in a header when
- * it would end the line.  0 or -1. */
+/* Write one byte of a value: percent-encoded in a request-target (but a slash the client
+ * wrote between the segments of a {NAME...} capture in the path: sep), refused in a header
+ * when it would end the line.  0 or -1. */
 static int
 template_value_byte(struct template_out *o, const struct template *t,
-    const struct template_piece *pc, unsigned char c)
+    const struct template_piece *pc, unsigned char c, int sep)
 {
 	static const char hex[] = "0123456789ABCDEF";
 
@@ -335,12 +336,53 @@ template_value_byte(struct template_out *o, const struct template *t,
 		if (c == '\r' || c == '\n' || c == '\0')
 			return -1;
 		template_put(o, (char)c);
-	} else if (template_unreserved(c) || (c == '/' && pc->rest && !pc->in_query)) {
+	} else if (template_unreserved(c) || (sep && !pc->in_query)) {
 		template_put(o, (char)c);
 	} else {
 		template_put(o, '%');
 		template_put(o, hex[c >> 4]);
 		template_put(o, hex[c & 15]);
+	}
+	return 0;
+}
+
+/* 1 when the capture v (as sent) holds a segment "." or "..", its dots percent-encoded or
+ * not, split at every slash it decodes to: a backend that decodes %2F sees those too. */
+static int
+template_dot_segment_in(struct http_str v)
+{
+	size_t i = 0, len = 0, dots = 0;
+	unsigned char c;
+
+	while (i < v.len) {
+		c = template_decoded(v.p, v.len, &i, 0);
+		if (c == '/') {
+			if (len != 0 && len == dots && dots <= 2)
+				return 1;
+			len = dots = 0;
+			continue;
+		}
+		len++;
+		dots += c == '.';
+	}
+	return len != 0 && len == dots && dots <= 2;
+}
+
+int
+template_dot_segment(const struct template *t, const struct http_str *captures, char *err,
+    size_t cap)
+{
+	const struct template_piece *pc;
+	size_t i;
+
+	for (i = 0; t->target && i < t->npieces; i++) {
+		pc = &t->pieces[i];
+		if (pc->var == TEMPLATE_PATH && !pc->in_query &&
+		    template_dot_segment_in(captures[pc->index])) {
+			template_err(err, cap, "${%s} holds a dot segment ('.' or '..'), which "
+			    "cannot go in a path", pc->text);
+			return TEMPLATE_BAD_VALUE;
+		}
 	}
 	return 0;
 }
@@ -392,10 +434,12 @@ template_render(const struct template *t, const struct template_values *v,
 			break;
 		}
 		for (j = 0; j < val.len;) {
+			/* Only the slashes as sent separate segments: a %2F stays one. */
+			int sep = pc->rest && val.p[j] == '/';
 			unsigned char c = decode ? template_decoded(val.p, val.len, &j, form) :
 			    (unsigned char)val.p[j++];
 
-			if (template_value_byte(&o, t, pc, c) < 0) {
+			if (template_value_byte(&o, t, pc, c, sep) < 0) {
 				template_flush(&o);
 				template_err(err, cap, "the value of ${%s} holds a line break: it "
 				    "cannot go in a header", pc->text);

@@ -9,8 +9,9 @@
  *   ${request_id}, ${remote_addr}
  *
  * $$ is a literal $.  In a request-target every value is percent-encoded (all but
- * A-Z a-z 0-9 - . _ ~; the slashes of a {NAME...} capture stay in the path); in a header a
- * value holding CR, LF or NUL is refused.
+ * A-Z a-z 0-9 - . _ ~; the slashes the client wrote in a {NAME...} capture stay in the path,
+ * a %2F stays %2F); in a header a value holding CR, LF or NUL is refused.  A capture with a
+ * dot segment is for the caller to refuse before rendering (template_dot_segment).
  */
 #ifndef JG_TEMPLATE_H
 #define JG_TEMPLATE_H
@@ -84,6 +85,12 @@ enum template_error {
 	TEMPLATE_BAD_VALUE = 1,         /* a request's value cannot go there (CR or LF in a header) */
 	TEMPLATE_BAD_FIELD = 2          /* a backend's field is missing or not a scalar */
 };
+
+/* TEMPLATE_BAD_VALUE with a message in err when a capture t puts in a request-target's path
+ * holds a dot segment ("." or "..", its dots or the slashes around it percent-encoded or
+ * not), which a backend would resolve out of the path the configuration gives; else 0. */
+int template_dot_segment(const struct template *t, const struct http_str *captures, char *err,
+    size_t errcap);
 
 /* Append the interpolated text to out: 0, or a template_error with a message in err. */
 int template_render(const struct template *t, const struct template_values *v,

@@ -268,6 +268,52 @@ def path_templates_and_variables(env):
                       'backend user: the value of ${path.id} holds a line break: it cannot go '
                       'in a header', False, request_id='crlf')
     env.eq('no backend request for it', len(users.requests), 1)
+    conf['routes'][0]['backends']['user']['required'] = False
+    gw2 = env.daemon(conf)
+    r = get(env, gw2, '/users/x%0D%0Ay/dashboard', headers=[('X-Request-Id', 'crlf')])
+    env.gateway_error('the backend optional: still the request\'s fault, 400', r, 400,
+                      'bad_request', 'backend user: the value of ${path.id} holds a line break: '
+                      'it cannot go in a header', False, request_id='crlf')
+
+
+@T.case
+def path_captures_stay_inside_the_backend_path(env):
+    """A %2F in a capture stays %2F in a backend path; a capture holding a dot segment
+    ("." or "..", encoded or not, around a %2F too) is a bad request, no backend asked."""
+    files = env.scripted(default=json_answer(b'"f"'))
+    other = env.scripted(default=json_answer(b'"o"'))
+    conf = upstream_config('127.0.0.1:1', routes=[
+        {'name': 'files', 'match': {'path': '/files/{rest...}'}, 'backends': {
+            'f': {'upstream': 'files', 'path': '/store/${path.rest}?q=${path.rest}'},
+            'o': {'upstream': 'other', 'path': '/other', 'required': False}}},
+        {'name': 'users', 'match': {'path': '/users/{id}'}, 'backends': {
+            'u': {'upstream': 'files', 'path': '/u/${path.id}', 'required': False}}},
+        {'name': 'search', 'match': {'path': '/search/{rest...}'}, 'backends': {
+            's': {'upstream': 'files', 'path': '/find?q=${path.rest}'}}}])
+    conf['upstreams'] = {'files': {'servers': [files.address]},
+                         'other': {'servers': [other.address]}}
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    for target in ('/files/..%2F..%2Fadmin', '/files/a/../b', '/files/%2e%2E/x', '/files/a/./b',
+                   '/files/a%2F.', '/files/..', '/files/x/%2E'):
+        r = get(env, gw, target, headers=[('X-Request-Id', 'dot')], client=c)
+        env.gateway_error('%s: 400' % target, r, 400, 'bad_request',
+                          'backend f: ${path.rest} holds a dot segment (\'.\' or \'..\'), which '
+                          'cannot go in a path', False, request_id='dot')
+    r = get(env, gw, '/users/%2E.', headers=[('X-Request-Id', 'dot')], client=c)
+    env.gateway_error('a {NAME} capture too, its backend optional', r, 400, 'bad_request',
+                      'backend u: ${path.id} holds a dot segment (\'.\' or \'..\'), which cannot go '
+                      'in a path', False, request_id='dot')
+    env.eq('no backend was asked', (files.requests, other.requests), ([], []))
+    for target in ('/files/a%2Fb/c', '/files/.../x.', '/files/a./.b/%2E%2E%2E', '/files/'):
+        env.eq('%s: answered' % target, get(env, gw, target, client=c).status, 200)
+    env.eq('the backend paths: the client\'s slashes, a %2F stays %2F',
+           [q.target for q in files.requests],
+           ['/store/a%2Fb/c?q=a%2Fb%2Fc', '/store/.../x.?q=...%2Fx.',
+            '/store/a./.b/...?q=a.%2F.b%2F...', '/store/?q='])
+    r = get(env, gw, '/search/../x', client=c)
+    env.eq('a dot segment in a query is no path: passed, encoded',
+           (r.status, files.requests[-1].target), (200, '/find?q=..%2Fx'))
 
 
 @T.case

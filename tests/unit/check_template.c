@@ -169,6 +169,70 @@ START_TEST(test_render_target)
 }
 END_TEST
 
+START_TEST(test_render_rest_keeps_encoded_slashes)
+{
+	int r;
+
+	ck_assert_str_eq(render("/s/${path.rest}?q=${path.rest}", 1,
+	    REQ("/users/1/files/a%2Fb/c%2f/d", ""), &r), "/s/a%2Fb/c%2F/d?q=a%2Fb%2Fc%2F%2Fd");
+	ck_assert_str_eq(render("/s/${path.id}", 1, REQ("/users/a%2Fb/files/", ""), &r),
+	    "/s/a%2Fb");
+}
+END_TEST
+
+/* What template_dot_segment says of text for a request "GET target": "" when nothing. */
+static const char *
+dot_segment(const char *text, const char *target)
+{
+	static char err[512];
+	static struct http_request req;
+	char request[512];
+	struct template_scope s = scope();
+	struct http_str caps[ROUTE_MAX_CAPTURES];
+	struct template t;
+	int r;
+
+	snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", target);
+	ck_assert_int_eq(template_parse(&t, text, 1, &s, err, sizeof(err)), 0);
+	ck_assert_int_gt(http_parse_request(request, strlen(request), &req), 0);
+	memset(caps, 0, sizeof(caps));
+	ck_assert_int_eq(route_pattern_match(pattern, req.path.p, req.path.len, caps), 1);
+	err[0] = '\0';
+	r = template_dot_segment(&t, caps, err, sizeof(err));
+	ck_assert_int_eq(r, err[0] != '\0' ? TEMPLATE_BAD_VALUE : 0);
+	template_free(&t);
+	return err;
+}
+
+START_TEST(test_dot_segment)
+{
+	static const char *const bad[] = {
+		"/users/1/files/..", "/users/1/files/.", "/users/1/files/a/../b",
+		"/users/1/files/a/./b", "/users/1/files/..%2F..%2Fadmin", "/users/1/files/%2e%2E",
+		"/users/1/files/.%2e/x", "/users/1/files/a%2F.",
+	};
+	static const char *const good[] = {
+		"/users/1/files/...", "/users/1/files/a./.b", "/users/1/files/", "/users/1/files/a",
+		"/users/1/files/%2E%2E%2E/x", "/users/1/files/.a/b.", "/users/1/files/%2E%zz",
+		"/users/1/files/x//y/",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(strcmp(dot_segment("/s/${path.rest}", bad[i]), "${path.rest} holds a "
+		    "dot segment ('.' or '..'), which cannot go in a path") == 0, "%s", bad[i]);
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		ck_assert_msg(dot_segment("/s/${path.rest}", good[i])[0] == '\0', "%s", good[i]);
+	ck_assert_str_eq(dot_segment("/s/${path.id}", "/users/%2E./files/"), "${path.id} holds a "
+	    "dot segment ('.' or '..'), which cannot go in a path");
+	ck_assert_str_eq(dot_segment("/s/x${path.id}", "/users/../files/"), "${path.id} holds a "
+	    "dot segment ('.' or '..'), which cannot go in a path");
+	/* in the query, or in no path at all, it is only text */
+	ck_assert_str_eq(dot_segment("/s?q=${path.rest}", "/users/1/files/../.."), "");
+	ck_assert_str_eq(dot_segment("/s/${path.id}?q=${path.rest}", "/users/1/files/.."), "");
+}
+END_TEST
+
 START_TEST(test_render_backend_field)
 {
 	int r;
@@ -213,6 +277,8 @@ main(void)
 	tcase_add_test(tc, test_parse_errors);
 	tcase_add_test(tc, test_parse_without_pattern);
 	tcase_add_test(tc, test_render_target);
+	tcase_add_test(tc, test_render_rest_keeps_encoded_slashes);
+	tcase_add_test(tc, test_dot_segment);
 	tcase_add_test(tc, test_render_backend_field);
 	tcase_add_test(tc, test_render_header);
 	suite_add_tcase(s, tc);
