@@ -958,8 +958,12 @@ agg_merge_flat(struct aggregate *a, int partial)
 	return 0;
 }
 
-/* The route's response ops on the merged envelope: 0 with the body to send in *body and
- * *status, or -1 after filling in the error (on_error: fail). */
+/*
+ * The route's response ops on the merged envelope: 0 with the body to send in *body and
+ * *status, or -1 after filling in the error.  A merged body over limits.max_body is an error
+ * whatever on_error says: pass falls back to a body received, and there is none, only the
+ * one jsongate would build.  Ops that fail follow on_error.
+ */
 static int
 agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 {
@@ -969,40 +973,37 @@ agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
-	const char *why = NULL;
 
 	*body = a->merged;
 	*status = 200;
+	if (evbuffer_get_length(a->merged) > cfg->limits.max_body) {
+		snprintf(a->message, sizeof(a->message), "the merged body exceeds limits.max_body");
+		log_warnx("route %s: %s (request %s)", route->name, a->message, a->request_id);
+		if (route->response != NULL)
+			metrics_envelope(a->w, route, METRICS_RESPONSE, METRICS_FAILED,
+			    METRICS_REASON_OVER_LIMIT);
+		return -1;
+	}
 	if (route->response == NULL)
 		return 0;
-	if (evbuffer_get_length(a->merged) > cfg->limits.max_body) {
-		why = "the merged body exceeds limits.max_body";
-	} else {
-		agg_vars(a, route->response, NULL, &vars, &tls_text);
-		if (body_apply(a->w->bodies, cfg, route, route->response, BODY_CODING_IDENTITY,
-		    a->merged, &vars, out, &res) == 0) {
-			metrics_envelope(a->w, route, METRICS_RESPONSE, METRICS_APPLIED,
-			    METRICS_REASON_NONE);
-			metrics_bytes(a->w, res.spliced, res.copied);
-			*body = out;
-			if (res.status != 0)
-				*status = res.status;
-			return 0;
-		}
-		evbuffer_drain(out, evbuffer_get_length(out));
-		snprintf(a->message, sizeof(a->message), "merged body not rewritten: %s",
-		    res.error);
-		why = a->message;
+	agg_vars(a, route->response, NULL, &vars, &tls_text);
+	if (body_apply(a->w->bodies, cfg, route, route->response, BODY_CODING_IDENTITY,
+	    a->merged, &vars, out, &res) == 0) {
+		metrics_envelope(a->w, route, METRICS_RESPONSE, METRICS_APPLIED,
+		    METRICS_REASON_NONE);
+		metrics_bytes(a->w, res.spliced, res.copied);
+		*body = out;
+		if (res.status != 0)
+			*status = res.status;
+		return 0;
 	}
-	log_warnx("route %s: %s (request %s)", route->name, why, a->request_id);
+	evbuffer_drain(out, evbuffer_get_length(out));
+	snprintf(a->message, sizeof(a->message), "merged body not rewritten: %s", res.error);
+	log_warnx("route %s: %s (request %s)", route->name, a->message, a->request_id);
 	metrics_envelope(a->w, route, METRICS_RESPONSE,
 	    route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED,
-	    why == a->message ? METRICS_REASON_OP_ERROR : METRICS_REASON_OVER_LIMIT);
-	if (route->on_error == ON_ERROR_PASS)
-		return 0;
-	if (why != a->message)
-		snprintf(a->message, sizeof(a->message), "%s", why);
-	return -1;
+	    METRICS_REASON_OP_ERROR);
+	return route->on_error == ON_ERROR_PASS ? 0 : -1;
 }
 
 static void
