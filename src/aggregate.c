@@ -60,7 +60,6 @@ struct agg_backend {
 	int status;                     /* its answer's status, 0 when none */
 };
 
-
 struct aggregate {
 	struct aggregate *next;         /* among the worker's idle aggregates */
 	struct worker *w;
@@ -1010,11 +1009,8 @@ static void
 agg_finish_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct aggregate *a = arg;
-	struct aggregate_answer ans;
-
-	(void)fd;
-	(void)what;
 	struct agg_backend *failed = a->failed;
+	struct aggregate_answer ans;
 	size_t i, ok = 0;
 
 	(void)fd;
