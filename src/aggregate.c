@@ -69,6 +69,7 @@ struct aggregate {
 	size_t nb, cap;
 	size_t pending;                 /* backends whose answer is not settled */
 	struct agg_backend *failed;     /* the required backend whose failure is the answer */
+	struct agg_backend *first_failed;   /* the first backend to fail, in time */
 	unsigned refused : 1;           /* the request cannot go to the backends: 400 (message) */
 	struct event *finish_ev;
 	struct event *timer;            /* the route's timeout */
@@ -219,6 +220,8 @@ agg_failed(struct agg_backend *b)
 
 	b->state = AGG_FAILED;
 	b->ended_ms = upstream_state_now();
+	if (a->first_failed == NULL)
+		a->first_failed = b;
 	if (!b->cfg->required)
 		return;
 	if (a->failed == NULL)
@@ -794,6 +797,8 @@ agg_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		    "timeout");
 		b->state = AGG_FAILED;
 		b->ended_ms = upstream_state_now();
+		if (a->first_failed == NULL)
+			a->first_failed = b;
 		if (b->cfg->required && a->failed == NULL)
 			a->failed = b;
 	}
@@ -823,7 +828,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	a->route = route;
 	a->cb = cb;
 	a->arg = arg;
-	a->failed = NULL;
+	a->failed = a->first_failed = NULL;
 	a->refused = a->finishing = 0;
 	a->pending = a->nb;
 	a->tls = r->tls;
@@ -1018,7 +1023,7 @@ agg_finish_cb(evutil_socket_t fd, short what, void *arg)
 	for (i = 0; i < a->nb; i++)
 		ok += a->b[i]->state == AGG_OK;
 	if (failed == NULL && ok == 0)
-		failed = a->b[0];       /* every backend failed: nothing to merge */
+		failed = a->first_failed;       /* every backend failed: nothing to merge */
 	memset(&ans, 0, sizeof(ans));
 	ans.error = GW_UPSTREAM_INVALID;
 	ans.message = a->message;
@@ -1026,7 +1031,7 @@ agg_finish_cb(evutil_socket_t fd, short what, void *arg)
 	if (a->refused) {
 		ans.error = GW_BAD_REQUEST;
 	} else if (failed != NULL) {
-		/* A required backend failed, or every one did: the first failure answers. */
+		/* The failure that decided answers: a required backend's, or the first of all. */
 		ans.error = failed->f.error;
 		snprintf(a->message, sizeof(a->message), "backend %s: %s", failed->cfg->name,
 		    failed->f.message);

@@ -577,14 +577,22 @@ def every_backend_failing(env):
     closed = env.closed_port()
     slow = env.scripted(default=hang())
     conf = aggregated(
-        {'a': {'upstream': 'gone', 'path': '/a', 'required': False},
-         'b': {'upstream': 'slow', 'path': '/b', 'required': False, 'timeout': '100ms'}},
+        {'a': {'upstream': 'slow', 'path': '/a', 'required': False, 'timeout': '100ms'},
+         'b': {'upstream': 'gone', 'path': '/b', 'required': False}},
         {'gone': ['127.0.0.1:%d' % closed], 'slow': [slow.address]})
     gw = env.daemon(conf)
     r = get(env, gw, headers=[('X-Request-Id', 'all')])
-    env.gateway_error('nothing to merge: the first backend\'s failure', r, 502,
-                      'upstream_unavailable', 'backend a: connect to upstream gone refused', False,
-                      request_id='all')
+    env.gateway_error('nothing to merge: the first failure in time answers, not the first '
+                      'backend\'s', r, 502, 'upstream_unavailable',
+                      'backend b: connect to upstream gone refused', False, request_id='all')
+    conf['routes'][0]['timeout'] = '%dms' % (100 * SLOW)
+    del conf['routes'][0]['backends']['a']['timeout']
+    conf['routes'][0]['backends']['b'] = {'upstream': 'slow', 'path': '/b', 'required': False}
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'all-2')])
+    env.gateway_error('all out of time at once: the first in the list', r, 504,
+                      'upstream_timeout', 'backend a: no answer within the route\'s timeout',
+                      False, request_id='all-2')
 
 
 @T.case
