@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,37 +61,66 @@ access_log_reopen(struct access_log *al, const char *path)
 }
 
 /*
- * A line goes out in one write(2), so that lines of several workers never mix, and is at most
- * ACCESS_LINE_MAX bytes.  Each string value has a budget of escaped bytes, chosen so that
- * every value at its budget and the rest of the line still fit: a longer value is cut short
- * (never inside an escape), and the line always ends as it began.
+ * A line goes out in one write(2), so that lines of several workers never mix.  Each string
+ * value has a budget of escaped bytes, chosen so that every value at its budget and the rest
+ * of the line still fit in ACCESS_LINE_MAX: a longer value is cut short (never inside an
+ * escape), and the line always ends as it began.  The lists (an aggregated request's
+ * backends, log.json_fields) are written whole, the line growing past ACCESS_LINE_MAX when
+ * they need it; only without memory for that are backends left out, and the line says how
+ * many.
  */
 #define ACCESS_LINE_MAX 8192
 #define ACCESS_TARGET_MAX 2048          /* the request-target */
 #define ACCESS_HEADER_MAX 512           /* User-Agent, Referer */
 #define ACCESS_FIELD_MAX 256            /* any other string */
 #define ACCESS_FIXED_MAX 512            /* keys, punctuation, time, numbers, newline */
-#define ACCESS_BACKENDS_MAX 3072        /* an aggregated request's backends, all together */
-#define ACCESS_BACKEND_FIXED 96         /* of one backend: all but its name */
+#define ACCESS_TAIL_MAX 64              /* what may follow a list: closing brackets, the
+                                         * count of backends left out, the newline */
 
-_Static_assert(ACCESS_TARGET_MAX + 5 * ACCESS_FIELD_MAX + ACCESS_BACKENDS_MAX +
-    ACCESS_FIXED_MAX <= ACCESS_LINE_MAX, "the JSON format fits in a line");
+_Static_assert(ACCESS_TARGET_MAX + 5 * ACCESS_FIELD_MAX + ACCESS_FIXED_MAX <= ACCESS_LINE_MAX,
+    "the JSON format fits in a line");
 _Static_assert(ACCESS_TARGET_MAX + 2 * ACCESS_HEADER_MAX + 2 * ACCESS_FIELD_MAX +
-    ACCESS_BACKENDS_MAX + ACCESS_FIXED_MAX <= ACCESS_LINE_MAX,
-    "the combined format fits in a line");
+    ACCESS_FIXED_MAX <= ACCESS_LINE_MAX, "the combined format fits in a line");
 
 struct access_line {
-	char buf[ACCESS_LINE_MAX];
-	size_t n;
+	char *buf;                      /* stack, or on the heap once a list grew the line */
+	size_t cap, n;
+	char stack[ACCESS_LINE_MAX];
 };
+
+/* Room for n more bytes and what may follow them: 0, or -1 without memory (what is written
+ * then stays within the room there is). */
+static int
+access_reserve(struct access_line *l, size_t n)
+{
+	size_t cap = l->cap;
+	char *p;
+
+	n += ACCESS_TAIL_MAX;
+	if (cap - l->n >= n)
+		return 0;
+	while (cap - l->n < n)
+		cap *= 2;
+	if (l->buf == l->stack) {
+		if ((p = malloc(cap)) != NULL)
+			memcpy(p, l->buf, l->n);
+	} else {
+		p = realloc(l->buf, cap);
+	}
+	if (p == NULL)
+		return -1;
+	l->buf = p;
+	l->cap = cap;
+	return 0;
+}
 
 static void
 access_lit(struct access_line *l, const char *s)
 {
 	size_t len = strlen(s);
 
-	if (len > sizeof(l->buf) - 1 - l->n)
-		len = sizeof(l->buf) - 1 - l->n;
+	if (len > l->cap - 1 - l->n)
+		len = l->cap - 1 - l->n;
 	memcpy(l->buf + l->n, s, len);
 	l->n += len;
 }
@@ -98,7 +128,7 @@ access_lit(struct access_line *l, const char *s)
 static void __attribute__((format(printf, 2, 3)))
 access_printf(struct access_line *l, const char *fmt, ...)
 {
-	size_t room = sizeof(l->buf) - 1 - l->n;
+	size_t room = l->cap - 1 - l->n;
 	va_list ap;
 	int r;
 
@@ -145,8 +175,8 @@ access_escape(char *out, const char *s, size_t len, size_t max)
 static void
 access_json_n(struct access_line *l, const char *s, size_t len, size_t max)
 {
-	if (max > sizeof(l->buf) - 1 - l->n)
-		max = sizeof(l->buf) - 1 - l->n;
+	if (max > l->cap - 1 - l->n)
+		max = l->cap - 1 - l->n;
 	l->n += access_escape(l->buf + l->n, s, len, max);
 }
 
@@ -156,24 +186,19 @@ access_json(struct access_line *l, const char *s, size_t max)
 	access_json_n(l, s, strlen(s), max);
 }
 
-/*
- * "json":{"PATH":"value",...}: each name and value at most ACCESS_FIELD_MAX bytes, in the
- * room the rest of the line left; a field that does not fit is left out, with those after it.
- */
+/* "json":{"PATH":"value",...}: each name and value at most ACCESS_FIELD_MAX bytes. */
 static void
 access_json_fields(struct access_line *l, const struct access_field *f, size_t n)
 {
-	size_t i, need, name, value;
+	size_t i, name, value;
 
 	access_lit(l, ",\"json\":{");
 	for (i = 0; i < n; i++) {
 		name = access_escape(NULL, f[i].name, strlen(f[i].name), ACCESS_FIELD_MAX);
 		value = f[i].value == NULL ? 4 :
 		    access_escape(NULL, f[i].value, f[i].len, ACCESS_FIELD_MAX) + 2;
-		need = (i != 0) + name + 3 + value;
-		/* "}}" and the newline always fit after it. */
-		if (l->n + need + 3 > sizeof(l->buf))
-			break;
+		if (access_reserve(l, 4 + name + value) < 0)
+			break;          /* no memory: the rest left out */
 		if (i != 0)
 			access_lit(l, ",");
 		access_lit(l, "\"");
@@ -199,8 +224,8 @@ access_combined(struct access_line *l, const char *s, size_t max)
 	char *out = l->buf + l->n;
 	size_t n = 0;
 
-	if (max > sizeof(l->buf) - 1 - l->n)
-		max = sizeof(l->buf) - 1 - l->n;
+	if (max > l->cap - 1 - l->n)
+		max = l->cap - 1 - l->n;
 	for (; *s != '\0'; s++) {
 		unsigned char ch = (unsigned char)*s;
 
@@ -220,36 +245,69 @@ access_combined(struct access_line *l, const char *s, size_t max)
 	l->n += n;
 }
 
+/* Combined format: the bytes access_combined writes for s, at most max. */
+static size_t
+access_combined_len(const char *s, size_t max)
+{
+	size_t n = 0, w;
+
+	for (; *s != '\0'; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		w = ch == '"' || ch == '\\' || ch < 0x20 || ch >= 0x7f ? 4 : 1;
+		if (n + w > max)
+			break;
+		n += w;
+	}
+	return n;
+}
+
 /*
- * The backends of an aggregated request, in ACCESS_BACKENDS_MAX bytes: as a JSON object of
- * name -> { status, outcome, duration_ms }, or for the combined format as one quoted field
- * of "name:status:outcome:ms" words.  Backends that would not fit are left out.
+ * The backends of an aggregated request, every one of them: as a JSON object of name ->
+ * { status, outcome, duration_ms }, or for the combined format as one quoted field of
+ * "name:status:outcome:ms" words.  Without memory to grow the line, those that do not fit
+ * are left out and counted: "backends_omitted":N, or a last word "+N".
  */
 static void
 access_backends(struct access_line *l, const struct access_entry *e, int json)
 {
-	size_t i, start = l->n, budget;
+	char tail[128];
+	size_t i, name;
+	int n;
 
 	access_lit(l, json ? ",\"backends\":{" : " \"");
 	for (i = 0; i < e->nbackends; i++) {
 		const struct access_backend *b = &e->backends[i];
 
-		budget = ACCESS_BACKENDS_MAX - (l->n - start);
-		if (budget < ACCESS_BACKEND_FIXED + 8)
+		if (json)
+			n = snprintf(tail, sizeof(tail), "\":{\"status\":%d,\"outcome\":\"%s\","
+			    "\"duration_ms\":%.3f}", b->status, b->outcome, b->duration_ms);
+		else
+			n = snprintf(tail, sizeof(tail), ":%d:%s:%.3f", b->status, b->outcome,
+			    b->duration_ms);
+		name = json ? access_escape(NULL, b->name, strlen(b->name), ACCESS_FIELD_MAX) :
+		    access_combined_len(b->name, ACCESS_FIELD_MAX);
+		if (n < 0 || (size_t)n >= sizeof(tail) || access_reserve(l, 2 + name + (size_t)n) < 0)
 			break;
 		if (i != 0)
 			access_lit(l, json ? "," : " ");
 		if (json) {
 			access_lit(l, "\"");
-			access_json(l, b->name, budget - ACCESS_BACKEND_FIXED);
-			access_printf(l, "\":{\"status\":%d,\"outcome\":\"%s\",\"duration_ms\":%.3f}",
-			    b->status, b->outcome, b->duration_ms);
+			access_json(l, b->name, ACCESS_FIELD_MAX);
 		} else {
-			access_combined(l, b->name, budget - ACCESS_BACKEND_FIXED);
-			access_printf(l, ":%d:%s:%.3f", b->status, b->outcome, b->duration_ms);
+			access_combined(l, b->name, ACCESS_FIELD_MAX);
 		}
+		access_lit(l, tail);
 	}
-	access_lit(l, json ? "}" : "\"");
+	if (json) {
+		access_lit(l, "}");
+		if (i < e->nbackends)
+			access_printf(l, ",\"backends_omitted\":%zu", e->nbackends - i);
+	} else {
+		if (i < e->nbackends)
+			access_printf(l, "%s+%zu", i != 0 ? " " : "", e->nbackends - i);
+		access_lit(l, "\"");
+	}
 }
 
 void
@@ -262,6 +320,8 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 
 	if (al->fd < 0)
 		return;
+	l.buf = l.stack;
+	l.cap = sizeof(l.stack);
 	l.n = 0;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	if (al->format == ACCESS_JSON) {
@@ -312,4 +372,6 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 	if (write(al->fd, l.buf, l.n) < 0) {
 		/* nothing sensible to do: the error log may be the same descriptor */
 	}
+	if (l.buf != l.stack)
+		free(l.buf);
 }

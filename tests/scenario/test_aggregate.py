@@ -860,6 +860,43 @@ def sixteen_backends(env):
 
 
 @T.case
+def the_access_log_lists_every_backend(env):
+    """256 backends with long names: every one in the line, which stays one JSON object (or
+    one quoted combined field) however long it grows."""
+    up = env.scripted(default=json_answer(b'1'))
+    names = ['b%03d-' % i + 'n' * 200 + '"\u00e9' for i in range(256)]
+    backends = {n: {'upstream': 'app', 'path': '/n'} for n in names}
+    log_path = os.path.join(env.tmp, 'access.log')
+    conf = aggregated(backends, {'app': [up.address]})
+    conf['limits'] = {'max_backends': 256}
+    conf['log'] = {'level': 'info', 'access': log_path, 'format': 'json'}
+    gw = env.daemon(conf)
+    r = get(env, gw)
+    env.require('answered', r is not None and r.status == 200, r)
+    lines = wait_until(lambda: open(log_path, 'rb').read().splitlines()
+                       if os.path.exists(log_path) and open(log_path, 'rb').read() else None, 5)
+    env.require('one line', lines is not None and len(lines) == 1, lines)
+    entry = json.loads(lines[0])
+    env.eq('every backend, in order, whole names (bytes escaped as the log does)',
+           list(entry['backends']), [n.encode().decode('latin-1') for n in names])
+    env.eq('each with its status and outcome',
+           {(b['status'], b['outcome']) for b in entry['backends'].values()}, {(200, 'ok')})
+    env.check('nothing said left out', 'backends_omitted' not in entry, entry.keys())
+    env.check('past 64 KB', len(lines[0]) > 65536, len(lines[0]))
+    conf['log']['format'] = 'combined'
+    gw = env.daemon(conf)
+    get(env, gw, headers=[('User-Agent', 'ua')])
+    lines = wait_until(lambda: open(log_path, 'rb').read().splitlines()
+                       if len(open(log_path, 'rb').read().splitlines()) >= 2 else None, 5)
+    env.require('a second line', lines is not None and len(lines) == 2, lines)
+    m = re.search(rb' "ua" "([^"]*)"$', lines[1])
+    words = m.group(1).split(b' ') if m else []
+    env.eq('combined: one word per backend, in order',
+           [w.rsplit(b':', 3)[0] for w in words],
+           [n.replace('"', '\\x22').replace('\u00e9', '\\xC3\\xA9').encode() for n in names])
+
+
+@T.case
 def ten_megabyte_answers(env):
     big = b'{"data":"' + b'0123456789abcdef' * (10 * 65536) + b'","end":true}'
     arr = b'[' + b','.join(b'%d' % i for i in range(1400000)) + b']'
