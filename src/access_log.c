@@ -186,13 +186,14 @@ access_json(struct access_line *l, const char *s, size_t max)
 	access_json_n(l, s, strlen(s), max);
 }
 
-/* "json":{"PATH":"value",...}: each name and value at most ACCESS_FIELD_MAX bytes. */
+/* ,"MEMBER":{"NAME":"value",...}: each name and value at most ACCESS_FIELD_MAX bytes. */
 static void
-access_json_fields(struct access_line *l, const struct access_field *f, size_t n)
+access_fields(struct access_line *l, const char *member, const struct access_field *f,
+    size_t n)
 {
 	size_t i, name, value;
 
-	access_lit(l, ",\"json\":{");
+	access_lit(l, member);
 	for (i = 0; i < n; i++) {
 		name = access_escape(NULL, f[i].name, strlen(f[i].name), ACCESS_FIELD_MAX);
 		value = f[i].value == NULL ? 4 :
@@ -344,7 +345,9 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		access_json(&l, e->request_id, ACCESS_FIELD_MAX);
 		access_lit(&l, "\"");
 		if (e->njson != 0)
-			access_json_fields(&l, e->json, e->njson);
+			access_fields(&l, ",\"json\":{", e->json, e->njson);
+		if (e->npath != 0)
+			access_fields(&l, ",\"path_fields\":{", e->path_fields, e->npath);
 		if (e->backends != NULL)
 			access_backends(&l, e, 1);
 		access_lit(&l, "}");

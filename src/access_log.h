@@ -12,7 +12,8 @@ struct access_log {
 	enum access_format format;
 };
 
-/* A request body field of log.json_fields: its path and the value's text, or absent. */
+/* A request body field of log.json_fields (its path) or a capture of log.path_fields (its
+ * name), and the value's text, or absent. */
 struct access_field {
 	const char *name;
 	const char *value;              /* NULL: absent (written as null) */
@@ -43,6 +44,8 @@ struct access_entry {
 	int http_minor;
 	const struct access_field *json;    /* json format: the "json" member, or none */
 	size_t njson;
+	const struct access_field *path_fields; /* json format: "path_fields", or none */
+	size_t npath;
 	const struct access_backend *backends;  /* an aggregated request's, or NULL */
 	size_t nbackends;
 };

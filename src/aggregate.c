@@ -31,6 +31,7 @@
 #include "log.h"
 #include "merge.h"
 #include "metrics.h"
+#include "path_vars.h"
 #include "respond.h"
 #include "rewrite.h"
 #include "route.h"
@@ -81,6 +82,7 @@ struct aggregate {
 	char request_id[136];
 	char remote_addr[64];
 	const struct conn *client;      /* for the TLS variables of ops */
+	const struct path_vars *path;   /* and $path.NAME */
 	int tls;
 	struct envelope env;            /* reads the fields of answers for ${backend...} */
 	char *scratch;                  /* a decoded field */
@@ -329,6 +331,7 @@ agg_vars(struct aggregate *a, const struct rewrite_program *prog, const struct c
 	vars->remote_addr = (struct rewrite_str){ a->remote_addr, strlen(a->remote_addr) };
 	vars->now = (long long)time(NULL);
 	body_tls_vars(prog != NULL ? prog->vars : 0, a->client, vars, tls_text);
+	path_vars_vars(a->path, vars);
 	if (body_needs_headers(prog) && (len = evbuffer_get_length(a->head)) != 0) {
 		if (http_parse_request((const char *)evbuffer_pullup(a->head, (ev_ssize_t)len), len,
 		    &a->w->req) > 0)
@@ -845,6 +848,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 		waits |= b->cfg->nafter != 0 || body_needs_headers(b->cfg->response);
 	}
 	a->client = r->client;
+	a->path = r->path;
 	if (waits || body_needs_headers(route->response))
 		evbuffer_add(a->head, r->head, r->head_len);
 	/* No backend request goes out for a path that would climb out of a backend's. */

@@ -17,6 +17,7 @@ struct aggregate;
 struct config_route;
 struct conn;
 struct evbuffer;
+struct path_vars;
 struct worker;
 struct worker_runtime;
 
@@ -29,6 +30,7 @@ struct aggregate_request {
 	const char *remote_addr;
 	int tls;                        /* the client connection is TLS */
 	const struct conn *client;      /* for the TLS variables of ops; outlives the aggregate */
+	const struct path_vars *path;   /* $path.NAME of ops; outlives the aggregate */
 };
 
 /* How it ended: the answer to send, or the gateway error to answer with. */

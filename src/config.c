@@ -52,6 +52,7 @@ struct config_parse {
 	struct config_pending_name *pending;    /* server names to resolve after the parse */
 	size_t npending, pendingcap;
 	struct config_route *route;     /* the aggregated route whose backends are parsed */
+	const struct config_route *current; /* the route being parsed */
 };
 
 /* A server written as HOST:PORT with a host name, waiting for the lookups after the parse. */
@@ -316,6 +317,12 @@ const char *
 config_where(const struct config_parse *ctx)
 {
 	return ctx->where;
+}
+
+const struct route_pattern *
+config_parse_pattern(const struct config_parse *ctx)
+{
+	return ctx->current != NULL ? ctx->current->pattern : NULL;
 }
 
 /* ------------------------------------------------------------------ YAML helpers */
@@ -723,6 +730,7 @@ _Static_assert(sizeof(enum log_level) == sizeof(int) && sizeof(enum balance) == 
 static void config_parse_workers(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_access(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_json_fields(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_path_fields(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_error_log(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_pid_file(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_listener_tls(struct config_parse *, const yaml_node_t *, void *);
@@ -804,6 +812,8 @@ static const struct config_field config_log_fields[] = {
 	    "access log format: json (one object per line) or combined"),
 	F_CUSTOM("json_fields", config_parse_json_fields, "list", NULL, 0,
 	    "request body fields ($json.PATH) added to json access log lines"),
+	F_CUSTOM("path_fields", config_parse_path_fields, "list", NULL, 0,
+	    "path template captures ($path.NAME) added to json access log lines"),
 };
 static const struct config_section config_log_section = CONFIG_SECTION_OF(config_log_fields);
 
@@ -1581,6 +1591,39 @@ config_parse_json_fields(struct config_parse *ctx, const yaml_node_t *node, void
 		if ((text = config_string(ctx, item)) != NULL &&
 		    config_json_path(ctx, item, text) == 0)
 			cfg->json_fields[cfg->njson_fields++] = config_xstrdup(text);
+	}
+}
+
+/* log.path_fields: names of path template captures for the access log; json format only. */
+static void
+config_parse_path_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, j, n;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	if ((n = config_list_len(node)) > CONFIG_MAX_PATH_FIELDS) {
+		config_error(ctx, node, "at most %d captures", CONFIG_MAX_PATH_FIELDS);
+		return;
+	}
+	if (n != 0 && cfg->access_format != ACCESS_JSON) {
+		config_error(ctx, node, "only the json access log format has path captures");
+		return;
+	}
+	cfg->path_fields = config_xcalloc(n, sizeof(*cfg->path_fields));
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_string(ctx, item)) == NULL)
+			continue;
+		j = strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
+		if (text[0] == '\0' || text[j] != '\0')
+			config_error(ctx, item, "expected the name of a capture ({NAME} of a path "
+			    "template: letters, digits, '_' and '-'), got \"%s\"", text);
+		else
+			cfg->path_fields[cfg->npath_fields++] = config_xstrdup(text);
 	}
 }
 
@@ -2976,7 +3019,8 @@ config_header_op(struct config_parse *ctx, struct config_headers *h, enum header
 		if ((value = config_scalar(ctx, value_node, "a header value")) == NULL)
 			return;
 	}
-	why = header_ops_add(h->ops, h->request, kind, name, value, &in_value);
+	why = header_ops_add(h->ops, h->request, kind, name, value, config_parse_pattern(ctx),
+	    &in_value);
 	if (why != NULL)
 		config_error(ctx, in_value ? value_node : name_node, "cannot %s '%s': %s",
 		    verbs[kind], name, why);
@@ -3152,7 +3196,10 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		route->timeouts.upstream_connect = cfg->timeouts.upstream_connect;
 		route->timeouts.upstream_response = cfg->timeouts.upstream_response;
 		route->timeouts.upstream_try = cfg->timeouts.upstream_try;
+		/* match is parsed first: the ops after it know the route's path template. */
+		ctx->current = route;
 		config_parse_object(ctx, item, &config_route_section, route);
+		ctx->current = NULL;
 		if (route->methods == 0)
 			route->methods = METHOD_ANY;
 		if (item->type == YAML_MAPPING_NODE)
@@ -3359,6 +3406,9 @@ config_free(struct config *cfg)
 	for (i = 0; i < cfg->njson_fields; i++)
 		free(cfg->json_fields[i]);
 	free(cfg->json_fields);
+	for (i = 0; i < cfg->npath_fields; i++)
+		free(cfg->path_fields[i]);
+	free(cfg->path_fields);
 	free(cfg->error_log);
 	config_addr_free(cfg->admin_listen);
 	free(cfg->admin_listen);

@@ -30,6 +30,8 @@ enum missing_mode { MISSING_OMIT, MISSING_NULL };
 
 /* Most request body fields ($json.PATH) in an access log line. */
 #define CONFIG_MAX_JSON_FIELDS 16
+/* Most path template captures ($path.NAME) in an access log line. */
+#define CONFIG_MAX_PATH_FIELDS 16
 /* Most backends of one aggregated route (limits.max_backends is at most this). */
 #define CONFIG_MAX_BACKENDS 256
 /* Most tries of one request (the first included), and the most failures counted. */
@@ -287,6 +289,9 @@ struct config {
 	char **json_fields;             /* log.json_fields: dotted paths of request body fields
 	                                 * in access log lines, or NULL */
 	size_t njson_fields;
+	char **path_fields;             /* log.path_fields: names of path template captures in
+	                                 * access log lines, or NULL */
+	size_t npath_fields;
 
 	struct config_addr *admin_listen;   /* NULL when no admin listener */
 	struct config_addr *resolver;   /* nameserver for server names; NULL: /etc/resolv.conf */
@@ -362,6 +367,8 @@ void config_error(struct config_parse *ctx, const yaml_node_t *node, const char 
 	__attribute__((format(printf, 3, 4)));
 /* The key path being parsed, "" at the top level. */
 const char *config_where(const struct config_parse *ctx);
+/* The path template of the route being parsed (its $path.NAME variables), or NULL. */
+const struct route_pattern *config_parse_pattern(const struct config_parse *ctx);
 
 /* A standalone context, for testing other modules' parsers alone. */
 struct config_parse *config_parse_new(const char *file);

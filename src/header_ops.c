@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "headers.h"
+#include "route.h"
 
 #define HEADER_OPS_TIME_LEN (sizeof("1970-01-01T00:00:00+00:00") - 1)
 /* A name's bit in drop_bits: its length and last letter, so that few names need a compare. */
@@ -60,11 +61,14 @@ header_ops_reserved(const char *name, size_t len)
 	return NULL;
 }
 
-/* Parse value into op: literal text or one variable.  NULL or why not. */
+/* Parse value into op: literal text or one variable ($path.NAME of pattern's captures).
+ * NULL or why not. */
 static const char *
-header_ops_value(struct header_op *op, const char *value, int request)
+header_ops_value(struct header_op *op, const char *value, int request,
+    const struct route_pattern *pattern)
 {
 	size_t len = strlen(value), i;
+	const char *why;
 
 	op->var = REWRITE_VAR_NONE;
 	if (len >= 2 && value[0] == '$' && value[1] == '$') {
@@ -83,12 +87,18 @@ header_ops_value(struct header_op *op, const char *value, int request)
 			op->var = REWRITE_VAR_HEADER;
 			value += 8;
 			len -= 8;
+		} else if (op->var == REWRITE_VAR_NONE && strncmp(value, "$path.", 6) == 0) {
+			if ((why = route_path_var_why(pattern, value + 6, len - 6)) != NULL)
+				return why;
+			op->var = REWRITE_VAR_PATH;
+			value += 6;
+			len -= 6;
 		}
 		if (op->var == REWRITE_VAR_NONE)
 			return "unknown variable (expected $request_id, $route, $upstream, "
-			    "$remote_addr, $time_iso8601, $header.NAME, $ssl_client_s_dn, "
-			    "$ssl_client_verify; $$ for a literal $)";
-		if (op->var != REWRITE_VAR_HEADER)
+			    "$remote_addr, $time_iso8601, $header.NAME, $path.NAME, "
+			    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)";
+		if (op->var != REWRITE_VAR_HEADER && op->var != REWRITE_VAR_PATH)
 			len = 0;
 	}
 	for (i = 0; op->var == REWRITE_VAR_NONE && i < len; i++)
@@ -133,7 +143,7 @@ header_ops_op_free(struct header_op *op)
 
 const char *
 header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
-    const char *name, const char *value, int *in_value)
+    const char *name, const char *value, const struct route_pattern *pattern, int *in_value)
 {
 	struct header_ops *ops = *opsp;
 	struct header_op op = { 0 }, drop;
@@ -157,7 +167,8 @@ header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
 	}
 	for (i = 0; i < len; i++)
 		op.lower[i] = (char)http_lc((unsigned char)op.lower[i]);
-	if (kind != HEADER_OP_REMOVE && (why = header_ops_value(&op, value, request)) != NULL) {
+	if (kind != HEADER_OP_REMOVE &&
+	    (why = header_ops_value(&op, value, request, pattern)) != NULL) {
 		header_ops_op_free(&op);
 		*in_value = 1;
 		return why;
@@ -230,6 +241,9 @@ header_ops_var(const struct header_op *op, const struct rewrite_vars *vars,
 	case REWRITE_VAR_HEADER:
 		return vars->header_cb != NULL &&
 		    vars->header_cb(vars->header_arg, op->value, op->value_len, v);
+	case REWRITE_VAR_PATH:
+		return vars->path_cb != NULL &&
+		    vars->path_cb(vars->path_arg, op->value, op->value_len, v);
 	default:
 		return 0;
 	}
@@ -267,10 +281,11 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 
 	for (i = 0; i < ops->nout; i++) {
 		const struct header_op *op = &ops->out[i];
-		/* A route's name may hold any byte its YAML can; the other values are checked
-		 * where they come from (here at load, the request parser, the certificate's
-		 * printer in RFC 2253 form, ours). */
-		int checked = op->var != REWRITE_VAR_ROUTE;
+		/* A route's name may hold any byte its YAML can, a decoded path capture any
+		 * byte the client sent; the other values are checked where they come from
+		 * (here at load, the request parser, the certificate's printer in RFC 2253
+		 * form, ours). */
+		int checked = op->var != REWRITE_VAR_ROUTE && op->var != REWRITE_VAR_PATH;
 
 		if (op->var == REWRITE_VAR_NONE) {
 			text.p = op->value;
@@ -284,7 +299,7 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 			text.p = v.p;
 			text.len = v.len;
 		} else {
-			continue;       /* a request header the request does not carry */
+			continue;       /* a header or capture the request does not have */
 		}
 		memcpy(w, op->name, op->len);
 		w += op->len;

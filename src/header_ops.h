@@ -25,7 +25,7 @@ struct header_op {
 	char *lower;                    /* lowercase: what received names are compared to */
 	size_t len;
 	enum rewrite_var var;           /* REWRITE_VAR_NONE: value is the text to send */
-	char *value;                    /* the text, or the NAME of $header.NAME */
+	char *value;                    /* the text, or the NAME of $header.NAME or $path.NAME */
 	size_t value_len;
 };
 
@@ -39,15 +39,17 @@ struct header_ops {
 	unsigned vars;                  /* 1 << REWRITE_VAR_* for each variable a value uses */
 };
 
+struct route_pattern;
+
 /*
  * Add one op to *ops (allocated on first use) for the request (request != 0) or the response
- * headers; value is NULL for remove.  Returns NULL, or why the op cannot be, for the
- * configuration error at it (*in_value set when the value is wrong, not the name): a name
- * jsongate manages (hop-by-hop headers, Content-Length, Host), a name given twice, a value
- * with control characters, an unknown variable.
+ * headers of a route with path template pattern (or NULL); value is NULL for remove.  Returns
+ * NULL, or why the op cannot be, for the configuration error at it (*in_value set when the
+ * value is wrong, not the name): a name jsongate manages (hop-by-hop headers, Content-Length,
+ * Host), a name given twice, a value with control characters, an unknown variable.
  */
 const char *header_ops_add(struct header_ops **ops, int request, enum header_op_kind kind,
-    const char *name, const char *value, int *in_value);
+    const char *name, const char *value, const struct route_pattern *pattern, int *in_value);
 void header_ops_free(struct header_ops *ops);
 
 /* 1 when a received header of this name is not passed on (set or removed). */

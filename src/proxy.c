@@ -25,6 +25,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "path_vars.h"
 #include "respond.h"
 #include "route.h"
 #include "route_scan.h"
@@ -96,6 +97,7 @@ struct client {
 	struct body_block *req_block;   /* a request body collected for request ops */
 	size_t req_block_len;           /* its bytes so far, de-chunked */
 	struct route_scan scan;         /* the body's first bytes, read to choose the route */
+	struct path_vars pathv;         /* the captures of its route's path template */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
 
 	/* Its tries. */
@@ -315,6 +317,7 @@ proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
 		proxy_free_buffer(c->up_head);
 		proxy_free_buffer(c->req_body);
 		route_scan_free(&c->scan);
+		path_vars_free(&c->pathv);
 		free(c);
 	}
 }
@@ -402,6 +405,7 @@ client_log(struct client *c)
 	const struct runtime *rt = (c->wr != NULL ? c->wr : c->w->cur)->rt;
 	struct access_entry e;
 	struct access_field json[CONFIG_MAX_JSON_FIELDS];
+	struct access_field path[CONFIG_MAX_PATH_FIELDS];
 	struct timespec now;
 	char upstream[256];
 
@@ -410,6 +414,7 @@ client_log(struct client *c)
 	    &now);
 	if (rt->access.fd < 0) {
 		route_scan_done(&c->scan);
+		path_vars_clear(&c->pathv);
 		return;
 	}
 	client_servers_tried(c, upstream, sizeof(upstream));
@@ -429,9 +434,12 @@ client_log(struct client *c)
 	e.http_minor = c->http_minor;
 	e.json = json;
 	e.njson = route_scan_log(&c->scan, rt->cfg, json);
+	e.path_fields = path;
+	e.npath = path_vars_log(&c->pathv, rt->cfg, path);
 	e.backends = c->agg != NULL ? aggregate_log(c->agg, &e.nbackends) : NULL;
 	access_log_write(&rt->access, &e);
 	route_scan_done(&c->scan);
+	path_vars_clear(&c->pathv);
 }
 
 static void
@@ -646,6 +654,7 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 		vars->now = (long long)time(NULL);
 	body_tls_vars(uses, &c->conn, vars, tls_text);
 	route_scan_vars(&c->scan, vars);
+	path_vars_vars(&c->pathv, vars);
 }
 
 /* For $header.NAME in response ops: the request head kept in req_copy, parsed again. */
@@ -1197,6 +1206,11 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	if (c->wr == NULL) {
 		c->wr = w->cur;
 		worker_runtime_ref(c->wr);
+	}
+	if (path_vars_set(&c->pathv, c->route, req->path.p, req->path.len) < 0) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
 	}
 	if (c->route->backends != NULL) {
 		proxy_aggregate(c, req, (size_t)r);
@@ -2169,7 +2183,7 @@ proxy_aggregate(struct client *c, const struct http_request *req, size_t head_le
 {
 	struct aggregate_request ar = {
 		req, (const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)head_len), head_len,
-		c->request_id, c->addr, c->conn.ssl != NULL, &c->conn
+		c->request_id, c->addr, c->conn.ssl != NULL, &c->conn, &c->pathv
 	};
 
 	/* A request body is not read: the connection closes after the answer. */

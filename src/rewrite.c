@@ -732,6 +732,16 @@ rewrite_json_field(const struct rewrite_vars *vars, const char *path, size_t len
 	return value;
 }
 
+static const struct rewrite_str *
+rewrite_path_capture(const struct rewrite_vars *vars, const char *name, size_t len,
+    struct rewrite_str *value)
+{
+	if (vars == NULL || vars->path_cb == NULL || !vars->path_cb(vars->path_arg, name, len,
+	    value))
+		return NULL;
+	return value;
+}
+
 /* Resolve a set value into ctx->lit; returns a node for it. */
 static int
 rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
@@ -779,6 +789,10 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 			s = rewrite_json_field(vars, pc->s, pc->len, &hv);
 			need += s ? 6 * s->len + 2 : 4;
 			break;
+		case REWRITE_VAR_PATH:
+			s = rewrite_path_capture(vars, pc->s, pc->len, &hv);
+			need += s ? 6 * s->len + 2 : 4;
+			break;
 		}
 	}
 	if (rewrite_grow(&ctx->lit, &ctx->lit_cap, ctx->litlen + need, 1) != 0)
@@ -812,6 +826,12 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 		case REWRITE_VAR_JSON:
 			if ((s = rewrite_json_field(vars, pc->s, pc->len, &hv)) == NULL) {
 				rewrite_lit_add(ctx, "null", 4);    /* field absent */
+				continue;
+			}
+			break;
+		case REWRITE_VAR_PATH:
+			if ((s = rewrite_path_capture(vars, pc->s, pc->len, &hv)) == NULL) {
+				rewrite_lit_add(ctx, "null", 4);    /* no captures */
 				continue;
 			}
 			break;

@@ -39,6 +39,10 @@ struct rewrite_vars {
 	 * the request body has the field, else 0.  NULL: no body fields. */
 	int (*json_cb)(const void *arg, const char *path, size_t len, struct rewrite_str *value);
 	const void *json_arg;
+	/* $path.NAME: 1 and *value set (the capture, percent-decoded) when the route's path
+	 * template has it, else 0.  NULL: no captures. */
+	int (*path_cb)(const void *arg, const char *name, size_t len, struct rewrite_str *value);
+	const void *path_arg;
 };
 
 /* One piece of output: points into the input body or into the ctx's literal storage. */
@@ -119,12 +123,13 @@ enum rewrite_var {
 	REWRITE_VAR_NONE,               /* a JSON literal */
 	REWRITE_VAR_REQUEST_ID, REWRITE_VAR_ROUTE, REWRITE_VAR_UPSTREAM, REWRITE_VAR_REMOTE_ADDR,
 	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER, REWRITE_VAR_SSL_CLIENT_S_DN,
-	REWRITE_VAR_SSL_CLIENT_VERIFY, REWRITE_VAR_JSON
+	REWRITE_VAR_SSL_CLIENT_VERIFY, REWRITE_VAR_JSON, REWRITE_VAR_PATH
 };
 
 /* 1 when the program's set values use the variable var. */
 int rewrite_program_uses(const struct rewrite_program *prog, enum rewrite_var var);
-/* Call fn with the name of each $header.NAME or $json.PATH (as var says) of prog's values. */
+/* Call fn with the name of each $header.NAME, $json.PATH or $path.NAME (as var says) of
+ * prog's values. */
 void rewrite_program_names(const struct rewrite_program *prog, enum rewrite_var var,
     void (*fn)(void *arg, const char *name, size_t len), void *arg);
 
@@ -143,8 +148,8 @@ struct rewrite_path {                   /* "data.result" -> { data, result } */
 /* A set value: JSON text with $variables spliced in, e.g. {"id":  $request_id  } */
 struct rewrite_piece {
 	enum rewrite_var var;
-	char *s;                        /* JSON literal (VAR_NONE), header name (VAR_HEADER) or
-	                                 * dotted path (VAR_JSON) */
+	char *s;                        /* JSON literal (VAR_NONE), header name (VAR_HEADER),
+	                                 * dotted path (VAR_JSON) or capture name (VAR_PATH) */
 	size_t len;
 };
 

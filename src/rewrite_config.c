@@ -6,6 +6,7 @@
 #include "envelope.h"
 #include "jprefix.h"
 #include "rewrite.h"
+#include "route.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -271,8 +272,19 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_JSON, s + 6, len - 6);
 			return 0;
 		}
+		if (len > 6 && memcmp(s, "$path.", 6) == 0) {
+			const char *why = route_path_var_why(config_parse_pattern(rc->cfg), s + 6,
+			    len - 6);
+
+			if (why != NULL) {
+				rc_error(rc, node, "variable '%.*s': %s", (int)len, s, why);
+				return -1;
+			}
+			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_PATH, s + 6, len - 6);
+			return 0;
+		}
 		rc_error(rc, node, "unknown variable '%.*s' (expected $request_id, $route, "
-		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, "
+		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, $path.NAME, "
 		    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)", (int)len, s);
 		return -1;
 	case YAML_SEQUENCE_NODE:

@@ -135,6 +135,18 @@ route_pattern_capture(const struct route_pattern *p, const char *name, size_t le
 	return -1;
 }
 
+const char *
+route_path_var_why(const struct route_pattern *p, const char *name, size_t len)
+{
+	int rest;
+
+	if (p == NULL)
+		return "the route's match.path is not a path template";
+	if (route_pattern_capture(p, name, len, &rest) < 0)
+		return "the route's path template has no such capture";
+	return NULL;
+}
+
 int
 route_pattern_match(const struct route_pattern *p, const char *path, size_t len,
     struct http_str *caps)

@@ -24,6 +24,9 @@ size_t route_pattern_ncaptures(const struct route_pattern *p);
 /* The index of the capture named name[0..len), or -1; *rest: a {NAME...} capture. */
 int route_pattern_capture(const struct route_pattern *p, const char *name, size_t len,
     int *rest);
+/* Why $path.name[0..len) cannot be a variable of a route with path template p (NULL: none),
+ * or NULL when it can. */
+const char *route_path_var_why(const struct route_pattern *p, const char *name, size_t len);
 /* 1 when path matches, with the captures' values (as sent) in caps (NULL: not wanted). */
 int route_pattern_match(const struct route_pattern *p, const char *path, size_t len,
     struct http_str *caps);

@@ -11,6 +11,7 @@
 #include "header_ops.h"
 #include "headers.h"
 #include "http.h"
+#include "route.h"
 
 /* Rows of the tables leave the fields they do not use out. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -244,7 +245,7 @@ ops_of(int request, const char *const *specs)
 		snprintf(buf, sizeof(buf), "%s", strchr(*specs, ' ') + 1);
 		if ((eq = strchr(buf, '=')) != NULL)
 			*eq++ = '\0';
-		why = header_ops_add(&ops, request, kind, buf, eq, &in_value);
+		why = header_ops_add(&ops, request, kind, buf, eq, NULL, &in_value);
 		ck_assert_msg(why == NULL, "%s: %s", *specs, why);
 	}
 	return ops;
@@ -332,6 +333,63 @@ START_TEST(test_response_header_ops)
 }
 END_TEST
 
+/* $path.NAME of a test request, for header ops. */
+static int
+field_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	(void)arg;
+	if (len == 4 && memcmp(name, "rest", 4) == 0) {
+		*value = var_of("a/b\r\n\x7f c\xc3\xa9");    /* controls never reach the head */
+		return 1;
+	}
+	return 0;
+}
+
+START_TEST(test_header_ops_path_vars)
+{
+	static const char *const specs[] = { "add X-Rest=$path.rest", NULL };
+	const char *in = "GET /files/a%2Fb%20c HTTP/1.1\r\nHost: h\r\n\r\n";
+	const char *why;
+	struct route_pattern *p = route_pattern_new("/files/{rest...}", &why);
+	struct header_ops *ops = NULL;
+	struct http_request req;
+	struct headers_forward fw;
+	struct rewrite_vars vars;
+	struct evbuffer *out = evbuffer_new();
+	size_t i;
+	int in_value;
+
+	ck_assert_ptr_nonnull(p);
+	for (i = 0; specs[i] != NULL; i++) {
+		char name[32], *eq;
+
+		snprintf(name, sizeof(name), "%s", specs[i] + 4);
+		eq = strchr(name, '=');
+		*eq++ = '\0';
+		ck_assert_ptr_null(header_ops_add(&ops, 1, specs[i][0] == 's' ? HEADER_OP_SET :
+		    HEADER_OP_ADD, name, eq, p, &in_value));
+	}
+	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_SET, "X-No", "$path.res", p,
+	    &in_value), "the route's path template has no such capture");
+	ck_assert_int_eq(http_parse_request(in, strlen(in), &req), (ssize_t)strlen(in));
+	vars = vars_of(&req);
+	vars.path_cb = field_cb;
+	memset(&fw, 0, sizeof(fw));
+	fw.client_addr = "192.0.2.7";
+	fw.request_id = str_of("rid");
+	fw.ops = ops;
+	fw.vars = &vars;
+	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
+	check_output("path variables", out,
+	    "GET /files/a%2Fb%20c HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 192.0.2.7\r\n"
+	    "X-Forwarded-Proto: http\r\nX-Request-Id: rid\r\n"
+	    "X-Rest: a/b c\xc3\xa9\r\n");
+	evbuffer_free(out);
+	header_ops_free(ops);
+	route_pattern_free(p);
+}
+END_TEST
+
 struct op_refusal {
 	int request;
 	enum header_op_kind kind;
@@ -355,6 +413,7 @@ static const struct op_refusal op_refusals[] = {
 	{ 1, HEADER_OP_SET, "X-A", "$nope", 1, "unknown variable" },
 	{ 1, HEADER_OP_SET, "X-A", "$header.a b", 1, "bad header name" },
 	{ 1, HEADER_OP_SET, "X-A", "$upstream", 1, "$upstream is not known yet" },
+	{ 0, HEADER_OP_ADD, "X-A", "$path.id", 1, "the route's match.path is not a path template" },
 };
 
 START_TEST(test_header_op_refusals)
@@ -364,7 +423,7 @@ START_TEST(test_header_op_refusals)
 	const char *why;
 	int in_value = -1;
 
-	why = header_ops_add(&ops, c->request, c->kind, c->name, c->value, &in_value);
+	why = header_ops_add(&ops, c->request, c->kind, c->name, c->value, NULL, &in_value);
 	ck_assert_msg(why != NULL && strncmp(why, c->why, strlen(c->why)) == 0,
 	    "%s: got %s", c->name, why ? why : "(accepted)");
 	ck_assert_int_eq(in_value, c->in_value);
@@ -377,12 +436,12 @@ START_TEST(test_header_op_named_twice)
 	struct header_ops *ops = NULL;
 	int in_value;
 
-	ck_assert_ptr_null(header_ops_add(&ops, 1, HEADER_OP_SET, "X-A", "1", &in_value));
-	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_ADD, "x-a", "2", &in_value),
+	ck_assert_ptr_null(header_ops_add(&ops, 1, HEADER_OP_SET, "X-A", "1", NULL, &in_value));
+	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_ADD, "x-a", "2", NULL, &in_value),
 	    "named twice (names are case-insensitive)");
-	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_REMOVE, "X-A", NULL, &in_value),
+	ck_assert_str_eq(header_ops_add(&ops, 1, HEADER_OP_REMOVE, "X-A", NULL, NULL, &in_value),
 	    "named twice (names are case-insensitive)");
-	ck_assert_ptr_null(header_ops_add(&ops, 0, HEADER_OP_SET, "X-U", "$upstream", &in_value));
+	ck_assert_ptr_null(header_ops_add(&ops, 0, HEADER_OP_SET, "X-U", "$upstream", NULL, &in_value));
 	ck_assert_uint_eq(ops->ndrop, 2);
 	ck_assert_uint_eq(ops->nout, 2);
 	header_ops_free(ops);
@@ -500,6 +559,7 @@ headers_suite(void)
 	tc = tcase_create("header_ops");
 	tcase_add_test(tc, test_request_header_ops);
 	tcase_add_test(tc, test_response_header_ops);
+	tcase_add_test(tc, test_header_ops_path_vars);
 	tcase_add_loop_test(tc, test_header_op_refusals, 0,
 	    sizeof(op_refusals) / sizeof(op_refusals[0]));
 	tcase_add_test(tc, test_header_op_named_twice);
