@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "headers.h"
+#include "jprefix.h"
 #include "route.h"
 
 #define HEADER_OPS_TIME_LEN (sizeof("1970-01-01T00:00:00+00:00") - 1)
@@ -67,6 +68,7 @@ static const char *
 header_ops_value(struct header_op *op, const char *value, int request,
     const struct route_pattern *pattern)
 {
+	struct jcond_seg segs[JPREFIX_MAX_PATH];
 	size_t len = strlen(value), i;
 	const char *why;
 
@@ -87,6 +89,12 @@ header_ops_value(struct header_op *op, const char *value, int request,
 			op->var = REWRITE_VAR_HEADER;
 			value += 8;
 			len -= 8;
+		} else if (op->var == REWRITE_VAR_NONE && strncmp(value, "$json.", 6) == 0) {
+			if (jprefix_path(value + 6, len - 6, segs) == 0)
+				return "bad path in $json.PATH: an empty key or too many keys";
+			op->var = REWRITE_VAR_JSON;
+			value += 6;
+			len -= 6;
 		} else if (op->var == REWRITE_VAR_NONE && strncmp(value, "$path.", 6) == 0) {
 			if ((why = route_path_var_why(pattern, value + 6, len - 6)) != NULL)
 				return why;
@@ -96,9 +104,10 @@ header_ops_value(struct header_op *op, const char *value, int request,
 		}
 		if (op->var == REWRITE_VAR_NONE)
 			return "unknown variable (expected $request_id, $route, $upstream, "
-			    "$remote_addr, $time_iso8601, $header.NAME, $path.NAME, "
+			    "$remote_addr, $time_iso8601, $header.NAME, $json.PATH, $path.NAME, "
 			    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)";
-		if (op->var != REWRITE_VAR_HEADER && op->var != REWRITE_VAR_PATH)
+		if (op->var != REWRITE_VAR_HEADER && op->var != REWRITE_VAR_JSON &&
+		    op->var != REWRITE_VAR_PATH)
 			len = 0;
 	}
 	for (i = 0; op->var == REWRITE_VAR_NONE && i < len; i++)
@@ -204,6 +213,17 @@ header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
 }
 
 void
+header_ops_names(const struct header_ops *ops, enum rewrite_var var,
+    void (*fn)(void *arg, const char *name, size_t len), void *arg)
+{
+	size_t i;
+
+	for (i = 0; ops != NULL && i < ops->nout; i++)
+		if (ops->out[i].var == var)
+			fn(arg, ops->out[i].value, ops->out[i].value_len);
+}
+
+void
 header_ops_free(struct header_ops *ops)
 {
 	size_t i;
@@ -241,6 +261,9 @@ header_ops_var(const struct header_op *op, const struct rewrite_vars *vars,
 	case REWRITE_VAR_HEADER:
 		return vars->header_cb != NULL &&
 		    vars->header_cb(vars->header_arg, op->value, op->value_len, v);
+	case REWRITE_VAR_JSON:
+		return vars->json_cb != NULL &&
+		    vars->json_cb(vars->json_arg, op->value, op->value_len, v);
 	case REWRITE_VAR_PATH:
 		return vars->path_cb != NULL &&
 		    vars->path_cb(vars->path_arg, op->value, op->value_len, v);
@@ -281,11 +304,12 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 
 	for (i = 0; i < ops->nout; i++) {
 		const struct header_op *op = &ops->out[i];
-		/* A route's name may hold any byte its YAML can, a decoded path capture any
-		 * byte the client sent; the other values are checked where they come from
-		 * (here at load, the request parser, the certificate's printer in RFC 2253
-		 * form, ours). */
-		int checked = op->var != REWRITE_VAR_ROUTE && op->var != REWRITE_VAR_PATH;
+		/* A route's name may hold any byte its YAML can, a body field or a decoded
+		 * path capture any byte the client sent; the other values are checked where
+		 * they come from (here at load, the request parser, the certificate's printer
+		 * in RFC 2253 form, ours). */
+		int checked = op->var != REWRITE_VAR_ROUTE && op->var != REWRITE_VAR_JSON &&
+		    op->var != REWRITE_VAR_PATH;
 
 		if (op->var == REWRITE_VAR_NONE) {
 			text.p = op->value;
@@ -299,7 +323,7 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 			text.p = v.p;
 			text.len = v.len;
 		} else {
-			continue;       /* a header or capture the request does not have */
+			continue;       /* a header, field or capture the request does not have */
 		}
 		memcpy(w, op->name, op->len);
 		w += op->len;

@@ -25,7 +25,8 @@ struct header_op {
 	char *lower;                    /* lowercase: what received names are compared to */
 	size_t len;
 	enum rewrite_var var;           /* REWRITE_VAR_NONE: value is the text to send */
-	char *value;                    /* the text, or the NAME of $header.NAME or $path.NAME */
+	char *value;                    /* the text, or the NAME of $header.NAME, $json.NAME or
+	                                 * $path.NAME */
 	size_t value_len;
 };
 
@@ -50,6 +51,10 @@ struct route_pattern;
  */
 const char *header_ops_add(struct header_ops **ops, int request, enum header_op_kind kind,
     const char *name, const char *value, const struct route_pattern *pattern, int *in_value);
+/* Call fn with the name of each $header.NAME, $json.PATH or $path.NAME (as var says) of the
+ * values of ops (may be NULL). */
+void header_ops_names(const struct header_ops *ops, enum rewrite_var var,
+    void (*fn)(void *arg, const char *name, size_t len), void *arg);
 void header_ops_free(struct header_ops *ops);
 
 /* 1 when a received header of this name is not passed on (set or removed). */

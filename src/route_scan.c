@@ -15,6 +15,7 @@
 #include "access_log.h"
 #include "body.h"
 #include "envelope.h"
+#include "header_ops.h"
 #include "jprefix.h"
 #include "rewrite.h"
 #include "route.h"
@@ -228,13 +229,22 @@ route_scan_hash_key(const struct config_route *route)
 	return key != NULL && strncmp(key, "$json.", 6) == 0 ? key : NULL;
 }
 
-/* 1 when the route reads $json values: in its ops, its upstream's hash key, the access log. */
+static int
+route_scan_header_ops_read(const struct header_ops *ops)
+{
+	return ops != NULL && (ops->vars & (1u << REWRITE_VAR_JSON)) != 0;
+}
+
+/* 1 when the route reads $json values: in its ops and header ops, its upstream's hash key,
+ * the access log. */
 static int
 route_scan_reads_values(const struct config *cfg, const struct config_route *route)
 {
-
 	return rewrite_program_uses(route->request, REWRITE_VAR_JSON) ||
 	    rewrite_program_uses(route->response, REWRITE_VAR_JSON) ||
+	    rewrite_program_uses(route->error_response, REWRITE_VAR_JSON) ||
+	    route_scan_header_ops_read(route->request_headers) ||
+	    route_scan_header_ops_read(route->response_headers) ||
 	    route_scan_hash_key(route) != NULL || cfg->njson_fields != 0;
 }
 
@@ -323,6 +333,10 @@ route_scan_capture(struct route_scan *rs, const struct config *cfg,
 
 	rewrite_program_names(route->request, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	rewrite_program_names(route->response, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
+	rewrite_program_names(route->error_response, REWRITE_VAR_JSON, route_scan_capture_cb,
+	    &cap);
+	header_ops_names(route->request_headers, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
+	header_ops_names(route->response_headers, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	if (key != NULL)
 		route_scan_capture_cb(&cap, key + 6, strlen(key + 6));
 	for (i = 0; i < cfg->njson_fields; i++)

@@ -68,6 +68,47 @@ def set_in_request_and_response_ops(env):
 
 
 @T.case
+def header_ops(env):
+    """$json.PATH in request and response header ops, with nothing else reading the body:
+    the window is read for them; the same single look."""
+    up = echo(env)
+    conf = upstream_config(up.address, routes=[{
+        'name': 'h', 'upstream': 'app',
+        'request_headers': {'set': {'X-User': '$json.user_id'}, 'add': {'X-Tier': '$json.t.tier'}},
+        'response_headers': {'set': {'X-Asked-By': '$json.user_id'}}}])
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = post(c, b'{"t":{"tier":1.50},"user_id":"u\\u0031\\r\\n\\u00e9"}',
+             headers=[('X-Request-Id', 'j-1')])
+    env.eq('the request head: the fields (a string decoded, controls left out, a number as '
+           'its bytes), the body untouched', up.requests[0].raw if up.requests else None,
+           b'POST /api HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n'
+           b'X-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\nX-Request-Id: j-1\r\n'
+           b'X-User: u1\xc3\xa9\r\nX-Tier: 1.50\r\nContent-Length: 49\r\n\r\n'
+           b'{"t":{"tier":1.50},"user_id":"u\\u0031\\r\\n\\u00e9"}')
+    env.eq('the answer\'s header', r.header('X-Asked-By') if r else None, 'u1\u00c3\u00a9')
+    r = post(c, b'{"other":1}')
+    env.eq('fields absent: the headers left out', (up.requests[1].names(), r.names()),
+           (['host', 'content-type', 'x-forwarded-for', 'x-forwarded-proto', 'x-request-id',
+             'content-length'], ['content-type', 'x-request-id', 'content-length']))
+    r = c.request('POST', '/api', [('Host', 'a'), ('Content-Type', 'text/plain')], b'{"user_id":"x"}')
+    env.eq('a body that is not JSON: left out too', up.requests[2].header('X-User'), None)
+
+
+@T.case
+def error_response_ops_read_fields(env):
+    """error_response is the only reader of the body: its $json values are read too."""
+    up = env.scripted([], answer(http_response(503, b'{"error":"busy"}')))
+    conf = upstream_config(up.address, routes=[{
+        'name': 'e', 'upstream': 'app',
+        'error_response': [{'set': {'asked_by': '$json.user_id'}}]}])
+    gw = env.daemon(conf)
+    r = post(env.client(gw.port), b'{"user_id":"u1"}')
+    env.eq('the field in the rewritten error', (r.status, r.body) if r else None,
+           (503, b'{"error":"busy","asked_by":"u1"}'))
+
+
+@T.case
 def fields_of_compressed_and_long_bodies(env):
     up = env.scripted([], answer(http_response(200, b'{}')))
     conf = upstream_config(up.address, limits={'route_scan': '1k'}, routes=[{

@@ -333,21 +333,27 @@ START_TEST(test_response_header_ops)
 }
 END_TEST
 
-/* $path.NAME of a test request, for header ops. */
+/* $json.PATH and $path.NAME of a test request, for header ops. */
 static int
 field_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
 {
 	(void)arg;
+	if (len == 4 && memcmp(name, "user", 4) == 0) {
+		*value = var_of("u\r\n1\x7f\xc3\xa9");  /* controls never reach the head */
+		return 1;
+	}
 	if (len == 4 && memcmp(name, "rest", 4) == 0) {
-		*value = var_of("a/b\r\n\x7f c\xc3\xa9");    /* controls never reach the head */
+		*value = var_of("a/b c");
 		return 1;
 	}
 	return 0;
 }
 
-START_TEST(test_header_ops_path_vars)
+START_TEST(test_header_ops_body_and_path_vars)
 {
-	static const char *const specs[] = { "add X-Rest=$path.rest", NULL };
+	static const char *const specs[] = {
+		"set X-User=$json.user", "set X-Gone=$json.gone", "add X-Rest=$path.rest", NULL
+	};
 	const char *in = "GET /files/a%2Fb%20c HTTP/1.1\r\nHost: h\r\n\r\n";
 	const char *why;
 	struct route_pattern *p = route_pattern_new("/files/{rest...}", &why);
@@ -373,17 +379,17 @@ START_TEST(test_header_ops_path_vars)
 	    &in_value), "the route's path template has no such capture");
 	ck_assert_int_eq(http_parse_request(in, strlen(in), &req), (ssize_t)strlen(in));
 	vars = vars_of(&req);
-	vars.path_cb = field_cb;
+	vars.json_cb = vars.path_cb = field_cb;
 	memset(&fw, 0, sizeof(fw));
 	fw.client_addr = "192.0.2.7";
 	fw.request_id = str_of("rid");
 	fw.ops = ops;
 	fw.vars = &vars;
 	ck_assert_int_eq(headers_request_out(out, &req, &fw), 0);
-	check_output("path variables", out,
+	check_output("body and path variables", out,
 	    "GET /files/a%2Fb%20c HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 192.0.2.7\r\n"
 	    "X-Forwarded-Proto: http\r\nX-Request-Id: rid\r\n"
-	    "X-Rest: a/b c\xc3\xa9\r\n");
+	    "X-User: u1\xc3\xa9\r\nX-Rest: a/b c\r\n");
 	evbuffer_free(out);
 	header_ops_free(ops);
 	route_pattern_free(p);
@@ -413,6 +419,7 @@ static const struct op_refusal op_refusals[] = {
 	{ 1, HEADER_OP_SET, "X-A", "$nope", 1, "unknown variable" },
 	{ 1, HEADER_OP_SET, "X-A", "$header.a b", 1, "bad header name" },
 	{ 1, HEADER_OP_SET, "X-A", "$upstream", 1, "$upstream is not known yet" },
+	{ 1, HEADER_OP_SET, "X-A", "$json.a..b", 1, "bad path in $json.PATH" },
 	{ 0, HEADER_OP_ADD, "X-A", "$path.id", 1, "the route's match.path is not a path template" },
 };
 
@@ -559,7 +566,7 @@ headers_suite(void)
 	tc = tcase_create("header_ops");
 	tcase_add_test(tc, test_request_header_ops);
 	tcase_add_test(tc, test_response_header_ops);
-	tcase_add_test(tc, test_header_ops_path_vars);
+	tcase_add_test(tc, test_header_ops_body_and_path_vars);
 	tcase_add_loop_test(tc, test_header_op_refusals, 0,
 	    sizeof(op_refusals) / sizeof(op_refusals[0]));
 	tcase_add_test(tc, test_header_op_named_twice);
