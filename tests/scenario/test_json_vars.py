@@ -166,10 +166,12 @@ def hash_key_by_body_field(env):
     env.eq('a number: keyed by its bytes, sticky too',
            len({post(c, b'{"user_id":1234}').body for _ in range(3)}), 1)
     counts = [len(s.requests) for s in servers]
-    r = post(c, b'{"no_user":1}')
-    env.eq('no such field: still answered', r.status if r else None, 200)
-    env.eq('every body reached a server whole', sum(len(s.requests) for s in servers),
-           sum(counts) + 1)
+    bodies = [post(c, b'{"no_user":1}'), post(c, b'{"user_id":""}'), post(c, b'not json'),
+              post(c, b'{"no_user":2}'), post(c, b'{"no_user":3}'), post(c, b'{"no_user":4}')]
+    env.eq('no such field (or an empty one, or no JSON): answered', {r.status for r in bodies},
+           {200})
+    env.eq('... round robin, not all on one server: two each',
+           [len(s.requests) - n for s, n in zip(servers, counts)], [2, 2, 2])
 
 
 @T.case
