@@ -603,6 +603,18 @@ agg_sets_header(const struct config_backend *cfg, const char *lower_name)
 	return 0;
 }
 
+/* The values of the backends' templates for the client's request req. */
+static struct template_values
+agg_values(struct aggregate *a, const struct http_request *req)
+{
+	struct template_values v = {
+		req, a->captures, { a->request_id, strlen(a->request_id) },
+		{ a->remote_addr, strlen(a->remote_addr) }, agg_field_cb, a
+	};
+
+	return v;
+}
+
 /*
  * The backend's request: its method and target, Host (the upstream's host_header, else the
  * client's), the gateway's own headers and the configured ones.  Returns 0, or a
@@ -615,10 +627,7 @@ agg_build_request(struct aggregate *a, struct agg_backend *b, const struct http_
 	const struct config_backend *cfg = b->cfg;
 	struct evbuffer *out = b->f.request;
 	struct http_str host = req->host, xff;
-	struct template_values v = {
-		req, a->captures, { a->request_id, strlen(a->request_id) },
-		{ a->remote_addr, strlen(a->remote_addr) }, agg_field_cb, a
-	};
+	struct template_values v = agg_values(a, req);
 	size_t i, before;
 	int r;
 
@@ -815,6 +824,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 {
 	struct aggregate *a;
 	struct agg_backend *b;
+	struct template_values v;
 	struct timeval tv;
 	char err[256];
 	size_t i;
@@ -852,9 +862,9 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	if (waits || body_needs_headers(route->response))
 		evbuffer_add(a->head, r->head, r->head_len);
 	/* No backend request goes out for a path that would climb out of a backend's. */
+	v = agg_values(a, r->req);
 	for (i = 0; i < a->nb && !a->finishing; i++)
-		if (template_dot_segment(&route->backends[i].target, a->captures, err,
-		    sizeof(err)) != 0)
+		if (template_dot_segment(&route->backends[i].target, &v, err, sizeof(err)) != 0)
 			agg_refuse(a, route->backends[i].name, err);
 	if (route->timeout != 0 && !a->finishing)
 		evtimer_add(a->timer, conn_timeout_tv(a->timer, route->timeout, &tv));

@@ -346,16 +346,51 @@ template_value_byte(struct template_out *o, const struct template *t,
 	return 0;
 }
 
-/* 1 when the capture v (as sent) holds a segment "." or "..", its dots percent-encoded or
- * not, split at every slash it decodes to: a backend that decodes %2F sees those too. */
+/* How a value is written: percent-encoded (a query parameter's '+' a space too), or as it
+ * is. */
+enum template_coding { TEMPLATE_AS_IS, TEMPLATE_PERCENT, TEMPLATE_FORM };
+
+/* The value of the variable pc for the request v: 0, or -1 with *why (a backend's field). */
 static int
-template_dot_segment_in(struct http_str v)
+template_value(const struct template_piece *pc, const struct template_values *v,
+    struct http_str *val, enum template_coding *coding, const char **why)
+{
+	*coding = TEMPLATE_AS_IS;
+	switch (pc->var) {
+	case TEMPLATE_PATH:
+		*val = v->captures[pc->index];
+		*coding = TEMPLATE_PERCENT;
+		return 0;
+	case TEMPLATE_QUERY:
+		*val = template_query(v->req->query, pc->text + pc->off, pc->len - pc->off);
+		*coding = TEMPLATE_FORM;
+		return 0;
+	case TEMPLATE_HEADER:
+		*val = http_find_header(v->req->headers, v->req->nheaders, pc->text + pc->off);
+		return 0;
+	case TEMPLATE_BACKEND:
+		return v->backend(v->backend_arg, pc->index, pc->text + pc->off, pc->len - pc->off,
+		    val, why);
+	case TEMPLATE_REQUEST_ID:
+		*val = v->request_id;
+		return 0;
+	default:
+		*val = v->remote_addr;
+		return 0;
+	}
+}
+
+/* 1 when the value holds a segment "." or "..", its dots percent-encoded or not, split at
+ * every slash it decodes to: a backend that decodes %2F sees those too. */
+static int
+template_dot_segment_in(struct http_str v, enum template_coding coding)
 {
 	size_t i = 0, len = 0, dots = 0;
 	unsigned char c;
 
 	while (i < v.len) {
-		c = template_decoded(v.p, v.len, &i, 0);
+		c = coding == TEMPLATE_AS_IS ? (unsigned char)v.p[i++] :
+		    template_decoded(v.p, v.len, &i, coding == TEMPLATE_FORM);
 		if (c == '/') {
 			if (len != 0 && len == dots && dots <= 2)
 				return 1;
@@ -368,19 +403,29 @@ template_dot_segment_in(struct http_str v)
 	return len != 0 && len == dots && dots <= 2;
 }
 
+static void
+template_dot_segment_err(const struct template_piece *pc, char *err, size_t cap)
+{
+	template_err(err, cap, "${%s} holds a dot segment ('.' or '..'), which cannot go in a "
+	    "path", pc->text);
+}
+
 int
-template_dot_segment(const struct template *t, const struct http_str *captures, char *err,
+template_dot_segment(const struct template *t, const struct template_values *v, char *err,
     size_t cap)
 {
 	const struct template_piece *pc;
+	enum template_coding coding;
+	struct http_str val;
 	size_t i;
 
 	for (i = 0; t->target && i < t->npieces; i++) {
 		pc = &t->pieces[i];
-		if (pc->var == TEMPLATE_PATH && !pc->in_query &&
-		    template_dot_segment_in(captures[pc->index])) {
-			template_err(err, cap, "${%s} holds a dot segment ('.' or '..'), which "
-			    "cannot go in a path", pc->text);
+		if (pc->var == TEMPLATE_TEXT || pc->var == TEMPLATE_BACKEND || pc->in_query)
+			continue;
+		template_value(pc, v, &val, &coding, NULL);
+		if (template_dot_segment_in(val, coding)) {
+			template_dot_segment_err(pc, err, cap);
 			return TEMPLATE_BAD_VALUE;
 		}
 	}
@@ -393,61 +438,45 @@ template_render(const struct template *t, const struct template_values *v,
 {
 	struct template_out o = { out, 0, { 0 } };
 	const struct template_piece *pc;
+	enum template_coding coding;
 	struct http_str val;
 	const char *why;
 	size_t i, j;
-	int decode, form;
+	int bad = TEMPLATE_BAD_VALUE;
 
 	for (i = 0; i < t->npieces; i++) {
 		pc = &t->pieces[i];
-		decode = form = 0;
-		switch (pc->var) {
-		case TEMPLATE_TEXT:
+		if (pc->var == TEMPLATE_TEXT) {
 			template_flush(&o);
 			evbuffer_add(out, pc->text, pc->len);
 			continue;
-		case TEMPLATE_PATH:
-			val = v->captures[pc->index];
-			decode = 1;
-			break;
-		case TEMPLATE_QUERY:
-			val = template_query(v->req->query, pc->text + pc->off, pc->len - pc->off);
-			decode = form = 1;
-			break;
-		case TEMPLATE_HEADER:
-			val = http_find_header(v->req->headers, v->req->nheaders, pc->text + pc->off);
-			break;
-		case TEMPLATE_BACKEND:
-			if (v->backend(v->backend_arg, pc->index, pc->text + pc->off,
-			    pc->len - pc->off, &val, &why) < 0) {
-				template_flush(&o);
-				template_err(err, cap, "${%s}: %s", pc->text, why);
-				return TEMPLATE_BAD_FIELD;
-			}
-			break;
-		case TEMPLATE_REQUEST_ID:
-			val = v->request_id;
-			break;
-		case TEMPLATE_REMOTE_ADDR:
-		default:
-			val = v->remote_addr;
-			break;
+		}
+		/* What an answer gave is the answer's fault, not the request's. */
+		bad = pc->var == TEMPLATE_BACKEND ? TEMPLATE_BAD_FIELD : TEMPLATE_BAD_VALUE;
+		if (template_value(pc, v, &val, &coding, &why) < 0) {
+			template_err(err, cap, "${%s}: %s", pc->text, why);
+			goto fail;
+		}
+		if (t->target && !pc->in_query && template_dot_segment_in(val, coding)) {
+			template_dot_segment_err(pc, err, cap);
+			goto fail;
 		}
 		for (j = 0; j < val.len;) {
 			/* Only the slashes as sent separate segments: a %2F stays one. */
 			int sep = pc->rest && val.p[j] == '/';
-			unsigned char c = decode ? template_decoded(val.p, val.len, &j, form) :
-			    (unsigned char)val.p[j++];
+			unsigned char c = coding != TEMPLATE_AS_IS ? template_decoded(val.p, val.len,
+			    &j, coding == TEMPLATE_FORM) : (unsigned char)val.p[j++];
 
 			if (template_value_byte(&o, t, pc, c, sep) < 0) {
-				template_flush(&o);
 				template_err(err, cap, "the value of ${%s} holds a line break: it "
 				    "cannot go in a header", pc->text);
-				return pc->var == TEMPLATE_BACKEND ? TEMPLATE_BAD_FIELD :
-				    TEMPLATE_BAD_VALUE;
+				goto fail;
 			}
 		}
 	}
 	template_flush(&o);
 	return 0;
+fail:
+	template_flush(&o);
+	return bad;
 }

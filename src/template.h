@@ -10,8 +10,8 @@
  *
  * $$ is a literal $.  In a request-target every value is percent-encoded (all but
  * A-Z a-z 0-9 - . _ ~; the slashes the client wrote in a {NAME...} capture stay in the path,
- * a %2F stays %2F); in a header a value holding CR, LF or NUL is refused.  A capture with a
- * dot segment is for the caller to refuse before rendering (template_dot_segment).
+ * a %2F stays %2F), and one that would put a dot segment in the path is refused; in a
+ * header a value holding CR, LF or NUL is refused.
  */
 #ifndef JG_TEMPLATE_H
 #define JG_TEMPLATE_H
@@ -82,14 +82,18 @@ struct template_values {
 
 /* Why a template could not be rendered. */
 enum template_error {
-	TEMPLATE_BAD_VALUE = 1,         /* a request's value cannot go there (CR or LF in a header) */
-	TEMPLATE_BAD_FIELD = 2          /* a backend's field is missing or not a scalar */
+	TEMPLATE_BAD_VALUE = 1,         /* a request's value cannot go there (CR or LF in a header,
+	                                 * a dot segment in a path) */
+	TEMPLATE_BAD_FIELD = 2          /* a backend's field is missing, not a scalar, or cannot
+	                                 * go there */
 };
 
-/* TEMPLATE_BAD_VALUE with a message in err when a capture t puts in a request-target's path
- * holds a dot segment ("." or "..", its dots or the slashes around it percent-encoded or
- * not), which a backend would resolve out of the path the configuration gives; else 0. */
-int template_dot_segment(const struct template *t, const struct http_str *captures, char *err,
+/* TEMPLATE_BAD_VALUE with a message in err when a value of the request (all but the
+ * ${backend...} ones, known only later) that t puts in a request-target's path holds a dot
+ * segment ("." or "..", its dots or the slashes around it percent-encoded or not), which a
+ * backend would resolve out of the path the configuration gives; else 0.  template_render
+ * refuses those too: this tells before any backend is asked. */
+int template_dot_segment(const struct template *t, const struct template_values *v, char *err,
     size_t errcap);
 
 /* Append the interpolated text to out: 0, or a template_error with a message in err. */

@@ -317,6 +317,36 @@ def path_captures_stay_inside_the_backend_path(env):
 
 
 @T.case
+def request_and_answer_values_stay_inside_the_backend_path(env):
+    """Not only captures: a query parameter or header of the request with a dot segment is a
+    bad request; a field of an answer with one fails the backend that would use it."""
+    users = env.scripted([json_answer(b'{"id":"a/.."}'), json_answer(b'{"id":"a/b"}')])
+    orders = env.scripted(default=json_answer(b'[]'))
+    conf = aggregated(
+        {'user': {'upstream': 'users', 'path': '/u/${query.u}/${header.x-zone}'},
+         'orders': {'upstream': 'orders', 'after': 'user', 'path': '/o/${backend.user.id}'}},
+        {'users': [users.address], 'orders': [orders.address]})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    for what, target, zone in (('a query parameter', '/agg?u=%2E%2E', 'eu'),
+                               ('a header', '/agg?u=1', 'a/.')):
+        r = get(env, gw, target, headers=[('X-Request-Id', 'q'), ('X-Zone', zone)], client=c)
+        env.gateway_error(what, r, 400, 'bad_request', 'backend user: ${%s} holds a dot '
+                          'segment (\'.\' or \'..\'), which cannot go in a path' %
+                          ('query.u' if zone == 'eu' else 'header.x-zone'), False,
+                          request_id='q')
+    env.eq('no backend was asked', users.requests, [])
+    r = get(env, gw, '/agg?u=1', headers=[('X-Request-Id', 'f'), ('X-Zone', 'eu')], client=c)
+    env.gateway_error('a field of an answer', r, 502, 'upstream_invalid', 'backend orders: '
+                      '${backend.user.id} holds a dot segment (\'.\' or \'..\'), which cannot '
+                      'go in a path', False, request_id='f')
+    r = get(env, gw, '/agg?u=1', headers=[('X-Zone', 'eu')], client=c)
+    env.eq('without one: asked, slashes of values encoded',
+           (r.status, [q.target for q in users.requests], [q.target for q in orders.requests]),
+           (200, ['/u/1/eu', '/u/1/eu'], ['/o/a%2Fb']))
+
+
+@T.case
 def a_dependent_call_reads_the_answer_it_waits_for(env):
     user = b'{"account":{"id":"ac/1","id":"ac/2"},"region":"eu west","name":"Zo\\u00eb \\"Z\\"","n":12.50}'
     users = env.scripted([json_answer(user), json_answer(b'{"region":"x"}'),

@@ -68,6 +68,10 @@ field_cb(void *arg, unsigned backend, const char *field, size_t len, struct http
 		*value = (struct http_str){ "a\r\nb", 4 };
 		return 0;
 	}
+	if (strcmp(last_field, "dots") == 0) {
+		*value = (struct http_str){ "a/..", 4 };
+		return 0;
+	}
 	*value = (struct http_str){ "42/x y", 6 };
 	return 0;
 }
@@ -180,27 +184,38 @@ START_TEST(test_render_rest_keeps_encoded_slashes)
 }
 END_TEST
 
-/* What template_dot_segment says of text for a request "GET target": "" when nothing. */
+/* What template_dot_segment says of text for a request "GET target" (with an X-T header):
+ * "" when nothing; render must say the same. */
 static const char *
 dot_segment(const char *text, const char *target)
 {
 	static char err[512];
 	static struct http_request req;
 	char request[512];
+	const char *rendered;
 	struct template_scope s = scope();
 	struct http_str caps[ROUTE_MAX_CAPTURES];
+	struct template_values v;
 	struct template t;
 	int r;
 
-	snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", target);
+	snprintf(request, sizeof(request), "GET %s HTTP/1.1\r\nHost: h\r\nX-T: a/.\r\n\r\n",
+	    target);
 	ck_assert_int_eq(template_parse(&t, text, 1, &s, err, sizeof(err)), 0);
 	ck_assert_int_gt(http_parse_request(request, strlen(request), &req), 0);
 	memset(caps, 0, sizeof(caps));
 	ck_assert_int_eq(route_pattern_match(pattern, req.path.p, req.path.len, caps), 1);
+	memset(&v, 0, sizeof(v));
+	v.req = &req;
+	v.captures = caps;
 	err[0] = '\0';
-	r = template_dot_segment(&t, caps, err, sizeof(err));
+	r = template_dot_segment(&t, &v, err, sizeof(err));
 	ck_assert_int_eq(r, err[0] != '\0' ? TEMPLATE_BAD_VALUE : 0);
 	template_free(&t);
+	rendered = render(text, 1, request, &r);
+	if (err[0] != '\0')
+		ck_assert_str_eq(rendered, err);
+	ck_assert_int_eq(r, err[0] != '\0' ? TEMPLATE_BAD_VALUE : 0);
 	return err;
 }
 
@@ -227,9 +242,29 @@ START_TEST(test_dot_segment)
 	    "dot segment ('.' or '..'), which cannot go in a path");
 	ck_assert_str_eq(dot_segment("/s/x${path.id}", "/users/../files/"), "${path.id} holds a "
 	    "dot segment ('.' or '..'), which cannot go in a path");
-	/* in the query, or in no path at all, it is only text */
+	/* in the query it is only text */
 	ck_assert_str_eq(dot_segment("/s?q=${path.rest}", "/users/1/files/../.."), "");
 	ck_assert_str_eq(dot_segment("/s/${path.id}?q=${path.rest}", "/users/1/files/.."), "");
+	/* any value of the request, in the path */
+	ck_assert_str_eq(dot_segment("/s/${query.q}", "/users/1/files/?q=a%2F%2E+"), "");
+	ck_assert_str_eq(dot_segment("/s/${query.q}", "/users/1/files/?q=a%2F%2E"), "${query.q} "
+	    "holds a dot segment ('.' or '..'), which cannot go in a path");
+	ck_assert_str_eq(dot_segment("/s/${header.x-t}", "/users/1/files/"), "${header.x-t} "
+	    "holds a dot segment ('.' or '..'), which cannot go in a path");
+	ck_assert_str_eq(dot_segment("/s?h=${header.x-t}", "/users/1/files/"), "");
+}
+END_TEST
+
+START_TEST(test_render_backend_dot_segment)
+{
+	int r;
+
+	ck_assert_str_eq(render("/o/${backend.user.dots}", 1, REQ("/users/1/files/", ""), &r),
+	    "${backend.user.dots} holds a dot segment ('.' or '..'), which cannot go in a path");
+	ck_assert_int_eq(r, TEMPLATE_BAD_FIELD);
+	ck_assert_str_eq(render("/o?f=${backend.user.dots}", 1, REQ("/users/1/files/", ""), &r),
+	    "/o?f=a%2F..");
+	ck_assert_int_eq(r, 0);
 }
 END_TEST
 
@@ -279,6 +314,7 @@ main(void)
 	tcase_add_test(tc, test_render_target);
 	tcase_add_test(tc, test_render_rest_keeps_encoded_slashes);
 	tcase_add_test(tc, test_dot_segment);
+	tcase_add_test(tc, test_render_backend_dot_segment);
 	tcase_add_test(tc, test_render_backend_field);
 	tcase_add_test(tc, test_render_header);
 	suite_add_tcase(s, tc);
