@@ -233,8 +233,9 @@ exchange_end(struct exchange *ex, int reusable)
 }
 
 int
-exchange_may_retry(const struct exchange *ex, unsigned fail, int why, size_t ntried,
-    unsigned *retries, int idempotent, int replayable, const char *request_id)
+exchange_may_retry(const struct exchange *ex, unsigned fail,
+    enum upstream_retry_reason why, size_t ntried, unsigned *retries,
+    int idempotent, int replayable, const char *request_id)
 {
 	const struct config_upstream *up = ex->up->cfg;
 
@@ -244,7 +245,7 @@ exchange_may_retry(const struct exchange *ex, unsigned fail, int why, size_t ntr
 		return upstream_retry_begin(up, UPSTREAM_RETRY_CONNECT_ERROR, 0);
 	if (!(up->retry_on & fail) || !idempotent || !replayable || *retries >= up->retries)
 		return 0;
-	if (!upstream_retry_begin(up, (enum upstream_retry_reason)why, 1)) {
+	if (!upstream_retry_begin(up, why, 1)) {
 		log_warnx("upstream %s: retry budget exhausted, not retrying request %s",
 		    up->name, request_id);
 		return 0;
@@ -297,6 +298,18 @@ exchange_status_failure(int status)
 	case 503: return FAIL_503;
 	case 504: return FAIL_504;
 	default: return 0;
+	}
+}
+
+enum upstream_retry_reason
+exchange_status_reason(int status)
+{
+	switch (status) {
+	case 429: return UPSTREAM_RETRY_STATUS_429;
+	case 500: return UPSTREAM_RETRY_STATUS_500;
+	case 502: return UPSTREAM_RETRY_STATUS_502;
+	case 503: return UPSTREAM_RETRY_STATUS_503;
+	default: return UPSTREAM_RETRY_STATUS_504;
 	}
 }
 

@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "errors.h"
 #include "http.h"
+#include "upstream_state.h"
 
 struct event;
 struct worker;
@@ -104,8 +105,9 @@ void exchange_verdict(struct exchange *ex, unsigned fail);
  * idempotent and still in hand (replayable), *retries under the upstream's retries, and the
  * retry budget must allow it (*retries then counts it, and the next try must set retry).
  */
-int exchange_may_retry(const struct exchange *ex, unsigned fail, int why, size_t ntried,
-    unsigned *retries, int idempotent, int replayable, const char *request_id);
+int exchange_may_retry(const struct exchange *ex, unsigned fail,
+    enum upstream_retry_reason why, size_t ntried, unsigned *retries,
+    int idempotent, int replayable, const char *request_id);
 
 /*
  * The hash balancing key of a request for up, by its hash_key variable ($remote_addr,
@@ -118,6 +120,8 @@ size_t exchange_hash_key(const struct config_upstream *up, const char *remote_ad
 
 /* The FAIL_* bit of an answer's status (429, 500, 502, 503, 504), or 0. */
 unsigned exchange_status_failure(int status);
+/* The retry reason of a failing status (one exchange_status_failure gives a bit for). */
+enum upstream_retry_reason exchange_status_reason(int status);
 /* The gateway error a request answers when every try got the failing status. */
 enum gateway_error exchange_status_error(int status);
 /* The answer's head is here (its server is ex->sp): a 503 or 429 with Retry-After keeps

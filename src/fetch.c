@@ -222,7 +222,7 @@ fetch_next_try(struct fetch *f, unsigned fail, enum upstream_retry_reason why,
 	f->status = 0;
 	f->error = err;
 	snprintf(f->message, sizeof(f->message), fmt, f->up->cfg->name, detail);
-	if (!exchange_may_retry(&f->ex, fail, (int)why, f->ntried, &f->retries, f->idempotent,
+	if (!exchange_may_retry(&f->ex, fail, why, f->ntried, &f->retries, f->idempotent,
 	    1, f->request_id)) {
 		fetch_finish(f, 0);
 		return;
@@ -292,7 +292,8 @@ fetch_retry_status(struct fetch *f, const struct http_response *resp)
 		return 0;
 	exchange_note_retry_after(&f->ex, resp);
 	if (!(f->up->cfg->retry_on & fail) || !exchange_may_retry(&f->ex, fail,
-	    UPSTREAM_RETRY_STATUS, f->ntried, &f->retries, f->idempotent, 1, f->request_id))
+	    exchange_status_reason(resp->status), f->ntried, &f->retries, f->idempotent, 1,
+	    f->request_id))
 		return 0;
 	log_info("upstream %s server %s answered %d: trying another server (request %s)",
 	    f->up->cfg->name, f->ex.sp->srv->addr.text, resp->status, f->request_id);

@@ -1330,7 +1330,7 @@ proxy_try(struct client *c, int fresh)
 static int
 proxy_may_retry(struct client *c, unsigned fail, enum upstream_retry_reason why)
 {
-	return !c->resp_started && exchange_may_retry(&c->ex, fail, (int)why, c->ntried,
+	return !c->resp_started && exchange_may_retry(&c->ex, fail, why, c->ntried,
 	    &c->retries, c->idempotent, c->replayable, c->request_id);
 }
 
@@ -1507,7 +1507,7 @@ proxy_retry_status(struct client *c, const struct http_response *resp)
 		return 0;
 	exchange_note_retry_after(&c->ex, resp);
 	if (!(c->upool->cfg->retry_on & fail) ||
-	    !proxy_may_retry(c, fail, UPSTREAM_RETRY_STATUS))
+	    !proxy_may_retry(c, fail, exchange_status_reason(resp->status)))
 		return 0;
 	log_info("upstream %s server %s answered %d: trying another server (request %s)",
 	    c->upool->cfg->name, c->ex.sp->srv->addr.text, resp->status, c->request_id);

@@ -21,7 +21,11 @@
 	X(TIMEOUT, "timeout") \
 	X(RESET, "reset") \
 	X(INVALID, "invalid") \
-	X(STATUS, "status")             /* an answer whose status is in retry_on */
+	X(STATUS_429, "429")            /* answers whose status is in retry_on, one each */ \
+	X(STATUS_500, "500") \
+	X(STATUS_502, "502") \
+	X(STATUS_503, "503") \
+	X(STATUS_504, "504")
 
 enum upstream_retry_reason {
 #define X(id, name) UPSTREAM_RETRY_##id,

@@ -156,8 +156,26 @@ def retry_on_status_and_retry_after(env):
     statuses = [get(env, gw, '/%d' % i).status for i in range(6)]
     env.eq('503 retried on the other server', statuses, [200] * 6)
     env.eq('after its Retry-After, a gets nothing more', len(a.requests), 1)
-    env.eq('status retry counted', metric(aport, 'jsongate_upstream_retries_total',
-                                          upstream='app', reason='status'), 1)
+    env.eq('status retry counted under its status', metric(
+        aport, 'jsongate_upstream_retries_total', upstream='app', reason='503'), 1)
+
+
+@T.case
+def retries_counted_by_status(env):
+    a = env.scripted([answer(http_response(status, b'{}')) for status in (429, 502, 503, 504)],
+                     default=ok_from('a'))
+    b = env.scripted(default=ok_from('b'))
+    conf, aport = with_admin(upstream_config(a.address, b.address))
+    conf['upstreams']['app'].update(max_fails=0, retry_on=[429, 502, 503, 504])
+    gw = env.daemon(conf)
+    statuses = [get(env, gw, '/%d' % i).status for i in range(12)]
+    env.eq('each failing status retried on the other server', statuses, [200] * 12)
+    env.check('a answered its four statuses', len(a.requests) >= 4, len(a.requests))
+    m = metrics(aport)
+    env.eq('one retry under each status', [m.get('jsongate_upstream_retries_total{upstream="app",'
+                                                 'reason="%s"}' % s) for s in
+                                           ('429', '502', '503', '504')], [1, 1, 1, 1])
+    env.eq('no lumped status reason', [k for k in m if 'reason="status"' in k], [])
 
 
 @T.case
