@@ -238,19 +238,24 @@ exchange_may_retry(const struct exchange *ex, unsigned fail,
     int idempotent, int replayable, const char *request_id)
 {
 	const struct config_upstream *up = ex->up->cfg;
+	int stale = why == UPSTREAM_RETRY_STALE;
 
+	if (stale && ntried > 0)
+		ntried--;       /* the same server may take it again */
 	if (ntried >= CONFIG_MAX_TRIES || ntried >= ex->up->nservers || ex->up->wr->w->draining)
 		return 0;
 	if (fail == FAIL_CONNECT)
 		return upstream_retry_begin(up, UPSTREAM_RETRY_CONNECT_ERROR, 0);
-	if (!(up->retry_on & fail) || !idempotent || !replayable || *retries >= up->retries)
+	if (!(up->retry_on & fail) || !idempotent || !replayable ||
+	    (!stale && *retries >= up->retries))
 		return 0;
 	if (!upstream_retry_begin(up, why, 1)) {
 		log_warnx("upstream %s: retry budget exhausted, not retrying request %s",
 		    up->name, request_id);
 		return 0;
 	}
-	(*retries)++;
+	if (!stale)
+		(*retries)++;
 	return 1;
 }
 

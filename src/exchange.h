@@ -104,6 +104,9 @@ void exchange_verdict(struct exchange *ex, unsigned fail);
  * over, to each server once.  Otherwise retry_on must list the failure, the request must be
  * idempotent and still in hand (replayable), *retries under the upstream's retries, and the
  * retry budget must allow it (*retries then counts it, and the next try must set retry).
+ * why UPSTREAM_RETRY_STALE (fail FAIL_RESET) is nginx's extra try after a reused pooled
+ * connection closed with no byte of an answer: it does not use up retries, and the server
+ * it failed on (the last of the ntried) may take it again.
  */
 int exchange_may_retry(const struct exchange *ex, unsigned fail,
     enum upstream_retry_reason why, size_t ntried, unsigned *retries,

@@ -455,6 +455,33 @@ fetch_input(struct fetch *f)
 	fetch_finish(f, !f->up_close && evbuffer_get_length(uc->in) == 0 && !uc->eof);
 }
 
+/* A pooled connection the server closed while idle, the request crossing the close: no
+ * server failure.  One extra try on a new connection when a reset may be retried (it uses
+ * up no retries, as nginx's), else the fetch fails. */
+static int
+fetch_stale_retry(struct fetch *f)
+{
+	struct upconn *uc = f->ex.uc;
+
+	if (!uc->reused || f->stale_retried || f->head_seen || evbuffer_get_length(uc->conn.in) != 0)
+		return 0;
+	if (!exchange_may_retry(&f->ex, FAIL_RESET, UPSTREAM_RETRY_STALE, f->ntried, &f->retries,
+	    f->idempotent, 1, f->request_id)) {
+		log_warnx("upstream %s server %s closed a pooled connection before answering "
+		    "(request %s)", f->up->cfg->name, fetch_server(f)->addr.text, f->request_id);
+		fetch_fail(f, GW_UPSTREAM_UNAVAILABLE,
+		    "upstream %s closed the connection before answering%s", "");
+		return 1;
+	}
+	f->stale_retried = 1;
+	fetch_end_try(f, 0);
+	if (f->noted)
+		upstream_server_unref(f->tried[--f->ntried]);  /* the same server may take it */
+	f->ex.retry = 1;
+	fetch_try(f, 1);
+	return 1;
+}
+
 /* The connection ended, failed or timed out while the answer was awaited. */
 static void
 fetch_upstream_failed(struct fetch *f, int what)
@@ -477,17 +504,8 @@ fetch_upstream_failed(struct fetch *f, int what)
 		    "TLS handshake with upstream %s failed: %s", reason);
 		return;
 	}
-	/* A pooled connection the server closed while idle: once more on a new one, without
-	 * blaming the server. */
-	if (!(what & CONN_TIMEOUT) && uc->reused && !f->stale_retried && !f->head_seen &&
-	    f->idempotent && evbuffer_get_length(uc->conn.in) == 0) {
-		f->stale_retried = 1;
-		fetch_end_try(f, 0);
-		if (f->noted)
-			upstream_server_unref(f->tried[--f->ntried]);
-		fetch_try(f, 1);
+	if (!(what & CONN_TIMEOUT) && fetch_stale_retry(f))
 		return;
-	}
 	log_warnx("upstream %s server %s %s (request %s)", name, addr,
 	    what & CONN_TIMEOUT ? "did not answer in time" :
 	    "closed the connection before the answer was complete", f->request_id);

@@ -2010,18 +2010,29 @@ proxy_invalid_response(struct client *c)
 	proxy_next_try(c, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
 }
 
-/* A pooled connection may have been closed by the server while it sat idle: the request did
- * not reach it.  Send it again once, on a new connection, without blaming the server. */
+/* A pooled connection may have been closed by the server while it sat idle, the request
+ * crossing the close: no server failure.  As nginx, the request gets one extra try on a new
+ * connection when a reset may be retried, which uses up no retries; else its error. */
 static int
 proxy_stale_retry(struct client *c)
 {
-	if (!c->ex.uc->reused || c->stale_retried || !c->idempotent || !c->replayable ||
-	    c->resp_head_seen || evbuffer_get_length(upconn(c)->in) != 0)
+	if (!c->ex.uc->reused || c->stale_retried || c->resp_head_seen ||
+	    evbuffer_get_length(upconn(c)->in) != 0)
 		return 0;
+	if (!proxy_may_retry(c, FAIL_RESET, UPSTREAM_RETRY_STALE)) {
+		log_warnx("upstream %s server %s closed a pooled connection before answering "
+		    "(request %s)", c->upool->cfg->name, proxy_server(c)->addr.text,
+		    c->request_id);
+		proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE,
+		    "upstream %s closed the connection before answering%s", "");
+		client_error(c, c->last_error, c->last_message, 0);
+		return 1;
+	}
 	c->stale_retried = 1;
 	exchange_end(&c->ex, 0);
 	if (c->noted)
 		upstream_server_unref(c->tried[--c->ntried]);  /* the same server may take it */
+	c->ex.retry = 1;
 	proxy_try(c, 1);
 	return 1;
 }

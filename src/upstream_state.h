@@ -21,6 +21,7 @@
 	X(TIMEOUT, "timeout") \
 	X(RESET, "reset") \
 	X(INVALID, "invalid") \
+	X(STALE, "stale")               /* a reused pooled connection closed without answering */ \
 	X(STATUS_429, "429")            /* answers whose status is in retry_on, one each */ \
 	X(STATUS_500, "500") \
 	X(STATUS_502, "502") \

@@ -131,6 +131,96 @@ def retry_after_reset_only_when_idempotent(env):
                                                upstream='app', reason='reset'), 4)
 
 
+def stale_pair(env, second, **upstream):
+    """One server whose second request (on the pooled connection of the first) takes the
+    step second; then it answers."""
+    a = env.scripted([answer(OK), second], default=answer(OK))
+    conf, aport = with_admin(upstream_config(a.address))
+    conf['upstreams']['app'].update(upstream)
+    return a, env.daemon(conf), aport
+
+
+def seen(up):
+    return [(r.method, r.target, r.conn) for r in up.requests]
+
+
+@T.case
+def stale_connection_retried_as_nginx(env):
+    """A reused pooled connection reset with no answer byte: one extra try on a new
+    connection that uses up no retries, counted as stale, no server failure."""
+    a, gw, aport = stale_pair(env, reset(), retries=0)
+    statuses = [get(env, gw, '/%d' % i, 'DELETE').status for i in range(2)]
+    env.eq('both answered', statuses, [200, 200])
+    env.eq('the second sent again on a new connection', seen(a),
+           [('DELETE', '/0', 0), ('DELETE', '/1', 0), ('DELETE', '/1', 1)])
+    env.eq('counted as a stale retry', metric(aport, 'jsongate_upstream_retries_total',
+                                              upstream='app', reason='stale'), 1)
+    env.eq('no reset retry counted', metric(aport, 'jsongate_upstream_retries_total',
+                                            upstream='app', reason='reset'), None)
+    env.eq('no ejection (max_fails 1)', metric(aport, 'jsongate_upstream_ejections_total',
+                                               upstream='app', server=a.address), 0)
+
+
+@T.case
+def stale_connection_not_retried_without_reset_in_retry_on(env):
+    a, gw, aport = stale_pair(env, reset(), retries=0, retry_on=['connect_error'])
+    env.eq('first answered', get(env, gw, '/0', 'DELETE').status, 200)
+    r = get(env, gw, '/1', 'DELETE')
+    env.gateway_error('a reset is not in retry_on: the error', r, 502, 'upstream_unavailable',
+                      'upstream app closed the connection before answering', close=False)
+    env.eq('the DELETE reached the server once', seen(a),
+           [('DELETE', '/0', 0), ('DELETE', '/1', 0)])
+    env.eq('no retry counted', [k for k in metrics(aport)
+                                if k.startswith('jsongate_upstream_retries_total')], [])
+
+
+@T.case
+def stale_connection_never_retries_a_post(env):
+    a, gw, aport = stale_pair(env, reset())
+    post = lambda i: get(env, gw, '/%d' % i, 'POST', [('Content-Length', '2')], b'{}')
+    env.eq('first answered', post(0).status, 200)
+    env.gateway_error('a POST is not sent twice', post(1), 502, 'upstream_unavailable',
+                      'upstream app closed the connection before answering', close=False)
+    env.eq('sent once', seen(a), [('POST', '/0', 0), ('POST', '/1', 0)])
+
+
+@T.case
+def stale_connection_retry_within_the_budget(env):
+    a, gw, aport = stale_pair(env, reset(), retry_budget={'percent': 0, 'min': 0})
+    env.eq('first answered', get(env, gw, '/0').status, 200)
+    env.gateway_error('no budget: no extra try', get(env, gw, '/1'), 502,
+                      'upstream_unavailable',
+                      'upstream app closed the connection before answering', close=False)
+    env.eq('sent once', seen(a), [('GET', '/0', 0), ('GET', '/1', 0)])
+    env.eq('budget exhaustion counted once', metric(
+        aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'), 1)
+
+
+@T.case
+def stale_connection_not_retried_after_the_answer_started(env):
+    head = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n'
+    a, gw, aport = stale_pair(env, reset_after(head + b'{"a"'), max_fails=0)
+    env.eq('first answered', get(env, gw, '/0').status, 200)
+    c = env.client(gw.port)
+    r = c.request('GET', '/1', [('Host', 'a')])
+    env.eq('the head went out: the answer is cut short, not sent again',
+           (r.status, r.body, r.complete), (200, b'{"a"', False))
+    env.eq('sent once', seen(a), [('GET', '/0', 0), ('GET', '/1', 0)])
+
+
+@T.case
+def stale_connection_in_an_aggregated_route(env):
+    a = env.scripted([answer(OK), reset()], default=answer(OK))
+    conf = upstream_config(a.address, routes=[{'name': 'agg', 'match': {'path': '/agg'},
+                                               'backends': {'x': {'upstream': 'app',
+                                                                  'path': '/x'}}}])
+    conf['upstreams']['app'].update(retry_on=['connect_error'])
+    gw = env.daemon(conf)
+    env.eq('first answered', get(env, gw, '/agg').status, 200)
+    env.eq('a reset is not in retry_on: the backend fails', get(env, gw, '/agg').status, 502)
+    env.eq('its request went once', seen(a), [('GET', '/x', 0), ('GET', '/x', 0)])
+
+
 @T.case
 def retry_budget_stops_retries(env):
     a = env.scripted(default=close_before_answer())
