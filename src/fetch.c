@@ -287,9 +287,9 @@ fetch_retry_status(struct fetch *f, const struct http_response *resp)
 	unsigned fail = exchange_status_failure(resp->status);
 	char code[8];
 
-	exchange_verdict(&f->ex, fail);
 	if (fail == 0)
-		return 0;
+		return 0;       /* judged at the answer's end */
+	exchange_verdict(&f->ex, fail);
 	exchange_note_retry_after(&f->ex, resp);
 	if (!(f->up->cfg->retry_on & fail) || !exchange_may_retry(&f->ex, fail,
 	    exchange_status_reason(resp->status), f->ntried, &f->retries, f->idempotent, 1,
@@ -451,6 +451,7 @@ fetch_input(struct fetch *f)
 		return;
 	if (fetch_read_body(f) != 1)
 		return;
+	exchange_verdict(&f->ex, 0);    /* the whole answer came */
 	/* Bytes past the answer, or an answer that ends the connection: never reuse it. */
 	fetch_finish(f, !f->up_close && evbuffer_get_length(uc->in) == 0 && !uc->eof);
 }
@@ -491,6 +492,7 @@ fetch_upstream_failed(struct fetch *f, int what)
 	char reason[160];
 
 	if (f->head_seen && f->body_mode == FETCH_BODY_CLOSE && (what & CONN_EOF)) {
+		exchange_verdict(&f->ex, 0);
 		fetch_finish(f, 0);
 		return;
 	}

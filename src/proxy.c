@@ -489,8 +489,11 @@ client_request_end(struct client *c)
 	proxy_drop(c->req_copy);
 	proxy_drop(c->up_head);
 	proxy_drop_block(c);
-	if (c->ex.stage != EXCHANGE_IDLE)
+	if (c->ex.stage != EXCHANGE_IDLE) {
+		/* The whole answer came: the server did well (unless its status said otherwise). */
+		exchange_verdict(&c->ex, 0);
 		exchange_end(&c->ex, !c->up_close && c->req_done && c->sent);
+	}
 	proxy_drop_replay(c);
 	proxy_forget_tried(c);
 	proxy_end_aggregate(c);
@@ -1494,17 +1497,18 @@ proxy_forward_request_body(struct client *c)
 
 /* --- answers that call for another try ----------------------------------------------- */
 
-/* The final head of an answer is here: give the server its verdict, and when the status is
- * in retry_on and another try may go, drop this answer (1) for a try elsewhere. */
+/* The final head of an answer is here: a failing status is the server's verdict, and when it
+ * is in retry_on and another try may go, this answer is dropped (1) for a try elsewhere.  Any
+ * other answer is judged at its end (client_request_end). */
 static int
 proxy_retry_status(struct client *c, const struct http_response *resp)
 {
 	unsigned fail = exchange_status_failure(resp->status);
 	char status[8];
 
-	exchange_verdict(&c->ex, fail);
 	if (fail == 0)
 		return 0;
+	exchange_verdict(&c->ex, fail);
 	exchange_note_retry_after(&c->ex, resp);
 	if (!(c->upool->cfg->retry_on & fail) ||
 	    !proxy_may_retry(c, fail, exchange_status_reason(resp->status)))
@@ -1798,6 +1802,7 @@ proxy_forward_response_body(struct client *c)
 		if (r < 0) {
 			log_warnx("invalid chunked framing from upstream %s (request %s)",
 			    proxy_server(c)->addr.text, c->request_id);
+			exchange_verdict(&c->ex, FAIL_INVALID);
 			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
 			return;
 		}

@@ -144,6 +144,45 @@ def reset_after_head_cuts_the_answer(env):
 
 
 @T.case
+def failures_after_the_head_eject(env):
+    """Passive health judges an answer at its end: a server that resets after sending the
+    head, or stalls mid-body, fails as much as one that refuses."""
+    head = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n'
+    for fault, why in ((reset_after(head + b'{"par'), 'reset'),
+                       (stall_mid_body(head + b'{"par'), 'timeout')):
+        bad, good, conf, aport = pair(env, [], fault, max_fails=1, fail_timeout='30s')
+        gw = env.daemon(conf)
+        answers = [get(env, gw, '/%d' % i) for i in range(6)]
+        env.eq('%s mid-body: the first answer is cut, the rest come from the good server'
+               % why, [(r.status, r.body, r.complete) for r in answers],
+               [(200, b'{"par', False)] + [(200, BODY, True)] * 5)
+        env.eq('%s: the server got one request' % why, len(bad.requests), 1)
+        env.eq('%s: ejected' % why, metric(aport, 'jsongate_upstream_ejections_total',
+                                           upstream='app', server=bad.address), 1)
+        env.check('%s: logged' % why, gw.wait_log(r'server %s ejected for 30000ms after 1 %s'
+                                                  % (re.escape(bad.address), why)))
+
+
+@T.case
+def failures_after_the_head_eject_in_an_aggregated_route(env):
+    head = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n'
+    bad = env.scripted(default=reset_after(head + b'{"par'))
+    good = env.scripted(default=GOOD)
+    conf, aport = with_admin(upstream_config(bad.address, good.address, routes=[
+        {'name': 'agg', 'match': {'path': '/agg'},
+         'backends': {'x': {'upstream': 'app', 'path': '/x'}}}]))
+    gw = env.daemon(conf)
+    answers = [get(env, gw, '/agg') for i in range(4)]
+    env.eq('the answer cut mid-body is fetched again from the other server',
+           [(r.status, r.body) for r in answers], [(200, b'{"x":' + BODY + b'}')] * 4)
+    env.eq('the resetting server got one request', len(bad.requests), 1)
+    env.eq('ejected', metric(aport, 'jsongate_upstream_ejections_total', upstream='app',
+                             server=bad.address), 1)
+    env.eq('counted as a reset retry', metric(aport, 'jsongate_upstream_retries_total',
+                                              upstream='app', reason='reset'), 1)
+
+
+@T.case
 def garbage_is_invalid(env):
     bad, good, conf, aport = pair(env, [], garbage(), max_fails=0)
     gw = env.daemon(conf)
