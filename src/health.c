@@ -272,7 +272,8 @@ health_begin(struct health_check *hc)
 	hc->running = 1;
 	if (conn_connect(&hc->conn, (const struct sockaddr *)&addr->ss, addr->sslen) < 0 ||
 	    (hc->up->tls != NULL &&
-	    tls_connect(&hc->conn, hc->up->tls->ctx, addr->host, &hc->tls_session) < 0)) {
+	    tls_connect(&hc->conn, hc->up->tls->ctx, addr->name ? addr->name : addr->host,
+	    &hc->tls_session) < 0)) {
 		health_done(hc, 0, strerror(errno));
 		return;
 	}

@@ -510,6 +510,36 @@ def upstream_by_name(env):
 
 
 @T.case
+def health_checks_by_name(env):
+    """A TLS health check of a server given by host name verifies the certificate for the
+    name, as requests do."""
+    dns = dns_server.start(env)
+    dns.set('named.test', a=['127.0.0.1'])
+    up = tls_upstream(env, 'named')
+    aport = free_port()
+    conf = upstream_config('named.test:%d' % up.port, resolver=dns.address,
+                           admin={'listen': '127.0.0.1:%d' % aport})
+    conf['upstreams']['app']['tls'] = {'ca': CA}
+    conf['upstreams']['app']['health'] = {'path': '/health', 'interval': '100ms',
+                                          'fails': 1, 'passes': 1}
+    gw = env.daemon(conf)
+    server = '127.0.0.1:%d' % up.port
+
+    def checks(result):
+        r = Client(aport).request('GET', '/metrics', [('Host', 'admin')])
+        key = ('jsongate_upstream_health_checks_total{upstream="app",server="%s",result="%s"} '
+               % (server, result))
+        return sum(int(float(line[len(key):])) for line in r.body.decode().splitlines()
+                   if line.startswith(key))
+    env.require('three checks ran', wait_until(lambda: checks('passed') + checks('failed') >= 3,
+                                               10))
+    env.eq('every check passed verification by the name', checks('failed'), 0)
+    env.check('the name sent as SNI by the checks', set(up.names) == {'named.test'}, up.names)
+    r = env.client(gw.port).request('GET', '/after', [('Host', 'a')])
+    env.eq('the server stays in service', (r.status, r.body), (200, b'{"ok":true}'))
+
+
+@T.case
 def upstream_expired(env):
     up = tls_upstream(env, 'expired')
     conf = upstream_config(up.address)
