@@ -305,9 +305,14 @@ health_start(struct event_base *base, const struct config *cfg)
 	struct health *h;
 	size_t i, j, n = 0;
 
-	for (i = 0; i < cfg->nupstreams; i++)
-		if (cfg->upstreams[i].health != NULL)
-			n += cfg->upstreams[i].current->nservers;
+	for (i = 0; i < cfg->nupstreams; i++) {
+		const struct config_upstream *up = &cfg->upstreams[i];
+		if (up->health != NULL)
+			n += up->current->nservers;
+		else    /* health: removed by a reload: a server it had failed is back */
+			for (j = 0; j < up->current->nservers; j++)
+				upstream_server_unchecked(up, &up->current->servers[j]);
+	}
 	if (n == 0)
 		return NULL;
 	if ((h = calloc(1, sizeof(*h))) == NULL ||

@@ -12,7 +12,8 @@ struct config_health;
 struct health;
 
 /* Check every server of every upstream of cfg that has `health:`; NULL when there is none
- * (or without memory, logged).  cfg must outlive the checks. */
+ * (or without memory, logged).  cfg must outlive the checks.  Servers of upstreams without
+ * `health:` are no longer out of service for checks they failed before a reload. */
 struct health *health_start(struct event_base *base, const struct config *cfg);
 /* Stop all checks (checks in progress are dropped without a verdict). */
 void health_stop(struct health *h);

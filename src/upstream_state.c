@@ -324,6 +324,14 @@ upstream_server_check_verdict(const struct config_upstream *up, const struct con
 	}
 }
 
+void
+upstream_server_unchecked(const struct config_upstream *up, const struct config_server *srv)
+{
+	if (atomic_exchange(&srv->state->check_down, 0))
+		log_info("upstream %s: server %s back in service: no health checks any more",
+		    up->name, srv->addr.text);
+}
+
 int
 upstream_retry_begin(const struct config_upstream *up, enum upstream_retry_reason why,
     int budgeted)

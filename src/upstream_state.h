@@ -104,6 +104,9 @@ void upstream_server_not_before(const struct config_server *srv, uint64_t until)
  * in a row, the last for why. */
 void upstream_server_check_verdict(const struct config_upstream *up,
     const struct config_server *srv, int up_now, const char *why);
+/* The upstream has no health checks (any more): what the last ones said is forgotten. */
+void upstream_server_unchecked(const struct config_upstream *up,
+    const struct config_server *srv);
 
 /* The retry budget: 1 when one more retry may start (and counts it in flight).  A
  * failover after a failed connect reached no server and is only counted (budgeted 0). */

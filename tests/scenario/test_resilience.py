@@ -469,6 +469,30 @@ def health_state_survives_reload(env):
 
 
 @T.case
+def reload_removing_health_checks(env):
+    state = {'status': 500, 'body': b'{}'}
+    checked = env.scripted(default=health_answer(state))
+    other = env.scripted(default=health_answer({'status': 200, 'body': b'{}'}, 'other'))
+    conf, aport = with_admin(upstream_config(checked.address, other.address))
+    conf['upstreams']['app']['health'] = {'path': '/health', 'interval': '100ms', 'fails': 1}
+    gw = env.daemon(conf)
+    env.require('out of service', wait_until(lambda: metric(
+        aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+    del conf['upstreams']['app']['health']
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % gw.port}]
+    gw.write_config(conf)
+    gw.signal(signal.SIGHUP)
+    env.require('reloaded', gw.wait_log('configuration reloaded'))
+    env.check('logged', gw.wait_log(r'server %s back in service: no health checks any more'
+                                    % re.escape(checked.address)))
+    env.eq('server_up again', metric(aport, 'jsongate_upstream_server_up', upstream='app',
+                                     server=checked.address), 1)
+    bodies = sorted(get(env, gw, '/%d' % i).body for i in range(4))
+    env.eq('without health: both servers take requests', bodies,
+           [b'{"server":"checked"}'] * 2 + [b'{"server":"other"}'] * 2)
+
+
+@T.case
 def hash_balancing_is_sticky(env):
     servers = [env.scripted(default=ok_from('s%d' % i)) for i in range(3)]
     conf = upstream_config(*[s.address for s in servers])
