@@ -39,8 +39,8 @@ struct health_check {
 
 struct health {
 	struct event_base *base;
-	struct timers *timers;          /* the checks' connection timeouts */
-	struct health_check *checks;
+	struct timers *timers;          /* the checks' connection timeouts, passed on with them */
+	struct health_check **checks;   /* each on its own: a check that stays keeps its place */
 	size_t nchecks;
 };
 
@@ -299,10 +299,59 @@ health_timer_cb(evutil_socket_t fd, short what, void *arg)
 		health_begin(hc);
 }
 
+static void
+health_check_free(struct health_check *hc)
+{
+	if (hc->running)
+		conn_close(&hc->conn);
+	if (hc->timer != NULL)
+		event_free(hc->timer);
+	tls_session_free(hc->tls_session);
+	free(hc);
+}
+
+/* The check of old that checks srv of up, taken out of old, or NULL. */
+static struct health_check *
+health_take(struct health *old, const struct config_upstream *up,
+    const struct config_server *srv)
+{
+	struct health_check *hc;
+	size_t i;
+
+	for (i = 0; old != NULL && i < old->nchecks; i++) {
+		hc = old->checks[i];
+		if (hc != NULL && hc->up == up && hc->srv->state == srv->state) {
+			old->checks[i] = NULL;
+			return hc;
+		}
+	}
+	return NULL;
+}
+
+/* A check of srv of up, its first one at once, so that a dead server is known soon. */
+static struct health_check *
+health_check_new(struct health *h, const struct config_upstream *up,
+    const struct config_server *srv)
+{
+	struct health_check *hc;
+
+	if ((hc = calloc(1, sizeof(*hc))) == NULL ||
+	    (hc->timer = evtimer_new(h->base, health_timer_cb, hc)) == NULL) {
+		free(hc);
+		return NULL;
+	}
+	hc->h = h;
+	hc->up = up;
+	hc->srv = srv;
+	health_timer(hc, 0);
+	return hc;
+}
+
 struct health *
-health_start(struct event_base *base, const struct config *cfg)
+health_update(struct health *old, struct event_base *base, const struct config *cfg)
 {
 	struct health *h;
+	struct health_check *hc;
 	size_t i, j, n = 0;
 
 	for (i = 0; i < cfg->nupstreams; i++) {
@@ -313,39 +362,48 @@ health_start(struct event_base *base, const struct config *cfg)
 			for (j = 0; j < up->current->nservers; j++)
 				upstream_server_unchecked(up, &up->current->servers[j]);
 	}
-	if (n == 0)
-		return NULL;
-	if ((h = calloc(1, sizeof(*h))) == NULL ||
-	    (h->checks = calloc(n, sizeof(*h->checks))) == NULL) {
+	h = NULL;
+	if (n != 0 && ((h = calloc(1, sizeof(*h))) == NULL ||
+	    (h->checks = calloc(n, sizeof(*h->checks))) == NULL)) {
 		free(h);
+		h = NULL;
 		log_errorx("out of memory for health checks");
-		return NULL;
 	}
-	h->base = base;
-	if ((h->timers = timers_new(base)) == NULL) {
-		free(h->checks);
-		free(h);
-		log_errorx("out of memory for health checks");
-		return NULL;
+	if (h != NULL) {
+		h->base = base;
+		/* Checks that stay keep their connection and its timeouts: those are old's. */
+		if (old != NULL && old->timers != NULL) {
+			h->timers = old->timers;
+			old->timers = NULL;
+		} else if ((h->timers = timers_new(base)) == NULL) {
+			free(h->checks);
+			free(h);
+			h = NULL;
+			log_errorx("out of memory for health checks");
+		}
 	}
-	for (i = 0; i < cfg->nupstreams; i++) {
+	for (i = 0; h != NULL && i < cfg->nupstreams; i++) {
 		const struct config_upstream *up = &cfg->upstreams[i];
 		const struct upstream_set *set = up->current;
 		for (j = 0; up->health != NULL && j < set->nservers; j++) {
-			struct health_check *hc = &h->checks[h->nchecks];
-			hc->h = h;
-			hc->up = up;
-			hc->srv = &set->servers[j];
-			if ((hc->timer = evtimer_new(base, health_timer_cb, hc)) == NULL) {
+			if ((hc = health_take(old, up, &set->servers[j])) != NULL) {
+				hc->h = h;
+				hc->srv = &set->servers[j];     /* the new version of the server */
+			} else if ((hc = health_check_new(h, up, &set->servers[j])) == NULL) {
 				log_errorx("out of memory for health checks");
 				continue;
 			}
-			h->nchecks++;
-			/* The first checks go at once, so that a dead server is known soon. */
-			health_timer(hc, 0);
+			h->checks[h->nchecks++] = hc;
 		}
 	}
+	health_stop(old);
 	return h;
+}
+
+struct health *
+health_start(struct event_base *base, const struct config *cfg)
+{
+	return health_update(NULL, base, cfg);
 }
 
 void
@@ -355,13 +413,9 @@ health_stop(struct health *h)
 
 	if (h == NULL)
 		return;
-	for (i = 0; i < h->nchecks; i++) {
-		struct health_check *hc = &h->checks[i];
-		if (hc->running)
-			conn_close(&hc->conn);
-		event_free(hc->timer);
-		tls_session_free(hc->tls_session);
-	}
+	for (i = 0; i < h->nchecks; i++)
+		if (h->checks[i] != NULL)
+			health_check_free(h->checks[i]);
 	free(h->checks);
 	timers_free(h->timers);
 	free(h);

@@ -15,6 +15,13 @@ struct health;
  * (or without memory, logged).  cfg must outlive the checks.  Servers of upstreams without
  * `health:` are no longer out of service for checks they failed before a reload. */
 struct health *health_start(struct event_base *base, const struct config *cfg);
+/*
+ * cfg's servers changed (a name resolved anew, cfg's upstreams being those of old): the
+ * checks of servers that stay carry on with their counts and timers, new servers get checks
+ * of their own, those of servers gone stop.  The checks in place now, old no longer.
+ */
+struct health *health_update(struct health *old, struct event_base *base,
+    const struct config *cfg);
 /* Stop all checks (checks in progress are dropped without a verdict). */
 void health_stop(struct health *h);
 

@@ -86,7 +86,7 @@ report_errors(const char *errors, int to_log)
 }
 
 /* A server name resolves to other addresses: every worker follows the upstream's new servers,
- * keeping the connections to addresses that stay, and health checks check the new ones. */
+ * keeping the connections to addresses that stay, and the new ones get health checks. */
 static void
 names_changed_cb(struct config_upstream *up, struct config_server_name *entry,
     const struct resolver_answer *ans, void *arg)
@@ -103,11 +103,10 @@ names_changed_cb(struct config_upstream *up, struct config_server_name *entry,
 		upstream_set_unref(set);
 		return;
 	}
-	health_stop(health);
 	up->current = set;
 	upstream_state_configured(current->cfg);
 	server_publish_set(set);
-	health = health_start(main_base, current->cfg);
+	health = health_update(health, main_base, current->cfg);
 	upstream_set_unref(old);
 	log_info("upstream %s: now %zu server%s", up->name, set->nservers,
 	    set->nservers == 1 ? "" : "s");

@@ -245,4 +245,29 @@ def address_changes_apply_while_running(env):
               % up2.port not in m, m[-1500:])
 
 
+
+@T.case
+def address_changes_keep_health_checks_of_servers_that_stay(env):
+    dns = dns_server.start(env)
+    health = (500, b'{}')
+    ups = [env.scripted(default=OK, host='127.0.0.2', health=health)]
+    ups += [env.scripted(default=OK, host=h, port=ups[0].port, health=health)
+            for h in ('127.0.0.3', '127.0.0.4')]
+    dns.set('api.test', a=['127.0.0.2', '127.0.0.3'], ttl=1)
+    gw = env.daemon(named_config(dns, ['api.test:%d' % ups[0].port], health={
+        'path': '/health', 'interval': '1h', 'fails': 2}))
+    env.require('the first checks', wait_until(
+        lambda: [len(u.health_requests) for u in ups] == [1, 1, 0], 5))
+    dns.set('api.test', a=['127.0.0.3', '127.0.0.4'], ttl=1)
+    env.require('the change reaches the upstream', gw.wait_log(r'upstream app: now 2 servers',
+                                                              timeout=10 * SLOW))
+    env.require('the new server is checked at once', wait_until(
+        lambda: len(ups[2].health_requests) == 1, 5))
+    get_many(env, gw, 2, '/after')
+    env.eq('the server that stayed was not checked again: its count of failures goes on',
+           [len(u.health_requests) for u in ups], [1, 1, 1])
+    env.eq('so both are still in service (1 of 2 failed checks each)',
+           (len(ups[1].requests), len(ups[2].requests)), (1, 1))
+
+
 T.run()
