@@ -70,18 +70,37 @@ exchange_timer_off(struct exchange *ex)
 	}
 }
 
+/* What is left of the per-try deadline (at least 1 ms), or 0 when there is none. */
+static uint64_t
+exchange_try_left(const struct exchange *ex)
+{
+	uint64_t limit = ex->try_timeout, spent;
+
+	if (limit == 0)
+		return 0;
+	spent = upstream_state_now() - ex->started;
+	return spent < limit ? limit - spent : 1;
+}
+
 /* The per-try deadline runs from the try's start until the answer's head. */
 static void
 exchange_try_timer(struct exchange *ex)
 {
-	uint64_t limit = ex->try_timeout, spent;
+	uint64_t left = exchange_try_left(ex);
 
 	exchange_timer_off(ex);
-	ex->in_try = limit != 0;
-	if (!ex->in_try)
-		return;
-	spent = upstream_state_now() - ex->started;
-	exchange_timer(ex, TIMER_TRY, spent < limit ? limit - spent : 1);
+	ex->in_try = left != 0;
+	if (ex->in_try)
+		exchange_timer(ex, TIMER_TRY, left);
+}
+
+/* The connect ends at the connect deadline or the per-try one, whichever comes first. */
+static uint64_t
+exchange_connect_left(const struct exchange *ex)
+{
+	uint64_t left = exchange_try_left(ex);
+
+	return left != 0 && left < ex->connect_timeout ? left : ex->connect_timeout;
 }
 
 /* sp was chosen: take a pooled connection (1), or start connecting (0), or fail (-1). */
@@ -114,7 +133,7 @@ exchange_connect(struct exchange *ex, struct server_pool *sp, int trial, int fre
 		return 1;
 	}
 	ex->stage = EXCHANGE_CONNECTING;
-	exchange_timer(ex, TIMER_CONNECT, ex->connect_timeout);
+	exchange_timer(ex, TIMER_CONNECT, exchange_connect_left(ex));
 	return 0;
 }
 

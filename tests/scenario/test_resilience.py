@@ -302,6 +302,33 @@ def per_try_timeout_moves_on(env):
 
 
 @T.case
+def per_try_timeout_bounds_the_connect(env):
+    """upstream_try covers the connect: a connect that hangs ends at the try's deadline,
+    well before upstream_connect (60s, longer than the client waits)."""
+    lst, fillers = blackhole()
+    env.held.extend([lst] + fillers)
+    hole = '127.0.0.1:%d' % lst.getsockname()[1]
+    good = env.scripted(default=ok_from('good'))
+    timeouts = {'upstream_connect': '60s', 'upstream_response': '10s', 'upstream_try': '300ms',
+                'shutdown_grace': '5s'}
+    conf, aport = with_admin(upstream_config(hole, good.address, timeouts=timeouts))
+    gw = env.daemon(conf)
+    c = env.client(gw.port, timeout=5)
+    r = c.request('GET', '/first', [('Host', 'a')])
+    env.eq('the hanging connect fails over at the try deadline', (r.status, r.body),
+           (200, b'{"server":"good"}'))
+    env.check('logged as a connect timeout', gw.wait_log(
+        r'connect to upstream app server %s timed out' % re.escape(hole)))
+    env.eq('counted as a connect failover', metric(aport, 'jsongate_upstream_retries_total',
+                                                   upstream='app', reason='connect_error'), 1)
+    alone = env.daemon(upstream_config(hole, timeouts=timeouts))
+    c = env.client(alone.port, timeout=5)
+    env.gateway_error('no other server: 504 at the try deadline',
+                      c.request('GET', '/alone', [('Host', 'a')]), 504, 'upstream_timeout',
+                      'connect to upstream app timed out', close=False)
+
+
+@T.case
 def passive_5xx_ejection_and_max_ejected_percent(env):
     bad = env.scripted(default=answer(http_response(500, b'{}')))
     good = [env.scripted(default=ok_from('g%d' % i)) for i in range(3)]
