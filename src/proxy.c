@@ -80,6 +80,8 @@ struct client {
 	unsigned idempotent : 1;        /* safe to send twice (method, or Idempotency-Key) */
 	unsigned replayable : 1;        /* the request can be sent again once it went out */
 	unsigned buffer_body : 1;       /* the body is kept in the input: wait for all of it */
+	unsigned keep_chunked : 1;      /* a chunked body kept de-chunked in req_body: up_head
+	                                 * waits for its framing until the body's end */
 	unsigned expect_continue : 1;
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
@@ -145,6 +147,7 @@ static void proxy_forward_request_body(struct client *c);
 static void proxy_forward_response_body(struct client *c);
 static void proxy_try(struct client *c, int fresh);
 static void proxy_send_request(struct client *c);
+static void proxy_keep_chunked(struct client *c);
 static void proxy_invalid_response(struct client *c);
 static void proxy_collect_response_body(struct client *c);
 static void proxy_respond_rewritten(struct client *c);
@@ -717,6 +720,8 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	}
 	if (headers_request_out(c->up_head, req, &fw) < 0)
 		return -1;
+	if (c->keep_chunked)
+		return 0;       /* proxy_head_framing, once the body decides */
 	p = framing;
 	if (c->req_out_len >= 0)
 		p = put_content_length(p, (uint64_t)c->req_out_len);
@@ -727,6 +732,21 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	p = put_lit(p, "\r\n");
 	n = (int)(p - framing);
 	return evbuffer_add(c->up_head, framing, (size_t)n);
+}
+
+/* End the head of a kept chunked body: a Content-Length when the body is all here (as nginx
+ * sends a buffered body), else chunked. */
+static int
+proxy_head_framing(struct client *c, int whole)
+{
+	char framing[64], *p = framing;
+
+	if (whole)
+		p = put_content_length(p, evbuffer_get_length(c->req_body));
+	else
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
+	p = put_lit(p, "\r\n");
+	return evbuffer_add(c->up_head, framing, (size_t)(p - framing));
 }
 
 static enum gateway_error
@@ -1048,6 +1068,14 @@ proxy_plan_body(struct client *c, size_t head_len)
 		c->replayable = 1;
 		return;
 	}
+	if (c->keep_chunked) {
+		c->buffer_body = 1;
+		proxy_continue(c);
+		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+		conn_read_start(&c->conn);
+		proxy_keep_chunked(c);
+		return;
+	}
 	if (c->req_mode == BODY_LENGTH && c->idempotent && c->req_left <= up->retry_body &&
 	    head_len + c->req_left <= FLOW_HIGH) {
 		c->buffer_body = c->replayable = 1;
@@ -1064,6 +1092,45 @@ proxy_plan_body(struct client *c, size_t head_len)
 		conn_read_start(&c->conn);
 	else
 		conn_read_stop(&c->conn);
+}
+
+/*
+ * A chunked body of an idempotent request is kept, de-chunked, for another try while it stays
+ * within retry_body; all of it here, it goes with a Content-Length.  Larger, what came goes
+ * as one chunk and the rest streams in chunks: the request cannot be sent twice.
+ */
+static void
+proxy_keep_chunked(struct client *c)
+{
+	size_t max = c->upool->cfg->retry_body;
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer_iovec vec;
+	int r = HTTP_CHUNKED_MORE, sl;
+	char size_line[24];
+	size_t n;
+
+	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->req_body) <= max &&
+	    evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0)
+		if ((r = proxy_dechunk(&c->req_chunk, in, vec, c->req_body)) == HTTP_CHUNKED_ERROR) {
+			client_error(c, GW_BAD_REQUEST, NULL, 1);
+			return;
+		}
+	n = evbuffer_get_length(c->req_body);
+	if (r != HTTP_CHUNKED_DONE && n <= max)
+		return;
+	c->buffer_body = c->keep_chunked = 0;
+	c->req_done = r == HTTP_CHUNKED_DONE;
+	c->replayable = c->req_done && n <= max;
+	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+	if ((!c->req_done && (evbuffer_prepend(c->req_body, size_line, (size_t)sl) < 0 ||
+	    evbuffer_add(c->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->req_done) < 0) {
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
+	/* The rest waits until the connection is ready (proxy_send_request reads on). */
+	conn_read_stop(&c->conn);
+	if (c->ex.stage == EXCHANGE_ACTIVE && c->ex.uc != NULL)
+		proxy_send_request(c);
 }
 
 /* Parse a request head at the front of the input and start proxying it. */
@@ -1117,6 +1184,7 @@ client_read_head(struct client *c)
 	c->stale_retried = 0;
 	c->sent = 0;
 	c->buffer_body = 0;
+	c->keep_chunked = 0;
 	c->replayable = 0;
 	c->replay_len = 0;
 	c->last_error = GW_UPSTREAM_UNAVAILABLE;
@@ -1250,6 +1318,9 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 			return;
 		}
 	}
+	c->keep_chunked = c->req_mode == BODY_CHUNKED && c->idempotent &&
+	    c->upool->cfg->retry_body != 0 &&
+	    (c->req_body != NULL || (c->req_body = evbuffer_new()) != NULL);
 	if (proxy_build_upstream_head(c, req) < 0) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
@@ -1257,7 +1328,8 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	}
 	evbuffer_drain(in, (size_t)r);
 	proxy_plan_body(c, (size_t)r);
-	proxy_try(c, 0);
+	if (c->state == CLIENT_BUSY)
+		proxy_try(c, 0);
 }
 
 static void
@@ -2238,6 +2310,8 @@ client_on_input(struct client *c)
 			client_scan_more(c);
 		} else if (c->req_buffering) {
 			proxy_collect_request_body(c);
+		} else if (c->keep_chunked) {
+			proxy_keep_chunked(c);
 		} else if (c->buffer_body && !c->req_done) {
 			/* The body is kept whole: once it is all here, it goes with the head. */
 			if (evbuffer_get_length(c->conn.in) < c->replay_len)

@@ -221,6 +221,51 @@ def stale_connection_in_an_aggregated_route(env):
     env.eq('its request went once', seen(a), [('GET', '/x', 0), ('GET', '/x', 0)])
 
 
+CHUNKED_PUT = (b'PUT /doc HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n'
+               b'6;ext=1\r\nhello \r\n8\r\nworld!!!\r\n0\r\nX-Trailer: t\r\n\r\n')
+
+
+@T.case
+def chunked_body_kept_for_a_retry(env):
+    a = env.scripted(default=reset())
+    b = env.scripted(default=ok_from('b'))
+    conf, aport = with_admin(upstream_config(a.address, b.address))
+    conf['upstreams']['app']['max_fails'] = 0
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    c.send(CHUNKED_PUT)
+    r = c.read_response()
+    env.eq('a chunked PUT reset by the first server is answered by the other',
+           (r.status, r.body), (200, b'{"server":"b"}'))
+    for name, up in (('first', a), ('second', b)):
+        req = up.requests[0]
+        env.eq('the %s server got the body de-chunked with a Content-Length' % name,
+               (req.framing, req.header('Content-Length'), req.header('Transfer-Encoding'),
+                req.body), ('length', '14', None, b'hello world!!!'))
+    env.eq('counted as a reset retry', metric(aport, 'jsongate_upstream_retries_total',
+                                              upstream='app', reason='reset'), 1)
+    c.send(CHUNKED_PUT.replace(b'/doc', b'/again'))
+    env.eq('the connection goes on', c.read_response().status, 200)
+
+
+@T.case
+def chunked_body_over_retry_body_streams(env):
+    a = env.scripted(default=reset())
+    b = env.scripted(default=ok_from('b'))
+    conf = upstream_config(a.address, b.address)
+    conf['upstreams']['app'].update(max_fails=0, retry_body=8)
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    c.send(CHUNKED_PUT)
+    env.gateway_error('over retry_body: sent once, not tried again', c.read_response(), 502,
+                      'upstream_unavailable',
+                      'upstream app closed the connection before answering', close=False)
+    req = a.requests[0]
+    env.eq('what came first went as one chunk, the rest chunked',
+           (req.framing, req.chunks, req.body), ('chunked', [14, 0], b'hello world!!!'))
+    env.eq('the other server got nothing', len(b.requests), 0)
+
+
 @T.case
 def retry_budget_stops_retries(env):
     a = env.scripted(default=close_before_answer())
