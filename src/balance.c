@@ -87,37 +87,57 @@ balance_round_robin(struct balance_server *servers, size_t n)
 	return best;
 }
 
+/* in_flight / weight of a against b: <0, 0 or >0, compared without division. */
+static int
+balance_load_cmp(const struct balance_server *a, const struct balance_server *b)
+{
+	uint64_t mine = (uint64_t)a->in_flight * b->weight;
+	uint64_t theirs = (uint64_t)b->in_flight * a->weight;
+
+	return mine < theirs ? -1 : mine > theirs;
+}
+
+/* The index of the k-th (from 0) server of tier loaded as servers[best]. */
+static int
+balance_tied(const struct balance_server *servers, size_t n, int tier, int best, uint32_t k)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const struct balance_server *s = &servers[i];
+		if (s->usable && s->backup == (unsigned)tier &&
+		    balance_load_cmp(s, &servers[best]) == 0 && k-- == 0)
+			return (int)i;
+	}
+	return best;
+}
+
 int
 balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng)
 {
-	int tier = balance_tier(servers, n), best = -1;
-	uint32_t tied_weight = 0;
+	int tier = balance_tier(servers, n), best = -1, a, b;
+	uint32_t tied = 0;
 	size_t i;
+	int c = 0;
 
 	for (i = 0; i < n && tier >= 0; i++) {
 		const struct balance_server *s = &servers[i];
-		uint64_t mine, theirs;
 		if (!s->usable || s->backup != (unsigned)tier)
 			continue;
-		if (best < 0) {
+		if (best < 0 || (c = balance_load_cmp(s, &servers[best])) < 0) {
 			best = (int)i;
-			tied_weight = s->weight;
-			continue;
-		}
-		/* in_flight / weight, compared without division. */
-		mine = (uint64_t)s->in_flight * servers[best].weight;
-		theirs = (uint64_t)servers[best].in_flight * s->weight;
-		if (mine < theirs) {
-			best = (int)i;
-			tied_weight = s->weight;
-		} else if (mine == theirs) {
-			/* Weighted reservoir: each tied server stays with weight / total weight. */
-			tied_weight += s->weight;
-			if (balance_random_below(rng, tied_weight) < s->weight)
-				best = (int)i;
+			tied = 1;
+		} else if (c == 0) {
+			tied++;
 		}
 	}
-	return best;
+	if (tied < 2)
+		return best;
+	/* Envoy's two random choices among the least loaded: the request raises the load of
+	 * the heavier of the two less (1 / weight), so it wins; the first on equal weights. */
+	a = balance_tied(servers, n, tier, best, balance_random_below(rng, tied));
+	b = balance_tied(servers, n, tier, best, balance_random_below(rng, tied));
+	return servers[b].weight > servers[a].weight ? b : a;
 }
 
 static int

@@ -33,9 +33,10 @@ int balance_round_robin(struct balance_server *servers, size_t n);
 
 /*
  * The usable server with the fewest requests in flight relative to its weight.  Ties are
- * broken at random, each tied server with a chance proportional to its weight (uniform when
- * weights are equal), never by position.  rng is the worker's random state: any seed, advanced
- * only when there is a tie.  Returns the index chosen, or -1.
+ * broken by two random choices among the tied servers (Envoy's P2C), never by position: of
+ * the two, the one the request loads less relative to its weight, the heavier, wins; the
+ * first on equal weights, so that equal servers share evenly.  rng is the worker's random
+ * state: any seed, advanced only when there is a tie.  Returns the index chosen, or -1.
  */
 int balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng);
 
