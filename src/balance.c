@@ -97,17 +97,21 @@ balance_load_cmp(const struct balance_server *a, const struct balance_server *b)
 	return mine < theirs ? -1 : mine > theirs;
 }
 
-/* The index of the k-th (from 0) server of tier loaded as servers[best]. */
+/* A server of tier loaded as servers[best], drawn in proportion to weight: r is below the
+ * sum of their weights. */
 static int
-balance_tied(const struct balance_server *servers, size_t n, int tier, int best, uint32_t k)
+balance_tied(const struct balance_server *servers, size_t n, int tier, int best, uint64_t r)
 {
 	size_t i;
 
 	for (i = 0; i < n; i++) {
 		const struct balance_server *s = &servers[i];
-		if (s->usable && s->backup == (unsigned)tier &&
-		    balance_load_cmp(s, &servers[best]) == 0 && k-- == 0)
+		if (!s->usable || s->backup != (unsigned)tier ||
+		    balance_load_cmp(s, &servers[best]) != 0)
+			continue;
+		if (r < s->weight)
 			return (int)i;
+		r -= s->weight;
 	}
 	return best;
 }
@@ -115,7 +119,8 @@ balance_tied(const struct balance_server *servers, size_t n, int tier, int best,
 int
 balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng)
 {
-	int tier = balance_tier(servers, n), best = -1, a, b;
+	int tier = balance_tier(servers, n), best = -1;
+	uint64_t tied_weight = 0;
 	uint32_t tied = 0;
 	size_t i;
 	int c = 0;
@@ -127,17 +132,19 @@ balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng
 		if (best < 0 || (c = balance_load_cmp(s, &servers[best])) < 0) {
 			best = (int)i;
 			tied = 1;
+			tied_weight = s->weight;
 		} else if (c == 0) {
 			tied++;
+			tied_weight += s->weight;
 		}
 	}
 	if (tied < 2)
 		return best;
-	/* Envoy's two random choices among the least loaded: the request raises the load of
-	 * the heavier of the two less (1 / weight), so it wins; the first on equal weights. */
-	a = balance_tied(servers, n, tier, best, balance_random_below(rng, tied));
-	b = balance_tied(servers, n, tier, best, balance_random_below(rng, tied));
-	return servers[b].weight > servers[a].weight ? b : a;
+	/* Equally loaded (per weight): a random one, in proportion to its weight, never the
+	 * first in the list as such.  Between two equal servers this is Envoy's two random
+	 * choices; with weights it keeps idle traffic in their proportion. */
+	return balance_tied(servers, n, tier, best,
+	    balance_random_below(rng, (uint32_t)tied_weight));
 }
 
 static int

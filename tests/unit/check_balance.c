@@ -197,12 +197,8 @@ START_TEST(test_lc_random_ties)
 }
 END_TEST
 
-/*
- * Idle servers tie: the heavier of two uniform draws, so with weights 3, 1, 2 the first wins
- * unless neither draw is it (1 - (2/3)^2 = 5/9), the third when the draws are among the last
- * two but not both the second ((2/3)^2 - (1/3)^2 = 1/3), the second 1/9.  Busy servers hold
- * in-flight requests in proportion to weight.
- */
+/* Idle servers tie and share by weight; busy ones hold in-flight requests in proportion to
+ * weight. */
 START_TEST(test_lc_weights)
 {
 	static const unsigned w[] = { 3, 1, 2 };
@@ -212,8 +208,8 @@ START_TEST(test_lc_weights)
 
 	reset(3, w);
 	count_least_conn(3, 90000, &rng, picks);
-	assert_share(picks[0], 90000, 5.0 / 9, 0.01);
-	assert_share(picks[1], 90000, 1.0 / 9, 0.01);
+	assert_share(picks[0], 90000, 1.0 / 2, 0.01);
+	assert_share(picks[1], 90000, 1.0 / 6, 0.01);
 	assert_share(picks[2], 90000, 1.0 / 3, 0.01);
 
 	for (k = 0; k < 600; k++)
@@ -313,8 +309,8 @@ START_TEST(test_backups)
 	ck_assert_uint_eq(picks[2], 2000);
 	ck_assert_uint_eq(picks[3], 1000);
 	count_least_conn(4, 30000, &rng, picks);
-	assert_share(picks[2], 30000, 3.0 / 4, 0.015);     /* the heavier of two draws */
-	assert_share(picks[3], 30000, 1.0 / 4, 0.015);
+	assert_share(picks[2], 30000, 2.0 / 3, 0.015);     /* by weight, 2:1 */
+	assert_share(picks[3], 30000, 1.0 / 3, 0.015);
 	memset(picks, 0, sizeof(picks));
 	for (k = 0; k < KEYS; k++) {
 		int i;
