@@ -63,6 +63,12 @@ timers_base(const struct timers *t)
 	return t->base;
 }
 
+size_t
+timers_lists(const struct timers *t)
+{
+	return t->nlists;
+}
+
 /* Wake the loop at `at` unless it wakes earlier already. */
 static void
 timers_wake_at(struct timers *t, uint64_t at, uint64_t now)
@@ -78,16 +84,24 @@ timers_wake_at(struct timers *t, uint64_t at, uint64_t now)
 	t->wake_at = now + ms;
 }
 
-/* Lists are few (one per configured timeout) and looked for on every start. */
+/* Lists are few (one per configured timeout) and looked for on every start; an empty one
+ * serves a new duration, so durations a reload dropped do not pile up. */
 static struct timer_list *
 timers_list(struct timers *t, uint64_t ms)
 {
-	struct timer_list *l;
+	struct timer_list *l, *empty = NULL;
 	size_t i, j;
 
-	for (i = 0; i < t->nlists; i++)
+	for (i = 0; i < t->nlists; i++) {
 		if (t->lists[i].ms == ms)
 			return &t->lists[i];
+		if (empty == NULL && TAILQ_EMPTY(&t->lists[i].queue))
+			empty = &t->lists[i];
+	}
+	if (empty != NULL) {
+		empty->ms = ms;
+		return empty;
+	}
 	if (t->nlists == t->cap) {
 		size_t cap = t->cap != 0 ? t->cap * 2 : 8;
 

@@ -10,6 +10,7 @@
 #ifndef JG_TIMERS_H
 #define JG_TIMERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -34,6 +35,8 @@ struct deadline {
 struct timers *timers_new(struct event_base *base);
 void timers_free(struct timers *t);
 struct event_base *timers_base(const struct timers *t);
+/* How many duration lists t has made (tests). */
+size_t timers_lists(const struct timers *t);
 /* Milliseconds of a monotonic clock (the coarse one: a few ms of resolution). */
 uint64_t timers_now(void);
 

@@ -183,6 +183,24 @@ START_TEST(test_many_durations)
 }
 END_TEST
 
+START_TEST(test_durations_come_and_go)
+{
+	struct named a;
+	int i;
+
+	/* A thousand durations one after the other (as reloads may bring): lists are reused. */
+	named_init(&a, timers, 'a');
+	for (i = 0; i < 1000; i++)
+		ck_assert_int_eq(deadline_start(&a.d, (uint64_t)(100000 + i)), 0);
+	ck_assert_uint_eq(a.d.ms, 100999);
+	ck_assert_uint_le(timers_lists(timers), 2);
+	deadline_stop(&a.d);
+	ck_assert_int_eq(deadline_start(&a.d, 30), 0);
+	run_until(base, 1);
+	ck_assert_str_eq(fired, "a");
+}
+END_TEST
+
 START_TEST(test_now_is_monotonic_ms)
 {
 	uint64_t a = timers_now(), b;
@@ -207,6 +225,7 @@ timers_suite(void)
 	tcase_add_test(tc, test_stop_and_new_duration);
 	tcase_add_test(tc, test_callbacks_start_and_stop_others);
 	tcase_add_test(tc, test_many_durations);
+	tcase_add_test(tc, test_durations_come_and_go);
 	tcase_add_test(tc, test_now_is_monotonic_ms);
 	suite_add_tcase(s, tc);
 	return s;
