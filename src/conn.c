@@ -26,6 +26,7 @@
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_tls_read_event_cb(evutil_socket_t fd, short events, void *arg);
+static void conn_event_cb(evutil_socket_t fd, short events, void *arg);
 static int conn_tls_drain(struct conn *c);
 static void conn_tls_run(struct conn *c);
 static int conn_tls_has_input(const struct conn *c);
@@ -137,19 +138,16 @@ conn_init(struct conn *c, struct timers *t, int fd, conn_cb cb, void *arg)
 	deadline_init(&c->wtimer, t, conn_write_timeout_cb, c);
 	c->sink = NULL;
 	c->sink_left = 0;
-	c->rev = event_new(base, fd, EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, conn_read_event_cb,
-	    c);
-	c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST | EV_ET, conn_write_event_cb, c);
-	if (c->in == NULL || c->out == NULL || c->rev == NULL || c->wev == NULL ||
-	    event_add(c->rev, NULL) < 0 || event_add(c->wev, NULL) < 0) {
+	c->alive = NULL;
+	c->ev = event_new(base, fd, EV_READ | EV_WRITE | EV_CLOSED | EV_PERSIST | EV_ET,
+	    conn_event_cb, c);
+	if (c->in == NULL || c->out == NULL || c->ev == NULL || event_add(c->ev, NULL) < 0) {
 		if (c->in != NULL)
 			evbuffer_free(c->in);
 		if (c->out != NULL)
 			evbuffer_free(c->out);
-		if (c->rev != NULL)
-			event_free(c->rev);
-		if (c->wev != NULL)
-			event_free(c->wev);
+		if (c->ev != NULL)
+			event_free(c->ev);
 		c->fd = -1;
 		return -1;
 	}
@@ -174,8 +172,9 @@ conn_close(struct conn *c)
 	}
 	deadline_stop(&c->rtimer);
 	deadline_stop(&c->wtimer);
-	event_free(c->rev);
-	event_free(c->wev);
+	if (c->alive != NULL)
+		*c->alive = 0;
+	event_free(c->ev);
 	evbuffer_free(c->in);
 	evbuffer_free(c->out);
 	close(c->fd);
@@ -299,6 +298,30 @@ conn_fill(struct conn *c)
 	return what;
 }
 
+/* An edge: the write side first (a connect completing, output draining), then the read
+ * side, unless handling the first closed the connection. */
+static void
+conn_event_cb(evutil_socket_t fd, short events, void *arg)
+{
+	struct conn *c = arg;
+	int alive = 1;
+
+	if (!(events & EV_WRITE)) {
+		conn_read_event_cb(fd, events, arg);
+		return;
+	}
+	if (!(events & (EV_READ | EV_CLOSED))) {
+		conn_write_event_cb(fd, events, arg);
+		return;
+	}
+	c->alive = &alive;
+	conn_write_event_cb(fd, events, arg);
+	if (!alive)
+		return;
+	c->alive = NULL;
+	conn_read_event_cb(fd, events, arg);
+}
+
 static void
 conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 {
@@ -322,7 +345,7 @@ conn_read_event_cb(evutil_socket_t fd, short events, void *arg)
 	/* Stopped by read_max with data still waiting: no new edge will come for it, so look
 	 * again from the loop once the owner has taken some input. */
 	else if ((what & CONN_READ) && c->readable)
-		event_active(c->rev, EV_READ, 0);
+		event_active(c->ev, EV_READ, 0);
 	if (what != 0)
 		c->cb(c, what, c->arg);
 }
@@ -336,7 +359,7 @@ conn_read_start(struct conn *c)
 	conn_update_timers(c);
 	/* Data (or EOF) may have arrived while we were not reading: its edge is gone. */
 	if (c->readable || (c->ssl != NULL && conn_tls_has_input(c)))
-		event_active(c->rev, EV_READ, 0);
+		event_active(c->ev, EV_READ, 0);
 }
 
 void
@@ -346,7 +369,7 @@ conn_read_again(struct conn *c)
 		return;
 	c->recheck = 1;
 	c->readable = 1;
-	event_active(c->rev, EV_READ, 0);
+	event_active(c->ev, EV_READ, 0);
 }
 
 void
@@ -390,13 +413,13 @@ conn_flush(struct conn *c)
 		return;
 	if ((c->ssl != NULL ? conn_tls_drain(c) : conn_drain(c)) != 0) {
 		/* Report from the loop: the caller is in the middle of something. */
-		event_active(c->wev, EV_WRITE, 0);
+		event_active(c->ev, EV_WRITE, 0);
 		return;
 	}
 	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	/* Drained here rather than by a socket edge: still report it, from the loop. */
 	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
-		event_active(c->wev, EV_WRITE, 0);
+		event_active(c->ev, EV_WRITE, 0);
 }
 
 static void
@@ -617,9 +640,9 @@ conn_start_tls(struct conn *c, struct ssl_st *ssl)
 	conn_update_timers(c);
 	/* Start the handshake from the loop (the socket's first edges may be gone). */
 	if (SSL_is_server(ssl))
-		event_active(c->rev, EV_READ, 0);
+		event_active(c->ev, EV_READ, 0);
 	else if (!c->connecting)
-		event_active(c->wev, EV_WRITE, 0);
+		event_active(c->ev, EV_WRITE, 0);
 	return 0;
 fail:
 	ERR_clear_error();
@@ -814,7 +837,7 @@ conn_tls_run(struct conn *c)
 	what = 0;
 	if (c->handshaking) {
 		if (!c->tls_sniffed && SSL_is_server(c->ssl) && conn_tls_sniff(c)) {
-			event_active(c->rev, EV_READ, 0);       /* read on as plain TCP */
+			event_active(c->ev, EV_READ, 0);       /* read on as plain TCP */
 			return;
 		}
 		what = conn_tls_handshake(c);

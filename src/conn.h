@@ -33,8 +33,9 @@ typedef void (*conn_cb)(struct conn *c, int what, void *arg);
 
 struct conn {
 	int fd;
-	struct event *rev;
-	struct event *wev;
+	struct event *ev;               /* both directions, edge-triggered, one registration */
+	int *alive;                     /* while an edge of both directions is handled: cleared
+	                                 * by conn_close, so the second half is not run */
 	struct evbuffer *in;
 	struct evbuffer *out;
 	conn_cb cb;

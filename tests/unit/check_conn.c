@@ -149,8 +149,8 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	ck_assert_int_eq(SSL_write(client, request, (int)strlen(request)), (int)strlen(request));
 
 	/* The write edge first, as epoll reports it when only the ACK of the flight was seen. */
-	write_cb = event_get_callback(srv.wev);
-	write_cb(srv.fd, EV_WRITE, event_get_callback_arg(srv.wev));
+	write_cb = event_get_callback(srv.ev);
+	write_cb(srv.fd, EV_WRITE, event_get_callback_arg(srv.ev));
 	run_loop(base);
 
 	ck_assert_int_eq(srv.handshaking, 0);
@@ -197,7 +197,7 @@ reset_owner_cb(struct conn *c, int what, void *arg)
 	if (reset_nwhat < 8)
 		reset_what[reset_nwhat++] = what;
 	if (what & (CONN_ERROR | CONN_EOF))
-		event_base_loopbreak(event_get_base(c->rev));
+		event_base_loopbreak(event_get_base(c->ev));
 	else if (what & CONN_READ)
 		conn_read_again(c);
 }
