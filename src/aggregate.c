@@ -608,8 +608,7 @@ static struct template_values
 agg_values(struct aggregate *a, const struct http_request *req)
 {
 	struct template_values v = {
-		req, a->captures, { a->request_id, strlen(a->request_id) },
-		{ a->remote_addr, strlen(a->remote_addr) }, agg_field_cb, a
+		req, a->captures, a->request_id, a->remote_addr, agg_field_cb, a
 	};
 
 	return v;

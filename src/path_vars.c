@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "access_log.h"
+#include "http.h"
 #include "rewrite.h"
 
 #define PATH_VARS_KEEP 1024             /* bytes of values kept between requests */

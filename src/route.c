@@ -4,6 +4,7 @@
  * Paths are compared as the client sent them (no percent-decoding, no dot-segment removal),
  * path_prefix as a plain string prefix like nginx's prefix locations.
  */
+#include "http.h"
 #include "route.h"
 
 #include <limits.h>
@@ -183,7 +184,7 @@ route_pattern_match(const struct route_pattern *p, const char *path, size_t len,
 
 size_t
 route_captures(const struct config_route *route, const char *path, size_t path_len,
-    struct http_str caps[ROUTE_MAX_CAPTURES])
+    struct http_str *caps)
 {
 	if (route->pattern == NULL || !route_pattern_match(route->pattern, path, path_len, caps))
 		return 0;

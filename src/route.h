@@ -4,7 +4,9 @@
 
 #include <stddef.h>
 #include "config.h"
-#include "http.h"
+
+/* No http.h: the envelope engine's op parser (rewrite_config.c) checks $path.NAME here. */
+struct http_str;
 
 /* Most captures of one path template. */
 #define ROUTE_MAX_CAPTURES 16
@@ -46,7 +48,7 @@ const struct config_route *route_match_from(const struct config *cfg, size_t fir
 
 /* The captures of route's path template in path, which route matched: their number. */
 size_t route_captures(const struct config_route *route, const char *path, size_t path_len,
-    struct http_str caps[ROUTE_MAX_CAPTURES]);
+    struct http_str *caps /* [ROUTE_MAX_CAPTURES] */);
 
 /*
  * Write into out (capacity cap) the path to send upstream: path with route->strip_prefix removed

@@ -8,6 +8,7 @@
 
 #include <event2/buffer.h>
 
+#include "http.h"
 #include "route.h"
 
 #define TEMPLATE_VARS_HELP "expected ${path.NAME}, ${query.NAME}, ${header.NAME}, " \
@@ -372,10 +373,12 @@ template_value(const struct template_piece *pc, const struct template_values *v,
 		return v->backend(v->backend_arg, pc->index, pc->text + pc->off, pc->len - pc->off,
 		    val, why);
 	case TEMPLATE_REQUEST_ID:
-		*val = v->request_id;
+		val->p = v->request_id;
+		val->len = strlen(v->request_id);
 		return 0;
 	default:
-		*val = v->remote_addr;
+		val->p = v->remote_addr;
+		val->len = strlen(v->remote_addr);
 		return 0;
 	}
 }

@@ -18,9 +18,11 @@
 
 #include <stddef.h>
 
-#include "http.h"
-
+/* No http.h: config.h holds compiled templates, and the envelope engine includes config.h
+ * but nothing of the HTTP layer. */
 struct evbuffer;
+struct http_request;
+struct http_str;
 struct route_pattern;
 
 enum template_var {
@@ -74,8 +76,8 @@ typedef int (*template_backend_fn)(void *arg, unsigned backend, const char *fiel
 struct template_values {
 	const struct http_request *req;
 	const struct http_str *captures;    /* of the route's path template, as sent */
-	struct http_str request_id;
-	struct http_str remote_addr;
+	const char *request_id;
+	const char *remote_addr;
 	template_backend_fn backend;
 	void *backend_arg;
 };

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "http.h"
 #include "route.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)

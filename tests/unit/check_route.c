@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
 #include "route.h"
 
 static struct config cfg;

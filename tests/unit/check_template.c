@@ -5,6 +5,7 @@
 
 #include <event2/buffer.h>
 
+#include "http.h"
 #include "route.h"
 #include "template.h"
 
@@ -96,8 +97,8 @@ render(const char *text, int target, const char *request, int *result)
 	route_pattern_match(pattern, req.path.p, req.path.len, caps);
 	v.req = &req;
 	v.captures = caps;
-	v.request_id = (struct http_str){ "r-1", 3 };
-	v.remote_addr = (struct http_str){ "10.0.0.1", 8 };
+	v.request_id = "r-1";
+	v.remote_addr = "10.0.0.1";
 	v.backend = field_cb;
 	v.backend_arg = NULL;
 	*result = template_render(&t, &v, buf, err, sizeof(err));
