@@ -152,9 +152,8 @@ def check_log_file_cannot_be_opened(env):
 def version_and_help(env):
     p = env.run([JSONGATE, '-V'])
     env.eq('-V exit status', p.returncode, 0)
-    out = p.stdout.decode()
-    env.check('-V prints the version', re.search(r'jsongate \S*\d', out), out)
-    env.check('-V names libevent', 'libevent' in out.lower(), out)
+    # Its exact lines, against what each linked library reports: test_ops_files.py.
+    env.check('-V prints the version first', p.stdout.startswith(b'jsongate '), p.stdout)
     p = env.run([JSONGATE, '-h'])
     env.eq('-h exit status', p.returncode, 0)
     text = (p.stdout + p.stderr).decode()

@@ -1,7 +1,7 @@
 """Files and privileges: SIGUSR1 reopens the access log after logrotate renamed
 it; `user:` drops root to that user and its group (uid, gid and supplementary
 groups checked in /proc), or fails loudly when not started as root; -V names
-the versions of libevent, OpenSSL, libyaml and zlib (jsmn: header-only);
+the versions of libevent, OpenSSL, libyaml and zlib exactly as each reports itself (jsmn: header-only);
 log.error to a file (reopened on SIGUSR1) or to syslog (exact datagrams on a
 socket of the test's), start-up errors on stderr too; without -f the daemon
 detaches with stdin, stdout and stderr on /dev/null and logs to syslog;
@@ -117,18 +117,39 @@ def unknown_user_fails(env):
     env.check('the error names the user', 'no-such-user-jsongate not found' in log, log[-500:])
 
 
+def linked_versions():
+    """What the libraries the daemon is linked with report at run time, asked through their
+    own version calls: the exact lines -V must print."""
+    import ctypes
+    libs = {}
+    out = subprocess.run(['ldd', JSONGATE], stdout=subprocess.PIPE, check=True).stdout.decode()
+    for m in re.finditer(r'^\s*(lib\S+)\.so\S* => (\S+)', out, re.M):
+        libs[m.group(1)] = m.group(2)
+
+    def call(lib, fn, *args):
+        f = getattr(ctypes.CDLL(libs[lib]), fn)
+        f.restype = ctypes.c_char_p
+        return f(*args).decode()
+
+    with open(os.path.join(TESTS_SRCDIR, '..', 'configure.ac')) as f:
+        version = re.search(r'AC_INIT\(\[jsongate\], \[([^]]+)\]', f.read()).group(1)
+    event = next(name for name in libs if name.startswith('libevent-'))
+    return ['jsongate ' + version,
+            'libevent ' + call(event, 'event_get_version'),
+            call('libcrypto', 'OpenSSL_version', ctypes.c_int(0)),
+            'libyaml ' + call('libyaml-0', 'yaml_get_version_string'),
+            'zlib ' + call('libz', 'zlibVersion'),
+            # jsmn is a header compiled in: no version of its own.
+            'jsmn header-only']
+
+
 @T.case
 def version_lists_libraries(env):
     p = env.run([JSONGATE, '-V'])
-    out = p.stdout.decode()
     env.eq('-V exit status', p.returncode, 0)
-    env.check('jsongate version first', re.match(r'jsongate \d+\.\d+\.\d+\n', out), out)
-    env.check('libevent version', re.search(r'^libevent \d+\.\d+\.\d+', out, re.M), out)
-    env.check('OpenSSL version', re.search(r'^OpenSSL \d+\.\d+\.\d+', out, re.M), out)
-    env.check('libyaml version', re.search(r'^libyaml \d+\.\d+\.\d+', out, re.M), out)
-    env.check('zlib version', re.search(r'^zlib \d+\.\d+(\.\d+)*\n', out, re.M), out)
-    env.eq('jsmn, compiled in, has no version', re.findall(r'^jsmn.*', out, re.M), ['jsmn header-only'])
-    env.eq('one line per library, nothing else', len(out.splitlines()), 6)
+    env.eq('-V: the version, then each linked library as it reports itself',
+           p.stdout.decode().splitlines(), linked_versions())
+    env.eq('-V: nothing on stderr', p.stderr, b'')
 
 
 def own(text):
