@@ -38,6 +38,7 @@ struct body_pool {
 	int inf_ready;
 	enum body_coding inf_coding;
 	int inf_ended;                  /* the compressed data ended (a gzip member may follow) */
+	unsigned inf_magic;             /* magic bytes of the next gzip member seen so far */
 	char *inf_out;                  /* where a prefix's output starts */
 	struct evbuffer *gz_out;
 	struct body_block *free;
@@ -227,6 +228,7 @@ body_inflate_begin(struct body_pool *pool, enum body_coding coding)
 
 	pool->inf_coding = coding;
 	pool->inf_ended = 0;
+	pool->inf_magic = 0;
 	if (pool->inf_ready)
 		return inflateReset2(&pool->inf, bits) == Z_OK ? 0 : -1;
 	memset(&pool->inf, 0, sizeof(pool->inf));
@@ -237,9 +239,49 @@ body_inflate_begin(struct body_pool *pool, enum body_coding coding)
 }
 
 /*
+ * After the end of a gzip member only another member may follow (RFC 1952 2.2).  Its two
+ * magic bytes may come in separate feeds: they are taken from the input here and given to
+ * zlib together once both are seen.  Returns 0 when zlib holds the start of the next member,
+ * BODY_INFLATE_SHORT when the input ended within the magic bytes, or BODY_INFLATE_ERROR.
+ */
+static int
+body_inflate_next_member(struct body_pool *pool, const char **error)
+{
+	static const Bytef magic[2] = { 0x1f, 0x8b };
+	z_stream *zs = &pool->inf;
+	Bytef *next;
+	uInt avail;
+	int r;
+
+	for (; pool->inf_magic < 2 && zs->avail_in > 0; pool->inf_magic++) {
+		if (pool->inf_coding != BODY_CODING_GZIP || zs->next_in[0] != magic[pool->inf_magic]) {
+			*error = "bytes after the end of the compressed body";
+			return BODY_INFLATE_ERROR;
+		}
+		zs->next_in++;
+		zs->avail_in--;
+	}
+	if (pool->inf_magic < 2)
+		return BODY_INFLATE_SHORT;
+	if (inflateReset(zs) != Z_OK)
+		return BODY_INFLATE_ERROR;
+	next = zs->next_in;
+	avail = zs->avail_in;
+	zs->next_in = (Bytef *)(uintptr_t)magic;
+	zs->avail_in = 2;
+	r = inflate(zs, Z_NO_FLUSH);
+	r = zs->avail_in == 0 && (r == Z_OK || r == Z_BUF_ERROR) ? 0 : BODY_INFLATE_ERROR;
+	zs->next_in = next;
+	zs->avail_in = avail;
+	pool->inf_magic = 0;
+	pool->inf_ended = 0;
+	return r;
+}
+
+/*
  * Inflate what the pool's stream holds until its output is full, its input is used up or the
- * compressed data ends.  A gzip body may be several members one after the other (RFC 1952
- * 2.2); any other byte after the end of the compressed data makes the body invalid.
+ * compressed data ends.  A gzip body may be several members one after the other; any other
+ * byte after the end of the compressed data makes the body invalid.
  */
 static int
 body_inflate_run(struct body_pool *pool, const char **error)
@@ -250,16 +292,10 @@ body_inflate_run(struct body_pool *pool, const char **error)
 	*error = "cannot inflate the body";
 	for (;;) {
 		if (pool->inf_ended) {
-			if (zs->avail_in == 0)
+			if (zs->avail_in == 0 && pool->inf_magic == 0)
 				return BODY_INFLATE_END;
-			if (pool->inf_coding != BODY_CODING_GZIP || zs->avail_in < 2 ||
-			    zs->next_in[0] != 0x1f || zs->next_in[1] != 0x8b) {
-				*error = "bytes after the end of the compressed body";
-				return BODY_INFLATE_ERROR;
-			}
-			if (inflateReset(zs) != Z_OK)
-				return BODY_INFLATE_ERROR;
-			pool->inf_ended = 0;    /* the next gzip member */
+			if ((r = body_inflate_next_member(pool, error)) != 0)
+				return r;
 		}
 		r = inflate(zs, Z_NO_FLUSH);
 		if (r == Z_STREAM_END) {
