@@ -683,11 +683,13 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	struct headers_forward fw;
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
-	char framing[64], ae[256], *p;
+	char framing[64], *p;
 	int n;
 
+	/* req's headers may point into the buffer after we return: the worker owns it, as req. */
 	if (proxy_has_response_ops(c->route))
-		body_limit_accept_encoding(req, ae, sizeof(ae));
+		body_limit_accept_encoding(req, w->req_accept_encoding,
+		    sizeof(w->req_accept_encoding));
 	if (c->up_head == NULL && (c->up_head = evbuffer_new()) == NULL)
 		return -1;
 	evbuffer_drain(c->up_head, evbuffer_get_length(c->up_head));

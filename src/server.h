@@ -65,6 +65,7 @@ struct worker {
 
 	/* Scratch for parsing heads: used and done with inside one callback. */
 	struct http_request req;
+	char req_accept_encoding[256];  /* req's Accept-Encoding when the proxy rewrote it */
 	struct http_response resp;
 	char *target_buf;               /* the rewritten request-target */
 	size_t target_cap;
