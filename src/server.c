@@ -358,7 +358,7 @@ worker_main(void *arg)
 	return NULL;
 }
 
-static int
+int
 worker_init(struct worker *w, unsigned id, struct runtime *rt)
 {
 	struct event_config *ecfg;

@@ -81,6 +81,10 @@ void runtime_release(struct runtime *rt);
 /* Stop listening at once on the sockets of rt that keep does not have (keep NULL: all). */
 void runtime_stop_listening(struct runtime *rt, const struct runtime *keep);
 
+/* Set up worker w (no thread yet) on rt, taking a reference to it.  server_start does it for
+ * each worker; the proxy's fuzz target drives one on its own loop. */
+int worker_init(struct worker *w, unsigned id, struct runtime *rt);
+
 void worker_runtime_ref(struct worker_runtime *wr);
 void worker_runtime_unref(struct worker_runtime *wr);
 /* Stop or resume accepting on every listener of this worker (max_connections, drain). */

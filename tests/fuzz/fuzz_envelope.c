@@ -8,6 +8,8 @@
  *   1: the scanner the engine runs on (jscan_use), modulo the variants;
  *   2: a start offset (low four bits) for the scanner and the tokenizer;
  *   3: max_depth, 1 to 64.
+ * $json.PATH reads bytes of the body itself (a path starting with m is absent), so the value
+ * escaped into the output is as arbitrary as the body.
  * Checked on every input:
  *   - the scanner variants agree with the scalar one, at the start offset too;
  *   - envelope_parse from the start offset gives members inside the object it reports;
@@ -52,6 +54,8 @@ static const char *const programs[] = {
 	    "{rename: {m: n, data.m: data.n}, when: {field: m, prefix: ab}}]"),
 	("[set: {m: {k: v}}, {wrap: w, when: {field: m.k, exists: true}}, "
 	    "{unwrap: w, when: {field: w.m.k, equals: v}}]"),
+	"[set: {j: $json.user, k: [$json.a.b, {x: $json.data.id}], n: $json.missing}]",
+	"[unwrap: data, set: {data.user: $json.user, id: $json.id}, rename: {id: i}]",
 };
 #define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
 
@@ -67,8 +71,25 @@ fuzz_header_cb(const void *arg, const char *name, size_t len, struct rewrite_str
 	return 1;
 }
 
+struct fuzz_body {
+	const char *p;
+	size_t len;
+};
+
+static int
+fuzz_json_cb(const void *arg, const char *path, size_t len, struct rewrite_str *value)
+{
+	const struct fuzz_body *b = arg;
+	size_t n = len * 7 % 32;
+
+	if (len == 0 || path[0] == 'm')
+		return 0;
+	*value = (struct rewrite_str){ b->p, n < b->len ? n : b->len };
+	return 1;
+}
+
 static void
-fuzz_vars(struct rewrite_vars *vars)
+fuzz_vars(struct rewrite_vars *vars, const struct fuzz_body *body)
 {
 	memset(vars, 0, sizeof(*vars));
 	vars->request_id = (struct rewrite_str){ "id\"\\", 4 };
@@ -80,6 +101,8 @@ fuzz_vars(struct rewrite_vars *vars)
 	vars->now = -1;
 	vars->status = 503;
 	vars->header_cb = fuzz_header_cb;
+	vars->json_cb = fuzz_json_cb;
+	vars->json_arg = body;
 }
 
 static char *
@@ -161,6 +184,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const struct rewrite_program *prog;
 	struct rewrite_ctx *ctx_env, *ctx_full;
 	struct fuzz_sunk sunk = { NULL, 0, 0 };
+	struct fuzz_body fb;
 	const char *body;
 	char *oe = NULL, *of;
 	size_t len, pos, plen;
@@ -195,7 +219,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (pos < len)
 		fuzz_scan(body, len, pos, depth);
 
-	fuzz_vars(&vars);
+	fb = (struct fuzz_body){ body, len };
+	fuzz_vars(&vars, &fb);
 	ctx_env = rewrite_ctx_new(depth, 64);
 	ctx_full = rewrite_ctx_new(depth, 64);
 	valid = jvalid_check(body, len, depth, NULL) == JVALID_OK;
