@@ -668,9 +668,10 @@ body_apply_block(struct body_pool *pool, const struct config *cfg,
 	rewrite_ctx_sink(pool->rw, body_spans_cb, &o);
 	r = rewrite_apply(pool->rw, prog, route->validate, o.in->data, o.len, vars, &rr);
 	rewrite_ctx_sink(pool->rw, NULL, NULL);
-	if (r < 0)
+	if (r < 0) {
 		res->error = rr.error != NULL ? rr.error : "the body cannot be rewritten";
-	else
+		res->invalid = rr.invalid;
+	} else
 		res->status = rr.status;
 	rewrite_ctx_release(pool->rw);
 	body_block_unref(o.in);

@@ -45,6 +45,7 @@ struct body_result {
 	int status;                     /* from status_from, 0 when none */
 	const char *error;              /* why the body could not be rewritten */
 	int encoding;                   /* because of a Content-Encoding it cannot decode */
+	int invalid;                    /* because the body is not JSON */
 	int inflated;                   /* the output is identity-coded: drop Content-Encoding */
 	size_t spliced;                 /* output bytes that are references into the input */
 	size_t copied;                  /* output bytes copied (generated JSON, short spans) */

@@ -11,6 +11,7 @@
 	X(UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", \
 	    "request body has a Content-Encoding the gateway cannot decode") \
 	X(HEADER_TOO_LARGE,     431, "header_too_large",     "request header exceeds limits.max_header") \
+	X(INTERNAL_ERROR,       500, "internal_error",       "the gateway ran out of memory") \
 	X(NOT_IMPLEMENTED,      501, "not_implemented",      "only the chunked transfer coding is implemented") \
 	X(UPSTREAM_UNAVAILABLE, 502, "upstream_unavailable", "upstream unavailable") \
 	X(UPSTREAM_INVALID,     502, "upstream_invalid",     "upstream response is invalid") \

@@ -149,8 +149,10 @@ enum metrics_envelope_result {
 	X(ENCODING, "encoding")         /* a Content-Encoding other than gzip or deflate */ \
 	X(STATUS, "status")             /* a status outside response_on, no error_response */ \
 	X(OVER_LIMIT, "over_limit")     /* larger than limits.max_body */ \
-	X(OP_ERROR, "op_error")         /* the ops could not apply: invalid JSON, a missing key, \
-	                                 * not an object, a body that does not inflate */
+	X(INVALID_JSON, "invalid_json") /* not JSON: a syntax error, a byte order mark, nothing \
+	                                 * under validate: full */ \
+	X(OP_ERROR, "op_error")         /* the ops could not apply: a missing key, not an object, \
+	                                 * a limit of the engine, a body that does not inflate */
 
 enum metrics_envelope_reason {
 #define X(id, name) METRICS_REASON_##id,

@@ -118,6 +118,8 @@ struct client {
 	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
 	unsigned resp_sinking : 1;      /* the upstream connection reads into resp_block */
 	unsigned up_close : 1;          /* upstream connection not reusable after this response */
+	unsigned answer_refused : 1;    /* a well-formed answer the ops refused for the gateway's
+	                                 * own reasons: no fault of its server */
 	const struct rewrite_program *resp_prog;   /* the ops this answer's status calls for */
 	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
 	struct evbuffer *body;          /* the collected body */
@@ -194,13 +196,37 @@ proxy_response_needs_headers(const struct config_route *route)
 	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
 }
 
-/* A body the ops cannot take: counted as passed or failed, as on_error decides. */
-static void
-proxy_count_unrewritten(struct client *c, enum metrics_direction direction,
-    enum metrics_envelope_reason why)
+static void client_error(struct client *c, enum gateway_error err, const char *message,
+    int must_close);
+
+/*
+ * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
+ * Under fail the client gets err with message (NULL: its default text): 1, the request is
+ * answered.  0: the body goes on untouched.
+ */
+static int
+proxy_unrewritten(struct client *c, enum metrics_direction direction,
+    enum metrics_envelope_reason why, enum gateway_error err, const char *message,
+    int must_close)
 {
-	metrics_envelope(c->w, c->route, direction,
-	    c->route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED, why);
+	int fail = c->route->on_error == ON_ERROR_FAIL;
+
+	metrics_envelope(c->w, c->route, direction, fail ? METRICS_FAILED : METRICS_PASSED, why);
+	if (!fail)
+		return 0;
+	/* An answer over our limit or in a coding we do not decode is still a good answer. */
+	c->answer_refused = direction == METRICS_RESPONSE &&
+	    (why == METRICS_REASON_OVER_LIMIT || why == METRICS_REASON_ENCODING);
+	client_error(c, err, message, must_close);
+	return 1;
+}
+
+/* Why the ops could not rewrite a body, for jsongate_envelope_total. */
+static enum metrics_envelope_reason
+proxy_unrewritten_reason(const struct body_result *res)
+{
+	return res->encoding ? METRICS_REASON_ENCODING : res->invalid ?
+	    METRICS_REASON_INVALID_JSON : METRICS_REASON_OP_ERROR;
 }
 
 static const struct config *
@@ -413,8 +439,8 @@ client_log(struct client *c)
 	char upstream[256];
 
 	client_now(&now);
-	metrics_request(c->w, c->route, client_counted_server(c), c->status, c->gw_error, &c->start,
-	    &now);
+	metrics_request(c->w, c->route, client_counted_server(c), c->status,
+	    c->answer_refused ? -1 : c->gw_error, &c->start, &now);
 	if (rt->access.fd < 0) {
 		route_scan_done(&c->scan);
 		path_vars_clear(&c->pathv);
@@ -826,7 +852,7 @@ proxy_start_request_collect(struct client *c)
 	c->req_block_len = 0;
 	if ((c->req_block = body_block_new(c->w->bodies,
 	    c->req_mode == BODY_LENGTH ? (size_t)c->req_left : 0)) == NULL) {
-		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
 	c->req_buffering = 1;
@@ -892,11 +918,9 @@ proxy_collect_request_body(struct client *c)
 	ql = evbuffer_get_length(c->req_copy);
 	if (c->req_block_len > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
-		proxy_count_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT);
-		if (c->route->on_error == ON_ERROR_FAIL) {
-			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
+		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
-		}
 		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
 		c->req_buffering = 0;
 		http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
@@ -907,7 +931,7 @@ proxy_collect_request_body(struct client *c)
 		char size_line[24];
 		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->req_block_len);
 		if (c->req_body == NULL && (c->req_body = evbuffer_new()) == NULL) {
-			client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+			client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 			return;
 		}
 		evbuffer_add(c->req_body, size_line, (size_t)sl);
@@ -929,7 +953,7 @@ proxy_collect_request_body(struct client *c)
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 	http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
 	if (c->req_body == NULL && (c->req_body = evbuffer_new()) == NULL) {
-		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
 	if (c->req_block_len == 0 && c->route->validate != VALIDATE_FULL) {
@@ -946,13 +970,9 @@ proxy_collect_request_body(struct client *c)
 			snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
 			log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
 			evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
-			proxy_count_unrewritten(c, METRICS_REQUEST, res.encoding ?
-			    METRICS_REASON_ENCODING : METRICS_REASON_OP_ERROR);
-			if (c->route->on_error == ON_ERROR_FAIL) {
-				client_error(c, res.encoding ? GW_UNSUPPORTED_MEDIA_TYPE :
-				    GW_INVALID_JSON, msg, 0);
+			if (proxy_unrewritten(c, METRICS_REQUEST, proxy_unrewritten_reason(&res),
+			    res.encoding ? GW_UNSUPPORTED_MEDIA_TYPE : GW_INVALID_JSON, msg, 0))
 				return;
-			}
 			/* pass: the client's bytes, untouched */
 			body_block_add_to(c->req_body, c->req_block, c->req_block_len);
 		} else {
@@ -1177,6 +1197,7 @@ client_read_head(struct client *c)
 	c->resp_buffering = 0;
 	c->resp_rechunk = 0;
 	c->up_close = 0;
+	c->answer_refused = 0;
 	c->req_done = 1;
 	c->keepalive = 0;
 	c->http_minor = 1;
@@ -1297,18 +1318,15 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
 	if ((c->route->request != NULL || proxy_response_needs_headers(c->route)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
-		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
 	if (c->route->request != NULL && proxy_wants_request_body(c, req)) {
-		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body) {
-			proxy_count_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT);
-			if (c->route->on_error == ON_ERROR_FAIL) {
-				evbuffer_drain(in, (size_t)r);
-				client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
-				return;
-			}
-		}
+		/* Too large for the ops: refused, or streamed untouched below. */
+		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body &&
+		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
+		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
+			return;
 		if (c->req_mode != BODY_LENGTH || c->req_left <= cfg->limits.max_body) {
 			/* The try starts now, connecting while the body comes: $upstream in the
 			 * ops names its server. */
@@ -1666,30 +1684,19 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
 		log_warnx("route %s: response body not rewritten: empty body (request %s)",
 		    c->route->name, c->request_id);
-		proxy_count_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_EMPTY);
-		if (c->route->on_error == ON_ERROR_PASS)
-			return 0;
-		client_error(c, GW_UPSTREAM_INVALID, "response body not rewritten: empty body", 0);
-		return -1;
+		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_EMPTY,
+		    GW_UPSTREAM_INVALID, "response body not rewritten: empty body", 0);
 	}
 	if (body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) ==
 	    BODY_CODING_OTHER) {
 		/* Streamed untouched (pass) or refused (fail), never run through the ops. */
-		proxy_count_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_ENCODING);
-		if (c->route->on_error == ON_ERROR_PASS)
-			return 0;
-		client_error(c, GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that "
-		    "cannot be decoded", 0);
-		return -1;
+		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_ENCODING,
+		    GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that cannot be "
+		    "decoded", 0);
 	}
-	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body) {
-		proxy_count_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT);
-		if (c->route->on_error == ON_ERROR_PASS)
-			return 0;
-		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
-		    0);
-		return -1;
-	}
+	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body)
+		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT,
+		    GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body", 0);
 	return 1;
 }
 
@@ -1757,7 +1764,7 @@ proxy_read_response_head(struct client *c)
 			/* Envelope ops: keep the head, collect the body, answer when it is all here. */
 			if ((c->resp_head == NULL && (c->resp_head = evbuffer_new()) == NULL) ||
 			    (c->body == NULL && (c->body = evbuffer_new()) == NULL)) {
-				client_error(c, GW_UPSTREAM_INVALID, "out of memory", 0);
+				client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 				return -1;
 			}
 			evbuffer_drain(c->resp_head, evbuffer_get_length(c->resp_head));
@@ -1908,12 +1915,9 @@ proxy_body_overflow(struct client *c)
 
 	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->route->name,
 	    c->request_id);
-	proxy_count_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT);
-	if (c->route->on_error == ON_ERROR_FAIL) {
-		client_error(c, GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body",
-		    0);
+	if (proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT, GW_UPSTREAM_INVALID,
+	    "upstream response body exceeds limits.max_body", 0))
 		return;
-	}
 	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
 	c->resp_buffering = 0;
 	if (c->head_as_get) {
@@ -1980,11 +1984,9 @@ proxy_respond_rewritten(struct client *c)
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
 		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
-		proxy_count_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OP_ERROR);
-		if (c->route->on_error == ON_ERROR_FAIL) {
-			client_error(c, GW_UPSTREAM_INVALID, msg, 0);
+		if (proxy_unrewritten(c, METRICS_RESPONSE, proxy_unrewritten_reason(&res),
+		    GW_UPSTREAM_INVALID, msg, 0))
 			return;
-		}
 		/* pass: the upstream's status and bytes, untouched */
 		if (c->resp_block != NULL)
 			body_block_add_to(c->body, c->resp_block, c->resp_block_len);
@@ -2286,7 +2288,7 @@ proxy_aggregate(struct client *c, const struct http_request *req, size_t head_le
 	c->agg = aggregate_start(c->wr, c->route, &ar, proxy_aggregate_done_cb, c);
 	evbuffer_drain(c->conn.in, head_len);
 	if (c->agg == NULL)
-		client_error(c, GW_UPSTREAM_UNAVAILABLE, "out of memory", 0);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 }
 
 static void

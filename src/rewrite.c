@@ -129,6 +129,7 @@ struct rewrite_ctx {
 	const char *body;
 	size_t len;
 	const char *error;
+	int invalid;                    /* error says the body is not JSON */
 	unsigned seq;
 	struct rw_node *nodes;
 	size_t nnodes, nodes_cap;
@@ -240,6 +241,17 @@ rewrite_fail(struct rewrite_ctx *ctx, const char *why)
 	return -1;
 }
 
+/* Like rewrite_fail, for a body that is not JSON. */
+static int
+rewrite_invalid(struct rewrite_ctx *ctx)
+{
+	if (ctx->error == NULL) {
+		ctx->error = "invalid JSON";
+		ctx->invalid = 1;
+	}
+	return -1;
+}
+
 static int
 rewrite_node_new(struct rewrite_ctx *ctx, enum rw_kind kind)
 {
@@ -329,7 +341,7 @@ rewrite_envelope_err(struct rewrite_ctx *ctx, int r)
 	case ENVELOPE_ERR_MEMBERS:
 		return rewrite_fail(ctx, "more members to edit than limits.max_members");
 	default:
-		return rewrite_fail(ctx, "invalid JSON");
+		return rewrite_invalid(ctx);
 	}
 }
 
@@ -380,7 +392,7 @@ rewrite_object(struct rewrite_ctx *ctx, int idx)
 	if (!n->checked) {
 		/* The body's own value: only whitespace may follow it. */
 		if (envelope_skip_ws(ctx->body, ctx->len, end) != ctx->len)
-			return rewrite_fail(ctx, "invalid JSON");
+			return rewrite_invalid(ctx);
 		n->len = end - start;
 		n->checked = 1;
 	}
@@ -1116,22 +1128,26 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	ctx->body = body;
 	ctx->len = len;
 	ctx->error = NULL;
+	ctx->invalid = 0;
 	ctx->nnodes = ctx->nmembers = ctx->litlen = ctx->nspans = 0;
 	ctx->seq = 0;
 	ctx->tokenized = 0;
 	ctx->total = 0;
 	if (len >= 3 && memcmp(body, "\xef\xbb\xbf", 3) == 0) {
 		out->error = "body starts with a UTF-8 byte order mark (RFC 8259 forbids it)";
+		out->invalid = 1;
 		return -1;
 	}
 	vs = envelope_skip_ws(body, len, 0);
 	if (vs >= len) {
 		out->error = "empty body";
+		out->invalid = 1;
 		return -1;
 	}
 	if (mode == VALIDATE_FULL) {
 		if ((r = jvalid_check(body, len, ctx->max_depth, NULL)) != 0) {
 			out->error = r == JVALID_ERR_DEPTH ? "JSON nested too deep" : "invalid JSON";
+			out->invalid = r != JVALID_ERR_DEPTH;
 			return -1;
 		}
 	}
@@ -1189,7 +1205,7 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 			goto fail;
 		}
 		if (envelope_skip_ws(body, len, end) != len) {
-			rewrite_fail(ctx, "invalid JSON");
+			rewrite_invalid(ctx);
 			goto fail;
 		}
 		n->len = end - vs;
@@ -1209,6 +1225,9 @@ rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	out->total_len = ctx->total;
 	return 0;
 fail:
-	out->error = ctx->error != NULL ? ctx->error : "invalid JSON";
+	if (ctx->error == NULL)
+		rewrite_invalid(ctx);
+	out->error = ctx->error;
+	out->invalid = ctx->invalid;
 	return -1;
 }

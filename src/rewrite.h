@@ -57,6 +57,8 @@ struct rewrite_result {
 	size_t nspans;
 	size_t total_len;               /* sum of span lengths: the new Content-Length */
 	const char *error;              /* on failure: a short static reason */
+	int invalid;                    /* on failure: the body is not JSON (RFC 8259), rather
+	                                 * than ops that could not apply or a limit */
 };
 
 enum rewrite_direction { REWRITE_REQUEST, REWRITE_RESPONSE };

@@ -277,12 +277,21 @@ def envelope_metrics_exact(env):
     env.eq('/resp/ok rewritten', get(c, '/resp/ok').body, inner)
     env.eq('/strict/bad fails', get(c, '/strict/bad').status, 502)
 
-    def post(body, ctype='application/json'):
-        return c.request('POST', '/req', [('Host', 'a'), ('Content-Type', ctype)], body)
+    def post(body, ctype='application/json', headers=(), client=None):
+        return (client or c).request('POST', '/req', [('Host', 'a'), ('Content-Type', ctype)] +
+                                     list(headers), body)
     env.eq('request ops applied', post(b'{"data":{"x":1}}').body, b'{"got":7}')
     env.eq('invalid JSON refused', post(b'{"data":').status, 400)
     env.eq('a GET has no body', get(c, '/req').body, b'{"got":0}')
     env.eq('text/plain goes untouched', post(b'{"data":1}', 'text/plain').body, b'{"got":10}')
+    env.eq('a request in a coding the ops cannot read refused',
+           post(b'{"data":1}', headers=[('Content-Encoding', 'br')]).status, 415)
+    # Refused before its body is read: the connection closes after each.
+    env.eq('a request over max_body refused', post(big, client=env.client(gw.port)).status, 413)
+    chunked = env.client(gw.port)
+    chunked.send(b'POST /req HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n'
+                 b'Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' % (len(big), big))
+    env.eq('a chunked request over max_body refused', chunked.read_response('POST').status, 413)
 
     env.eq('jsongate_envelope_total', scrape(gw, 'jsongate_envelope_total'), sorted([
         'jsongate_envelope_total{route="resp",direction="response",result="applied"} 2',
@@ -291,16 +300,18 @@ def envelope_metrics_exact(env):
         'jsongate_envelope_total{route="resp",direction="response",result="passed",reason="empty"} 1',
         'jsongate_envelope_total{route="resp",direction="response",result="passed",reason="encoding"} 1',
         'jsongate_envelope_total{route="resp",direction="response",result="passed",reason="over_limit"} 1',
-        'jsongate_envelope_total{route="resp",direction="response",result="passed",reason="op_error"} 1',
+        'jsongate_envelope_total{route="resp",direction="response",result="passed",reason="invalid_json"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="applied"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="passed",reason="not_json"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="passed",reason="status"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="passed",reason="empty"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="failed",reason="encoding"} 1',
         'jsongate_envelope_total{route="strict",direction="response",result="failed",reason="over_limit"} 1',
-        'jsongate_envelope_total{route="strict",direction="response",result="failed",reason="op_error"} 2',
+        'jsongate_envelope_total{route="strict",direction="response",result="failed",reason="invalid_json"} 2',
         'jsongate_envelope_total{route="req",direction="request",result="applied"} 1',
-        'jsongate_envelope_total{route="req",direction="request",result="failed",reason="op_error"} 1',
+        'jsongate_envelope_total{route="req",direction="request",result="failed",reason="invalid_json"} 1',
+        'jsongate_envelope_total{route="req",direction="request",result="failed",reason="encoding"} 1',
+        'jsongate_envelope_total{route="req",direction="request",result="failed",reason="over_limit"} 2',
         'jsongate_envelope_total{route="req",direction="request",result="passed",reason="empty"} 1',
         'jsongate_envelope_total{route="req",direction="request",result="passed",reason="not_json"} 1',
     ]))
@@ -308,13 +319,14 @@ def envelope_metrics_exact(env):
     # request's {"x":1} is short and copied.
     env.eq('bytes spliced and copied, responses and requests alike', scrape(gw, 'jsongate_bytes_'),
            ['jsongate_bytes_copied_total 7', 'jsongate_bytes_spliced_total %d' % (3 * len(inner))])
-    # The 502s of /strict (encoding, over_limit, op_error twice) count as invalid answers of the
-    # server.
-    env.eq('the refused invalid JSON is no upstream request',
+    # Of the 502s of /strict, the invalid JSON (twice) is an invalid answer of the server; the
+    # ones over max_body or in a coding jsongate does not decode are good answers it refused.
+    # The refused requests never went upstream.
+    env.eq('upstream requests: only the invalid answers blamed on the server',
            scrape(gw, 'jsongate_upstream_requests_total'),
-           ['jsongate_upstream_requests_total{upstream="app",server="%s",outcome="invalid"} 4'
+           ['jsongate_upstream_requests_total{upstream="app",server="%s",outcome="invalid"} 2'
             % up.address,
-            'jsongate_upstream_requests_total{upstream="app",server="%s",outcome="ok"} 15'
+            'jsongate_upstream_requests_total{upstream="app",server="%s",outcome="ok"} 17'
             % up.address])
     env.eq('the upstream got 19 requests', len(up.requests), 19)
 

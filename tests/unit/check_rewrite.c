@@ -736,6 +736,45 @@ START_TEST(test_bom)
 }
 END_TEST
 
+/* A failure says whether the body is not JSON, or the ops could not apply to one. */
+START_TEST(test_failure_kind)
+{
+	static const struct {
+		const char *ops, *in;
+		int invalid;
+	} failures[] = {
+		{ "[unwrap: data]", "{\"data\":", 1 },
+		{ "[unwrap: data]", "{\"data\":1} x", 1 },
+		{ "[unwrap: data]", "\xef\xbb\xbf{\"data\":1}", 1 },
+		{ "[unwrap: data]", "  ", 1 },
+		{ "[wrap: w]", "[1,", 1 },
+		{ "[unwrap: data]", "{\"other\":1}", 0 },
+		{ "[set: {a: 1}]", "[1]", 0 },
+		{ "[set: {a.b: 1}]", "{\"a\":2}", 0 },
+		{ "[unwrap: data]", "{\"data\":[[[[1]]]]}", 0 },     /* deeper than max_depth */
+		{ "[set: {x: 1}]", "{\"a\":1,\"b\":2,\"c\":3,\"d\":4}", 0 },  /* max_members */
+	};
+	struct rewrite_ctx *ctx = rewrite_ctx_new(4, 3);
+	struct rewrite_program *prog;
+	struct rewrite_result res;
+	size_t i;
+	int mode;
+
+	for (i = 0; i < sizeof(failures) / sizeof(failures[0]); i++)
+		for (mode = 0; mode < 2; mode++) {
+			prog = rewrite_program_from_yaml(failures[i].ops, strlen(failures[i].ops), NULL, 0);
+			ck_assert_ptr_nonnull(prog);
+			ck_assert_int_eq(rewrite_apply(ctx, prog, mode ? F : E, failures[i].in,
+			    strlen(failures[i].in), NULL, &res), -1);
+			ck_assert_msg(res.invalid == failures[i].invalid, "%s on %s (%s): %s, invalid %d",
+			    failures[i].ops, failures[i].in, mode ? "full" : "envelope", res.error,
+			    res.invalid);
+			rewrite_program_free(prog);
+		}
+	rewrite_ctx_free(ctx);
+}
+END_TEST
+
 /* A NULL program (a route without ops) still validates and passes the body through. */
 START_TEST(test_null_program)
 {
@@ -802,6 +841,7 @@ rewrite_suite(void)
 	tcase_add_test(tc, test_sink);
 	tcase_add_test(tc, test_null_program);
 	tcase_add_test(tc, test_bom);
+	tcase_add_test(tc, test_failure_kind);
 	tcase_add_test(tc, test_uses_vars);
 	tcase_add_test(tc, test_escape);
 	suite_add_tcase(s, tc);
