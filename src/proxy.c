@@ -406,26 +406,34 @@ client_now(struct timespec *ts)
 	clock_gettime(CLOCK_MONOTONIC, ts);
 }
 
-/* The servers tried, as nginx's $upstream_addr: "10.0.0.1:80, 10.0.0.2:80". */
-static void
-client_servers_tried(const struct client *c, char *buf, size_t cap)
+/* We refused the client's own request (a 4xx of ours, as invalid JSON) before it went to the
+ * server of the try in progress. */
+static int
+client_refused_unsent(const struct client *c)
 {
-	size_t i, len = 0;
-
-	strcpy(buf, "-");
-	for (i = 0; i < c->ntried && len < cap; i++)
-		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
-		    c->tried[i]->srv->addr.text);
+	return !c->sent && c->gw_error >= 0 && gateway_errors[c->gw_error].status < 500;
 }
 
-/* The server a request counts for in the upstream metrics: none when the request never went
- * to it because we refused the client's own request (a 4xx of ours, as invalid JSON). */
+/* The server a request counts for in the upstream metrics. */
 static const struct config_server *
 client_counted_server(const struct client *c)
 {
-	if (!c->sent && c->gw_error >= 0 && gateway_errors[c->gw_error].status < 500)
-		return NULL;
-	return proxy_server(c);
+	return client_refused_unsent(c) ? NULL : proxy_server(c);
+}
+
+/* The servers tried, as nginx's $upstream_addr: "10.0.0.1:80, 10.0.0.2:80"; "-" for none.
+ * The server of a try that never sent the request we refused is none of them. */
+static void
+client_servers_tried(const struct client *c, char *buf, size_t cap)
+{
+	size_t i, len = 0, n = c->ntried;
+
+	if (n > 0 && c->noted && client_refused_unsent(c))
+		n--;
+	strcpy(buf, "-");
+	for (i = 0; i < n && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
+		    c->tried[i]->srv->addr.text);
 }
 
 static void

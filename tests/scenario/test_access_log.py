@@ -1,7 +1,8 @@
 """Access log: json (one object per line with the documented keys, valid
 whatever the request held) or combined, to a file or stderr, or off; a
 relative file name is taken from the configuration file's directory, whatever
-the working directory."""
+the working directory; a request refused before it went upstream names no
+server."""
 
 import os
 import sys
@@ -172,6 +173,27 @@ def combined_lines_stay_whole(env):
     if m:
         env.check('the agent escaped as nginx does, maybe cut',
                   m['agent'].startswith('agent\\x09\\x22quoted\\x22\\x5C \\xC3\\xA9\\xFF'), m['agent'][:80])
+
+
+@T.case
+def refused_request_names_no_upstream(env):
+    """A request refused before it went to a server names none: the try that was connecting
+    while its body came never carried it."""
+    path = os.path.join(env.tmp, 'access.json.log')
+    routes = [{'name': 'strict', 'match': {'path_prefix': '/'}, 'upstream': 'app',
+               'on_error': 'fail', 'request': [{'wrap': 'r'}]}]
+    gw = env.daemon(upstream_config('127.0.0.1:1', routes=routes,
+                                    log={'level': 'info', 'access': path, 'format': 'json'}))
+    headers = [('Host', 'a'), ('Content-Type', 'application/json')]
+    r = env.client(gw.port).request('POST', '/bom', headers, b'\xef\xbb\xbf{"a":1}')
+    env.eq('a body with a byte order mark refused', r.status, 400)
+    r = env.client(gw.port).request('POST', '/sent', headers, b'{"a":1}')
+    env.eq('a good body tries the server, which refuses', r.status, 502)
+    lines = read_lines(path, 2)
+    env.require('two lines written', len(lines) == 2, lines)
+    env.eq('the refused request names no server; the tried one names it',
+           [(e['path'], e['status'], e['upstream']) for e in map(json.loads, lines)],
+           [('/bom', 400, '-'), ('/sent', 502, '127.0.0.1:1')])
 
 
 @T.case
