@@ -12,12 +12,15 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "envelope.h"
@@ -3266,21 +3269,62 @@ config_check_log(struct config_parse *ctx, const char *path, yaml_mark_t mark, c
 	close(fd);
 }
 
-/* The pid file is written, and removed at exit, in its directory. */
+/*
+ * Whether user (NULL: ourselves) may create and remove files in dir: 0, or -1 with errno.  Run
+ * as root for another user, the check runs in a child that becomes that user (*as_user set),
+ * so that the kernel decides as it will for the daemon (modes, ACLs, the directories on the
+ * way); otherwise it is our own rights that count.
+ */
+static int
+config_may_write_dir(const char *dir, const char *user, int *as_user)
+{
+	struct passwd *pw;
+	pid_t pid;
+	int status;
+
+	*as_user = 0;
+	if (user == NULL || geteuid() != 0 || (pw = getpwnam(user)) == NULL || pw->pw_uid == 0)
+		return access(dir, W_OK | X_OK);
+	*as_user = 1;
+	if ((pid = fork()) < 0)
+		return -1;
+	if (pid == 0) {
+		if (setgroups(1, &pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
+		    setuid(pw->pw_uid) < 0)
+			_exit(EPERM);
+		_exit(access(dir, W_OK | X_OK) < 0 ? errno & 0xff : 0);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	errno = WIFEXITED(status) ? WEXITSTATUS(status) : EPERM;
+	return -1;
+}
+
+/* The pid file is written, and removed at exit, in its directory, as the user. */
 static void
-config_check_pid_file(struct config_parse *ctx, const char *path, yaml_mark_t mark)
+config_check_pid_file(struct config_parse *ctx, const char *path, const char *user,
+    yaml_mark_t mark)
 {
 	const char *slash;
 	char *dir;
+	int as_user;
 
 	if (path == NULL)
 		return;
 	slash = strrchr(path, '/');
 	dir = slash == NULL ? config_xstrdup(".") : slash == path ? config_xstrdup("/") :
 	    config_xasprintf("%.*s", (int)(slash - path), path);
-	if (access(dir, W_OK) < 0)
-		config_file_error(ctx, mark, "pid_file", "cannot create files in %s: %s", dir,
-		    strerror(errno));
+	if (config_may_write_dir(dir, user, &as_user) < 0) {
+		if (as_user)
+			config_file_error(ctx, mark, "pid_file", "user %s cannot create files in %s: "
+			    "%s", user, dir, strerror(errno));
+		else
+			config_file_error(ctx, mark, "pid_file", "cannot create files in %s: %s", dir,
+			    strerror(errno));
+	}
 	free(dir);
 }
 
@@ -3289,7 +3333,7 @@ config_check_files(const struct config *cfg, char **errors)
 {
 	struct config_parse *ctx = config_parse_new(cfg->path);
 
-	config_check_pid_file(ctx, cfg->pid_file, cfg->pid_file_mark);
+	config_check_pid_file(ctx, cfg->pid_file, cfg->user, cfg->pid_file_mark);
 
 	if (cfg->error_log != NULL && strcmp(cfg->error_log, "syslog") != 0 &&
 	    strncmp(cfg->error_log, "syslog:", 7) != 0)

@@ -119,9 +119,9 @@ pid_file_remove(void)
 		log_warn("cannot remove the pid file %s", pid_file);
 }
 
-/* Written once the listeners are bound and jsongate detached, so it holds the pid that stays,
- * under another name first so that no reader sees it empty; removed at every exit after that,
- * fatal ones included. */
+/* Written once the listeners are bound, jsongate detached and privileges dropped, so it holds
+ * the pid that stays, under another name first so that no reader sees it empty; removed at
+ * every exit after that, fatal ones included. */
 static void
 pid_file_write(const char *path)
 {
@@ -402,9 +402,10 @@ main(int argc, char **argv)
 	log_started();
 	if (!foreground && daemon(1, 0) < 0)
 		fatal("daemon");
-	pid_file_write(cfg->pid_file);
 	if (cfg->user != NULL)
 		drop_privileges(cfg->user, uid, gid);
+	/* As the user: it has to remove the file at exit, which needs the same rights. */
+	pid_file_write(cfg->pid_file);
 
 	if ((main_base = event_base_new()) == NULL)
 		fatalx("cannot create the main event loop");

@@ -5,7 +5,8 @@ the versions of libevent, OpenSSL, libyaml and zlib exactly as each reports itse
 log.error to a file (reopened on SIGUSR1) or to syslog (exact datagrams on a
 socket of the test's), start-up errors on stderr too; without -f the daemon
 detaches with stdin, stdout and stderr on /dev/null and logs to syslog;
-pid_file holds the daemon's pid while it runs, written only once it listens."""
+pid_file holds the daemon's pid while it runs, written only once it listens (with
+user:, written and removed as that user)."""
 
 import grp
 import os
@@ -223,6 +224,54 @@ def pid_file_in_the_foreground(env):
         env.eq('the pid', f.read(), '%d\n' % gw.pid)
     env.eq('stopped', gw.stop(), 0)
     env.check('removed at exit', not os.path.exists(path))
+
+
+@T.case
+def pid_file_of_a_user(env):
+    """With user:, the pid file is written and removed as that user, in a directory it may
+    write (root keeps nothing to remove it with); one it may not write refuses the start and
+    -t says so, rather than a file left behind at exit."""
+    if os.geteuid() != 0:
+        env.check('not root: nothing to drop to here (drops_privileges covers it)', True)
+        return
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    nobody = pwd.getpwnam('nobody')
+    os.chmod(env.tmp, 0o755)
+    run = os.path.join(env.tmp, 'run')
+    os.mkdir(run)
+    os.chown(run, nobody.pw_uid, nobody.pw_gid)
+    path = os.path.join(run, 'jsongate.pid')
+    gw = env.daemon(upstream_config(up.address, user='nobody', pid_file=path))
+    env.check('written once listening', wait_until(lambda: os.path.exists(path), 5 * SLOW))
+    st = os.stat(path)
+    env.eq('written by the user, after dropping root', (st.st_uid, st.st_gid),
+           (nobody.pw_uid, nobody.pw_gid))
+    with open(path) as f:
+        env.eq('the pid', f.read(), '%d\n' % gw.pid)
+    env.eq('stopped', gw.stop(), 0)
+    env.check('removed at exit', not os.path.exists(path), os.listdir(run))
+    env.check('no warning about it', 'pid file' not in gw.log(), gw.log()[-1000:])
+
+    # A directory of root's: -t names it, and the start fails before binding.
+    root_run = os.path.join(env.tmp, 'root-run')
+    os.mkdir(root_run, 0o755)
+    conf = upstream_config(up.address, user='nobody', pid_file=os.path.join(root_run, 'j.pid'),
+                           listeners=[{'listen': '127.0.0.1:%d' % free_port()}])
+    conf_path = os.path.join(env.tmp, 'root-run.yaml')
+    with open(conf_path, 'w') as f:
+        f.write(to_yaml(conf) + '\n')
+    p = env.run([JSONGATE, '-t', '-c', conf_path], timeout=10)
+    line = next((l for l in p.stderr.decode().splitlines() if 'pid_file' in l), '')
+    env.eq('-t: exit status 1', p.returncode, 1)
+    env.check('-t: the user cannot create files there, at the key',
+              re.match(r'%s:\d+:\d+: pid_file: user nobody cannot create files in %s: '
+                       r'Permission denied\Z' % (re.escape(conf_path), re.escape(root_run)), line),
+              p.stderr.decode())
+    status, log = run_failing(env, conf)
+    env.eq('the start fails', status, 1)
+    env.check('with the same error', 'pid_file: user nobody cannot create files in %s' % root_run
+              in log, log[-500:])
+    env.eq('nothing left in the directory', os.listdir(root_run), [])
 
 
 @T.case
