@@ -51,31 +51,37 @@ enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
 
 enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_LINGER };
 
-/* A client connection (the downstream side), the request in progress on it, and that
- * request's tries with upstream servers. */
-struct client {
-	LIST_ENTRY(client) entry;
-	struct worker *w;
-	struct conn conn;
-	struct deadline timer;          /* keep-alive, header and lingering-close limits */
-	enum timer_mode timer_mode;
-	enum client_state state;
-	char addr[INET6_ADDRSTRLEN];
-	int http_minor;
-	unsigned keepalive : 1;
-	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
-	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
-	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+/* A request on a client connection, from its head to the end of its answer, and its tries
+ * with upstream servers.  Requests come from a per-worker free list: a connection waiting
+ * for its next request holds none. */
+struct request {
+	struct request *next_free;      /* in its worker's free list */
+	/* Kept from one request to the next (drained, emptied): buffers, the exchange's timer,
+	 * the route scan's and the path captures' memory. */
+	struct exchange ex;             /* the try in progress */
+	struct evbuffer *up_head;       /* the head sent upstream, written once for every try */
+	struct evbuffer *req_body;      /* the request body to send (request ops), or NULL */
+	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
+	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
+	struct evbuffer *body;          /* the collected body */
+	struct route_scan scan;         /* the body's first bytes, read to choose the route */
+	struct path_vars pathv;         /* the captures of its route's path template */
+	/* Written before they are read in every request (lengths and counts are zeroed). */
+	char hash_key[256];             /* the hash balancing key of this request */
+	struct server_pool *tried[CONFIG_MAX_TRIES];
+	char last_message[384];
+	char method[16];                /* for the access log, and the ones below */
+	char target[512];
+	char request_id[130];
+	char user_agent[128];
+	char referer[128];
 
-	/* The request. */
+	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
 	const struct config_route *route;
 	struct upstream_pool *upool;
-	struct evbuffer *up_head;       /* the head sent upstream, written once for every try */
-	struct evbuffer *req_body;      /* the request body to send (request ops), or NULL */
 	size_t replay_len;              /* body bytes at the front of the input kept for another
 	                                 * try, until the answer starts */
-	char hash_key[256];             /* the hash balancing key of this request */
 	size_t hash_key_len;
 	unsigned idempotent : 1;        /* safe to send twice (method, or Idempotency-Key) */
 	unsigned replayable : 1;        /* the request can be sent again once it went out */
@@ -95,20 +101,14 @@ struct client {
 	enum body_mode req_mode;
 	uint64_t req_left;
 	struct http_chunked req_chunk;
-	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
 	struct body_block *req_block;   /* a request body collected for request ops */
 	size_t req_block_len;           /* its bytes so far, de-chunked */
-	struct route_scan scan;         /* the body's first bytes, read to choose the route */
-	struct path_vars pathv;         /* the captures of its route's path template */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
 
 	/* Its tries. */
-	struct exchange ex;             /* the try in progress */
-	struct server_pool *tried[CONFIG_MAX_TRIES];
 	size_t ntried;
 	unsigned retries;               /* retries of retry_on (not connect failovers) */
 	enum gateway_error last_error;  /* what the latest failed try would answer */
-	char last_message[384];
 
 	/* The answer. */
 	unsigned resp_started : 1;      /* response head sent to the client */
@@ -121,8 +121,6 @@ struct client {
 	unsigned answer_refused : 1;    /* a well-formed answer the ops refused for the gateway's
 	                                 * own reasons: no fault of its server */
 	const struct rewrite_program *resp_prog;   /* the ops this answer's status calls for */
-	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
-	struct evbuffer *body;          /* the collected body */
 	struct body_block *resp_block;  /* or: a Content-Length body read straight into a block */
 	size_t resp_block_len;
 	enum body_mode resp_mode;
@@ -135,15 +133,33 @@ struct client {
 	uint64_t bytes_sent;
 	size_t head_sent;               /* of bytes_sent, the response head's */
 	struct timespec start;
-	char method[16];
-	char target[512];
-	char request_id[130];
 	size_t request_id_len;
-	char user_agent[128];
-	char referer[128];
+};
+
+#define REQUEST_STATE offsetof(struct request, wr)
+/* Requests a worker keeps for the next ones, beyond those in progress. */
+#define REQUESTS_KEPT 256
+
+/* A client connection (the downstream side) and the request in progress on it, if any. */
+struct client {
+	LIST_ENTRY(client) entry;
+	struct worker *w;
+	struct conn conn;
+	struct deadline timer;          /* keep-alive, header and lingering-close limits */
+	enum timer_mode timer_mode;
+	enum client_state state;
+	char addr[INET6_ADDRSTRLEN];
+	int http_minor;
+	unsigned keepalive : 1;
+	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
+	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
+	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+
+	struct request *rq;             /* from its head to its end (until the reaper once closed) */
 };
 
 static void client_process(struct client *c);
+static void client_request_detach(struct client *c);
 static void client_route(struct client *c, struct http_request *req, ssize_t r);
 static void proxy_forward_request_body(struct client *c);
 static void proxy_forward_response_body(struct client *c);
@@ -209,13 +225,13 @@ proxy_unrewritten(struct client *c, enum metrics_direction direction,
     enum metrics_envelope_reason why, enum gateway_error err, const char *message,
     int must_close)
 {
-	int fail = c->route->on_error == ON_ERROR_FAIL;
+	int fail = c->rq->route->on_error == ON_ERROR_FAIL;
 
-	metrics_envelope(c->w, c->route, direction, fail ? METRICS_FAILED : METRICS_PASSED, why);
+	metrics_envelope(c->w, c->rq->route, direction, fail ? METRICS_FAILED : METRICS_PASSED, why);
 	if (!fail)
 		return 0;
 	/* An answer over our limit or in a coding we do not decode is still a good answer. */
-	c->answer_refused = direction == METRICS_RESPONSE &&
+	c->rq->answer_refused = direction == METRICS_RESPONSE &&
 	    (why == METRICS_REASON_OVER_LIMIT || why == METRICS_REASON_ENCODING);
 	client_error(c, err, message, must_close);
 	return 1;
@@ -232,21 +248,21 @@ proxy_unrewritten_reason(const struct body_result *res)
 static const struct config *
 client_cfg(const struct client *c)
 {
-	return (c->wr != NULL ? c->wr : c->w->cur)->rt->cfg;
+	return (c->rq != NULL && c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt->cfg;
 }
 
 /* The connection of the try in progress (the caller knows there is one). */
 static struct conn *
 upconn(struct client *c)
 {
-	return &c->ex.uc->conn;
+	return &c->rq->ex.uc->conn;
 }
 
 /* The server of the latest try, or NULL. */
 static const struct config_server *
 proxy_server(const struct client *c)
 {
-	return c->ntried != 0 ? c->tried[c->ntried - 1]->srv : NULL;
+	return c->rq->ntried != 0 ? c->rq->tried[c->rq->ntried - 1]->srv : NULL;
 }
 
 /* Framing lines are written on every message: no printf on that path. */
@@ -303,13 +319,16 @@ client_free(struct client *c)
 
 	if (c->state == CLIENT_DEAD)
 		return;
-	proxy_drop_block(c);
-	exchange_end(&c->ex, 0);
-	proxy_forget_tried(c);
-	proxy_end_aggregate(c);
-	if (c->wr != NULL) {
-		worker_runtime_unref(c->wr);
-		c->wr = NULL;
+	if (c->rq != NULL) {
+		/* The request stays the client's until the reaper: callers may still look. */
+		proxy_drop_block(c);
+		exchange_end(&c->rq->ex, 0);
+		proxy_forget_tried(c);
+		proxy_end_aggregate(c);
+		if (c->rq->wr != NULL) {
+			worker_runtime_unref(c->rq->wr);
+			c->rq->wr = NULL;
+		}
 	}
 	client_set_state(c, CLIENT_DEAD);
 	LIST_REMOVE(c, entry);
@@ -339,16 +358,82 @@ proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	while ((c = LIST_FIRST(&w->dead)) != NULL) {
 		LIST_REMOVE(c, entry);
-		exchange_free(&c->ex);
-		proxy_free_buffer(c->resp_head);
-		proxy_free_buffer(c->body);
-		proxy_free_buffer(c->req_copy);
-		proxy_free_buffer(c->up_head);
-		proxy_free_buffer(c->req_body);
-		route_scan_free(&c->scan);
-		path_vars_free(&c->pathv);
+		client_request_detach(c);
 		free(c);
 	}
+}
+
+/* --- requests ---------------------------------------------------------------------------- */
+
+static void
+request_free(struct request *rq)
+{
+	exchange_free(&rq->ex);
+	proxy_free_buffer(rq->resp_head);
+	proxy_free_buffer(rq->body);
+	proxy_free_buffer(rq->req_copy);
+	proxy_free_buffer(rq->up_head);
+	proxy_free_buffer(rq->req_body);
+	route_scan_free(&rq->scan);
+	path_vars_free(&rq->pathv);
+	free(rq);
+}
+
+/* c's head is here: it gets a request, from the worker's free list when one is there, with
+ * its per-request state zeroed.  0, or -1 without memory. */
+static int
+client_request_attach(struct client *c)
+{
+	struct worker *w = c->w;
+	struct request *rq = w->free_requests;
+
+	if (rq != NULL) {
+		w->free_requests = rq->next_free;
+		w->nfree_requests--;
+		rq->ex.arg = c;
+	} else if ((rq = calloc(1, sizeof(*rq))) == NULL ||
+	    exchange_init(&rq->ex, w, proxy_exchange_cb, c) < 0) {
+		free(rq);
+		return -1;
+	}
+	memset((char *)rq + REQUEST_STATE, 0, sizeof(*rq) - REQUEST_STATE);
+	rq->method[0] = rq->target[0] = rq->user_agent[0] = rq->referer[0] = '\0';
+	c->rq = rq;
+	return 0;
+}
+
+/* c's request is over (buffers drained, tries ended): back to the free list, or freed when
+ * the worker keeps enough. */
+static void
+client_request_detach(struct client *c)
+{
+	struct request *rq = c->rq;
+	struct worker *w = c->w;
+
+	if (rq == NULL)
+		return;
+	c->rq = NULL;
+	route_scan_done(&rq->scan);
+	path_vars_clear(&rq->pathv);
+	if (w->nfree_requests >= REQUESTS_KEPT) {
+		request_free(rq);
+		return;
+	}
+	rq->next_free = w->free_requests;
+	w->free_requests = rq;
+	w->nfree_requests++;
+}
+
+void
+proxy_worker_free(struct worker *w)
+{
+	struct request *rq;
+
+	while ((rq = w->free_requests) != NULL) {
+		w->free_requests = rq->next_free;
+		request_free(rq);
+	}
+	w->nfree_requests = 0;
 }
 
 /* How long a closing connection may take to hear the end of what its client was sending. */
@@ -363,7 +448,8 @@ static void
 client_close_now(struct client *c)
 {
 	if (c->lingering || c->conn.error || c->conn.eof || c->conn.ssl != NULL ||
-	    (c->req_done && evbuffer_get_length(c->conn.in) == 0 && !c->conn.readable)) {
+	    ((c->rq == NULL || c->rq->req_done) && evbuffer_get_length(c->conn.in) == 0 &&
+	    !c->conn.readable)) {
 		client_free(c);
 		return;
 	}
@@ -411,7 +497,7 @@ client_now(struct timespec *ts)
 static int
 client_refused_unsent(const struct client *c)
 {
-	return !c->sent && c->gw_error >= 0 && gateway_errors[c->gw_error].status < 500;
+	return !c->rq->sent && c->rq->gw_error >= 0 && gateway_errors[c->rq->gw_error].status < 500;
 }
 
 /* The server a request counts for in the upstream metrics. */
@@ -426,20 +512,20 @@ client_counted_server(const struct client *c)
 static void
 client_servers_tried(const struct client *c, char *buf, size_t cap)
 {
-	size_t i, len = 0, n = c->ntried;
+	size_t i, len = 0, n = c->rq->ntried;
 
-	if (n > 0 && c->noted && client_refused_unsent(c))
+	if (n > 0 && c->rq->noted && client_refused_unsent(c))
 		n--;
 	strcpy(buf, "-");
 	for (i = 0; i < n && len < cap; i++)
 		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
-		    c->tried[i]->srv->addr.text);
+		    c->rq->tried[i]->srv->addr.text);
 }
 
 static void
 client_log(struct client *c)
 {
-	const struct runtime *rt = (c->wr != NULL ? c->wr : c->w->cur)->rt;
+	const struct runtime *rt = (c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt;
 	struct access_entry e;
 	struct access_field json[CONFIG_MAX_JSON_FIELDS];
 	struct access_field path[CONFIG_MAX_PATH_FIELDS];
@@ -447,36 +533,36 @@ client_log(struct client *c)
 	char upstream[256];
 
 	client_now(&now);
-	metrics_request(c->w, c->route, client_counted_server(c), c->status,
-	    c->answer_refused ? -1 : c->gw_error, &c->start, &now);
+	metrics_request(c->w, c->rq->route, client_counted_server(c), c->rq->status,
+	    c->rq->answer_refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
 	if (rt->access.fd < 0) {
-		route_scan_done(&c->scan);
-		path_vars_clear(&c->pathv);
+		route_scan_done(&c->rq->scan);
+		path_vars_clear(&c->rq->pathv);
 		return;
 	}
 	client_servers_tried(c, upstream, sizeof(upstream));
 	e.remote_addr = c->addr;
-	e.method = c->method;
-	e.path = c->target;
-	e.status = c->status;
-	e.bytes_sent = c->bytes_sent;
-	e.body_bytes_sent = c->bytes_sent - c->head_sent;
+	e.method = c->rq->method;
+	e.path = c->rq->target;
+	e.status = c->rq->status;
+	e.bytes_sent = c->rq->bytes_sent;
+	e.body_bytes_sent = c->rq->bytes_sent - c->rq->head_sent;
 	e.upstream = upstream;
-	e.route = c->route != NULL ? c->route->name : "-";
-	e.duration_ms = (double)(now.tv_sec - c->start.tv_sec) * 1e3 +
-	    (double)(now.tv_nsec - c->start.tv_nsec) / 1e6;
-	e.request_id = c->request_id;
-	e.user_agent = c->user_agent;
-	e.referer = c->referer;
+	e.route = c->rq->route != NULL ? c->rq->route->name : "-";
+	e.duration_ms = (double)(now.tv_sec - c->rq->start.tv_sec) * 1e3 +
+	    (double)(now.tv_nsec - c->rq->start.tv_nsec) / 1e6;
+	e.request_id = c->rq->request_id;
+	e.user_agent = c->rq->user_agent;
+	e.referer = c->rq->referer;
 	e.http_minor = c->http_minor;
 	e.json = json;
-	e.njson = route_scan_log(&c->scan, rt->cfg, json);
+	e.njson = route_scan_log(&c->rq->scan, rt->cfg, json);
 	e.path_fields = path;
-	e.npath = path_vars_log(&c->pathv, rt->cfg, path);
-	e.backends = c->agg != NULL ? aggregate_log(c->agg, &e.nbackends) : NULL;
+	e.npath = path_vars_log(&c->rq->pathv, rt->cfg, path);
+	e.backends = c->rq->agg != NULL ? aggregate_log(c->rq->agg, &e.nbackends) : NULL;
 	access_log_write(&rt->access, &e);
-	route_scan_done(&c->scan);
-	path_vars_clear(&c->pathv);
+	route_scan_done(&c->rq->scan);
+	path_vars_clear(&c->rq->pathv);
 }
 
 static void
@@ -490,27 +576,27 @@ proxy_drop(struct evbuffer *b)
 static void
 proxy_drop_block(struct client *c)
 {
-	body_block_release(c->req_block);
-	c->req_block = NULL;
-	if (c->resp_block == NULL)
+	body_block_release(c->rq->req_block);
+	c->rq->req_block = NULL;
+	if (c->rq->resp_block == NULL)
 		return;
-	if (c->ex.uc != NULL)
+	if (c->rq->ex.uc != NULL)
 		upconn(c)->sink = NULL;
-	c->resp_sinking = 0;
-	body_block_release(c->resp_block);
-	c->resp_block = NULL;
+	c->rq->resp_sinking = 0;
+	body_block_release(c->rq->resp_block);
+	c->rq->resp_block = NULL;
 }
 
 /* The answer started: what was kept for another try can go. */
 static void
 proxy_drop_replay(struct client *c)
 {
-	if (c->replay_len != 0) {
-		evbuffer_drain(c->conn.in, c->replay_len);
-		c->replay_len = 0;
+	if (c->rq->replay_len != 0) {
+		evbuffer_drain(c->conn.in, c->rq->replay_len);
+		c->rq->replay_len = 0;
 	}
-	proxy_drop(c->req_body);
-	c->replayable = 0;
+	proxy_drop(c->rq->req_body);
+	c->rq->replayable = 0;
 }
 
 /* The response is complete (or the request ended in an error): log, reset, go on. */
@@ -521,35 +607,36 @@ client_request_end(struct client *c)
 
 	client_log(c);
 	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
-	proxy_drop(c->body);
-	proxy_drop(c->resp_head);
-	proxy_drop(c->req_copy);
-	proxy_drop(c->up_head);
+	proxy_drop(c->rq->body);
+	proxy_drop(c->rq->resp_head);
+	proxy_drop(c->rq->req_copy);
+	proxy_drop(c->rq->up_head);
 	proxy_drop_block(c);
-	if (c->ex.stage != EXCHANGE_IDLE) {
+	if (c->rq->ex.stage != EXCHANGE_IDLE) {
 		/* The whole answer came: the server did well (unless its status said otherwise). */
-		exchange_verdict(&c->ex, 0);
-		exchange_end(&c->ex, !c->up_close && c->req_done && c->sent);
+		exchange_verdict(&c->rq->ex, 0);
+		exchange_end(&c->rq->ex, !c->rq->up_close && c->rq->req_done && c->rq->sent);
 	}
 	proxy_drop_replay(c);
 	proxy_forget_tried(c);
 	proxy_end_aggregate(c);
-	if (c->wr != NULL) {
-		worker_runtime_unref(c->wr);
-		c->wr = NULL;
+	if (c->rq->wr != NULL) {
+		worker_runtime_unref(c->rq->wr);
+		c->rq->wr = NULL;
 	}
-	c->route = NULL;
-	c->upool = NULL;
+	c->rq->route = NULL;
+	c->rq->upool = NULL;
 	if (c->up_paused || c->client_paused)
 		conn_notify_drained(&c->conn, 0, 0);
 	c->up_paused = c->client_paused = 0;
 	/* A request whose body we did not read to the end leaves the stream unframed.  While
 	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
-	if (!c->keepalive || !c->req_done ||
+	if (!c->keepalive || !c->rq->req_done ||
 	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
 		client_close_after_flush(c);
 		return;
 	}
+	client_request_detach(c);
 	client_set_state(c, CLIENT_IDLE);
 	conn_set_timeouts(&c->conn, 0, 0);
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
@@ -564,30 +651,30 @@ client_request_end(struct client *c)
 static void
 client_error(struct client *c, enum gateway_error err, const char *message, int must_close)
 {
-	struct http_str id = { c->request_id, c->request_id_len };
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 	enum respond_connection conn;
 
-	c->gw_error = (int)err;
-	if (c->resp_started) {
+	c->rq->gw_error = (int)err;
+	if (c->rq->resp_started) {
 		/* Too late for an error response: cut the connection so the truncation shows. */
 		c->keepalive = 0;
-		c->up_close = 1;
-		c->status = c->status ? c->status : gateway_errors[err].status;
+		c->rq->up_close = 1;
+		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
 		client_log(c);
-		exchange_end(&c->ex, 0);
+		exchange_end(&c->rq->ex, 0);
 		client_close_after_flush(c);
 		return;
 	}
-	exchange_end(&c->ex, 0);
+	exchange_end(&c->rq->ex, 0);
 	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
-	if (must_close || !c->req_done || c->w->draining)
+	if (must_close || !c->rq->req_done || c->w->draining)
 		c->keepalive = 0;
 	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
 	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
-	c->status = gateway_errors[err].status;
-	c->bytes_sent += respond_error(c->conn.out, err, message, id, conn, c->head_request,
-	    &c->head_sent);
-	c->resp_started = 1;
+	c->rq->status = gateway_errors[err].status;
+	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, c->rq->head_request,
+	    &c->rq->head_sent);
+	c->rq->resp_started = 1;
 	client_request_end(c);
 }
 
@@ -595,28 +682,28 @@ static void
 client_body_framing(struct client *c, const struct http_request *req)
 {
 	if (req->framing.chunked) {
-		c->req_mode = BODY_CHUNKED;
-		http_chunked_init(&c->req_chunk);
+		c->rq->req_mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->req_chunk);
 	} else if (req->framing.content_length > 0) {
-		c->req_mode = BODY_LENGTH;
-		c->req_left = (uint64_t)req->framing.content_length;
+		c->rq->req_mode = BODY_LENGTH;
+		c->rq->req_left = (uint64_t)req->framing.content_length;
 	} else {
-		c->req_mode = BODY_NONE;
+		c->rq->req_mode = BODY_NONE;
 	}
-	c->req_done = c->req_mode == BODY_NONE;
+	c->rq->req_done = c->rq->req_mode == BODY_NONE;
 }
 
 static void
 client_new_request_id(struct client *c, const struct http_request *req)
 {
 	if (headers_request_id_acceptable(req->request_id)) {
-		memcpy(c->request_id, req->request_id.p, req->request_id.len);
-		c->request_id_len = req->request_id.len;
+		memcpy(c->rq->request_id, req->request_id.p, req->request_id.len);
+		c->rq->request_id_len = req->request_id.len;
 	} else {
-		headers_request_id_generate(c->request_id);
-		c->request_id_len = REQUEST_ID_LEN;
+		headers_request_id_generate(c->rq->request_id);
+		c->rq->request_id_len = REQUEST_ID_LEN;
 	}
-	c->request_id[c->request_id_len] = '\0';
+	c->rq->request_id[c->rq->request_id_len] = '\0';
 }
 
 static void
@@ -633,16 +720,16 @@ client_remember_for_log(struct client *c, const struct http_request *req)
 {
 	size_t i;
 
-	copy_str(c->method, sizeof(c->method), req->method);
-	copy_str(c->target, sizeof(c->target), req->target);
-	c->user_agent[0] = c->referer[0] = '\0';
+	copy_str(c->rq->method, sizeof(c->rq->method), req->method);
+	copy_str(c->rq->target, sizeof(c->rq->target), req->target);
+	c->rq->user_agent[0] = c->rq->referer[0] = '\0';
 	if (c->w->cur->rt->access.format != ACCESS_COMBINED)
 		return;
 	for (i = 0; i < req->nheaders; i++) {
 		if (http_header_is(&req->headers[i], "user-agent"))
-			copy_str(c->user_agent, sizeof(c->user_agent), req->headers[i].value);
+			copy_str(c->rq->user_agent, sizeof(c->rq->user_agent), req->headers[i].value);
 		else if (http_header_is(&req->headers[i], "referer"))
-			copy_str(c->referer, sizeof(c->referer), req->headers[i].value);
+			copy_str(c->rq->referer, sizeof(c->rq->referer), req->headers[i].value);
 	}
 }
 
@@ -650,18 +737,18 @@ client_remember_for_log(struct client *c, const struct http_request *req)
 static void
 client_hash_key(struct client *c, const struct http_request *req)
 {
-	const char *var = c->upool->cfg->hash_key;
+	const char *var = c->rq->upool->cfg->hash_key;
 	struct http_str v = { "", 0 };
 
 	if (var != NULL && strncmp(var, "$json.", 6) == 0) {
 		/* A body field: only a proxied request has read one. */
-		route_scan_value(&c->scan, var + 6, strlen(var + 6), &v.p, &v.len);
-		c->hash_key_len = v.len < sizeof(c->hash_key) ? v.len : sizeof(c->hash_key);
-		memcpy(c->hash_key, v.p, c->hash_key_len);
+		route_scan_value(&c->rq->scan, var + 6, strlen(var + 6), &v.p, &v.len);
+		c->rq->hash_key_len = v.len < sizeof(c->rq->hash_key) ? v.len : sizeof(c->rq->hash_key);
+		memcpy(c->rq->hash_key, v.p, c->rq->hash_key_len);
 		return;
 	}
-	c->hash_key_len = exchange_hash_key(c->upool->cfg, c->addr, req, req->target, req->path,
-	    c->hash_key, sizeof(c->hash_key));
+	c->rq->hash_key_len = exchange_hash_key(c->rq->upool->cfg, c->addr, req, req->target, req->path,
+	    c->rq->hash_key, sizeof(c->rq->hash_key));
 }
 
 #define PROXY_USES(uses, var) (((uses) & (1u << REWRITE_VAR_##var)) != 0)
@@ -675,12 +762,12 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 	const struct config_server *srv = proxy_server(c);
 
 	memset(vars, 0, sizeof(*vars));
-	vars->request_id.p = c->request_id;
-	vars->request_id.len = c->request_id_len;
+	vars->request_id.p = c->rq->request_id;
+	vars->request_id.len = c->rq->request_id_len;
 	vars->route.p = vars->upstream.p = vars->remote_addr.p = "";
 	if (PROXY_USES(uses, ROUTE)) {
-		vars->route.p = c->route->name;
-		vars->route.len = strlen(c->route->name);
+		vars->route.p = c->rq->route->name;
+		vars->route.len = strlen(c->rq->route->name);
 	}
 	if (PROXY_USES(uses, UPSTREAM) && srv != NULL) {
 		vars->upstream.p = srv->addr.text;
@@ -693,8 +780,8 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 	if (PROXY_USES(uses, TIME_ISO8601))
 		vars->now = (long long)time(NULL);
 	body_tls_vars(uses, &c->conn, vars, tls_text);
-	route_scan_vars(&c->scan, vars);
-	path_vars_vars(&c->pathv, vars);
+	route_scan_vars(&c->rq->scan, vars);
+	path_vars_vars(&c->rq->pathv, vars);
 }
 
 /* For $header.NAME in response ops: the request head kept in req_copy, parsed again. */
@@ -702,9 +789,9 @@ static void
 proxy_kept_request_headers(struct client *c, struct rewrite_vars *vars)
 {
 	struct http_request *req = &c->w->req;
-	size_t ql = c->req_copy != NULL ? evbuffer_get_length(c->req_copy) : 0;
+	size_t ql = c->rq->req_copy != NULL ? evbuffer_get_length(c->rq->req_copy) : 0;
 
-	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->req_copy,
+	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy,
 	    (ev_ssize_t)ql), ql, req) > 0)
 		body_vars_headers(vars, req);
 }
@@ -721,12 +808,12 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	int n;
 
 	/* req's headers may point into the buffer after we return: the worker owns it, as req. */
-	if (proxy_has_response_ops(c->route))
+	if (proxy_has_response_ops(c->rq->route))
 		body_limit_accept_encoding(req, w->req_accept_encoding,
 		    sizeof(w->req_accept_encoding));
-	if (c->up_head == NULL && (c->up_head = evbuffer_new()) == NULL)
+	if (c->rq->up_head == NULL && (c->rq->up_head = evbuffer_new()) == NULL)
 		return -1;
-	evbuffer_drain(c->up_head, evbuffer_get_length(c->up_head));
+	evbuffer_drain(c->rq->up_head, evbuffer_get_length(c->rq->up_head));
 	if (w->target_cap < req->target.len + 2) {
 		char *grown = realloc(w->target_buf, req->target.len + 2);
 		if (grown == NULL)
@@ -734,40 +821,40 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 		w->target_buf = grown;
 		w->target_cap = req->target.len + 2;
 	}
-	n = route_rewrite_target(c->route, req->path.p, req->path.len, req->query.p,
+	n = route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
 	    req->query.len, w->target_buf, w->target_cap);
 	if (n < 0)
 		return -1;
 	fw.client_addr = c->addr;
 	fw.tls = c->conn.ssl != NULL;
-	fw.request_id.p = c->request_id;
-	fw.request_id.len = c->request_id_len;
-	fw.host_override = c->upool->cfg->host_header;
+	fw.request_id.p = c->rq->request_id;
+	fw.request_id.len = c->rq->request_id_len;
+	fw.host_override = c->rq->upool->cfg->host_header;
 	fw.target.p = w->target_buf;
 	fw.target.len = (size_t)n;
-	fw.method.p = c->head_as_get ? "GET" : NULL;
-	fw.method.len = c->head_as_get ? 3 : 0;
-	fw.ops = c->route->request_headers;
+	fw.method.p = c->rq->head_as_get ? "GET" : NULL;
+	fw.method.len = c->rq->head_as_get ? 3 : 0;
+	fw.ops = c->rq->route->request_headers;
 	fw.vars = NULL;
 	if (fw.ops != NULL) {
 		proxy_vars(c, fw.ops->vars, &vars, &tls_text);
 		body_vars_headers(&vars, req);
 		fw.vars = &vars;
 	}
-	if (headers_request_out(c->up_head, req, &fw) < 0)
+	if (headers_request_out(c->rq->up_head, req, &fw) < 0)
 		return -1;
-	if (c->keep_chunked)
+	if (c->rq->keep_chunked)
 		return 0;       /* proxy_head_framing, once the body decides */
 	p = framing;
-	if (c->req_out_len >= 0)
-		p = put_content_length(p, (uint64_t)c->req_out_len);
+	if (c->rq->req_out_len >= 0)
+		p = put_content_length(p, (uint64_t)c->rq->req_out_len);
 	else if (req->framing.chunked)
 		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	else if (req->framing.content_length >= 0)
 		p = put_content_length(p, (uint64_t)req->framing.content_length);
 	p = put_lit(p, "\r\n");
 	n = (int)(p - framing);
-	return evbuffer_add(c->up_head, framing, (size_t)n);
+	return evbuffer_add(c->rq->up_head, framing, (size_t)n);
 }
 
 /* End the head of a kept chunked body: a Content-Length when the body is all here (as nginx
@@ -778,11 +865,11 @@ proxy_head_framing(struct client *c, int whole)
 	char framing[64], *p = framing;
 
 	if (whole)
-		p = put_content_length(p, evbuffer_get_length(c->req_body));
+		p = put_content_length(p, evbuffer_get_length(c->rq->req_body));
 	else
 		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	p = put_lit(p, "\r\n");
-	return evbuffer_add(c->up_head, framing, (size_t)(p - framing));
+	return evbuffer_add(c->rq->up_head, framing, (size_t)(p - framing));
 }
 
 static enum gateway_error
@@ -842,8 +929,8 @@ proxy_accepts_gzip(struct http_str ae)
 static void
 proxy_continue(struct client *c)
 {
-	if (c->expect_continue && c->http_minor == 1) {
-		c->expect_continue = 0;
+	if (c->rq->expect_continue && c->http_minor == 1) {
+		c->rq->expect_continue = 0;
 		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 	}
 }
@@ -856,14 +943,14 @@ proxy_start_request_collect(struct client *c)
 
 	/* One block, sized up front for a Content-Length body and grown for a chunked one:
 	 * the body is held once, not once in buffers and again pulled up for the parser. */
-	body_block_release(c->req_block);
-	c->req_block_len = 0;
-	if ((c->req_block = body_block_new(c->w->bodies,
-	    c->req_mode == BODY_LENGTH ? (size_t)c->req_left : 0)) == NULL) {
+	body_block_release(c->rq->req_block);
+	c->rq->req_block_len = 0;
+	if ((c->rq->req_block = body_block_new(c->w->bodies,
+	    c->rq->req_mode == BODY_LENGTH ? (size_t)c->rq->req_left : 0)) == NULL) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	c->req_buffering = 1;
+	c->rq->req_buffering = 1;
 	proxy_continue(c);
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 	conn_read_start(&c->conn);
@@ -875,9 +962,9 @@ proxy_start_request_collect(struct client *c)
 static void
 proxy_request_ready(struct client *c)
 {
-	if (c->ex.stage == EXCHANGE_IDLE)
+	if (c->rq->ex.stage == EXCHANGE_IDLE)
 		proxy_try(c, 0);
-	else if (c->ex.stage == EXCHANGE_ACTIVE && c->ex.uc != NULL)
+	else if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
 		proxy_send_request(c);
 }
 
@@ -885,7 +972,7 @@ proxy_request_ready(struct client *c)
 static void
 proxy_send_collected(struct client *c)
 {
-	c->replayable = evbuffer_get_length(c->req_body) <= c->upool->cfg->retry_body;
+	c->rq->replayable = evbuffer_get_length(c->rq->req_body) <= c->rq->upool->cfg->retry_body;
 	proxy_request_ready(c);
 }
 
@@ -905,94 +992,94 @@ proxy_collect_request_body(struct client *c)
 	char msg[256];
 	int r;
 
-	if (c->req_mode == BODY_LENGTH) {
+	if (c->rq->req_mode == BODY_LENGTH) {
 		n = evbuffer_get_length(in);
-		if (n > c->req_left)
-			n = (size_t)c->req_left;
-		evbuffer_remove(in, body_block_data(c->req_block) + c->req_block_len, n);
-		c->req_block_len += n;
-		c->req_left -= n;
-		c->req_done = c->req_left == 0;
+		if (n > c->rq->req_left)
+			n = (size_t)c->rq->req_left;
+		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, n);
+		c->rq->req_block_len += n;
+		c->rq->req_left -= n;
+		c->rq->req_done = c->rq->req_left == 0;
 	} else {
-		while (!c->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
 			r = proxy_dechunk_into_block(c, in, vec);
 			if (r == HTTP_CHUNKED_ERROR) {
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
-			c->req_done = r == HTTP_CHUNKED_DONE;
+			c->rq->req_done = r == HTTP_CHUNKED_DONE;
 		}
 	}
-	ql = evbuffer_get_length(c->req_copy);
-	if (c->req_block_len > cfg->limits.max_body) {
+	ql = evbuffer_get_length(c->rq->req_copy);
+	if (c->rq->req_block_len > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
 		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
 		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
-		c->req_buffering = 0;
-		http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
+		c->rq->req_buffering = 0;
+		http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 		if (proxy_build_upstream_head(c, req) < 0) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
 		}
 		char size_line[24];
-		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->req_block_len);
-		if (c->req_body == NULL && (c->req_body = evbuffer_new()) == NULL) {
+		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->rq->req_block_len);
+		if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 			client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 			return;
 		}
-		evbuffer_add(c->req_body, size_line, (size_t)sl);
-		body_block_add_to(c->req_body, c->req_block, c->req_block_len);
-		evbuffer_add(c->req_body, "\r\n", 2);
-		if (c->req_done)
-			evbuffer_add(c->req_body, "0\r\n\r\n", 5);
+		evbuffer_add(c->rq->req_body, size_line, (size_t)sl);
+		body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+		evbuffer_add(c->rq->req_body, "\r\n", 2);
+		if (c->rq->req_done)
+			evbuffer_add(c->rq->req_body, "0\r\n\r\n", 5);
 		proxy_drop_request_block(c);
 		/* The rest streams after it: this request cannot be sent twice. */
-		c->replayable = 0;
+		c->rq->replayable = 0;
 		proxy_request_ready(c);
 		return;
 	}
-	if (!c->req_done)
+	if (!c->rq->req_done)
 		return;
 
-	c->req_buffering = 0;
+	c->rq->req_buffering = 0;
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
-	http_parse_request((const char *)evbuffer_pullup(c->req_copy, (ev_ssize_t)ql), ql, req);
-	if (c->req_body == NULL && (c->req_body = evbuffer_new()) == NULL) {
+	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
+	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (c->req_block_len == 0 && c->route->validate != VALIDATE_FULL) {
+	if (c->rq->req_block_len == 0 && c->rq->route->validate != VALIDATE_FULL) {
 		/* An empty body is no JSON document: validate: envelope passes it untouched. */
-		metrics_envelope(w, c->route, METRICS_REQUEST, METRICS_PASSED, METRICS_REASON_EMPTY);
-		c->req_out_len = 0;
+		metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, METRICS_REASON_EMPTY);
+		c->rq->req_out_len = 0;
 	} else {
-		proxy_vars(c, proxy_prog_vars(c->route->request), &vars, &tls_text);
+		proxy_vars(c, proxy_prog_vars(c->rq->route->request), &vars, &tls_text);
 		body_vars_headers(&vars, req);
-		if (body_apply_block(w->bodies, cfg, c->route, c->route->request,
+		if (body_apply_block(w->bodies, cfg, c->rq->route, c->rq->route->request,
 		    body_coding(http_find_header(req->headers, req->nheaders,
-		    "content-encoding")), c->req_block, c->req_block_len, &vars, w->rewritten,
+		    "content-encoding")), c->rq->req_block, c->rq->req_block_len, &vars, w->rewritten,
 		    &res) < 0) {
 			snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
-			log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
+			log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
 			evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
 			if (proxy_unrewritten(c, METRICS_REQUEST, proxy_unrewritten_reason(&res),
 			    res.encoding ? GW_UNSUPPORTED_MEDIA_TYPE : GW_INVALID_JSON, msg, 0))
 				return;
 			/* pass: the client's bytes, untouched */
-			body_block_add_to(c->req_body, c->req_block, c->req_block_len);
+			body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
 		} else {
-			metrics_envelope(w, c->route, METRICS_REQUEST, METRICS_APPLIED,
+			metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_APPLIED,
 			    METRICS_REASON_NONE);
 			metrics_bytes(w, res.spliced, res.copied);
 			/* The rewritten body may refer to the collected one: both stay until sent. */
-			evbuffer_add_buffer(c->req_body, w->rewritten);
+			evbuffer_add_buffer(c->rq->req_body, w->rewritten);
 			if (res.inflated)
 				proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
 		}
-		c->req_out_len = (int64_t)evbuffer_get_length(c->req_body);
+		c->rq->req_out_len = (int64_t)evbuffer_get_length(c->rq->req_body);
 	}
 	proxy_drop_request_block(c);
 	if (proxy_build_upstream_head(c, req) < 0) {
@@ -1031,15 +1118,15 @@ proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_
 	size_t consumed, off, dlen;
 	int r;
 
-	r = http_chunked_feed(&c->req_chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
+	r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
 	if (r == HTTP_CHUNKED_ERROR)
 		return r;
 	if (r == HTTP_CHUNKED_DATA) {
-		if (body_block_reserve(&c->req_block, c->req_block_len + dlen) < 0)
+		if (body_block_reserve(&c->rq->req_block, c->rq->req_block_len + dlen) < 0)
 			return HTTP_CHUNKED_ERROR;
 		evbuffer_drain(in, off);
-		evbuffer_remove(in, body_block_data(c->req_block) + c->req_block_len, dlen);
-		c->req_block_len += dlen;
+		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, dlen);
+		c->rq->req_block_len += dlen;
 		evbuffer_drain(in, consumed - off - dlen);
 	} else {
 		evbuffer_drain(in, consumed);
@@ -1051,19 +1138,19 @@ proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_
 static void
 proxy_drop_request_block(struct client *c)
 {
-	body_block_release(c->req_block);
-	c->req_block = NULL;
-	c->req_block_len = 0;
+	body_block_release(c->rq->req_block);
+	c->rq->req_block = NULL;
+	c->rq->req_block_len = 0;
 }
 
 /* Response ops may read request headers ($header.NAME) after the head has left the input. */
 static int
 proxy_keep_request_head(struct client *c, size_t len)
 {
-	if (c->req_copy == NULL && (c->req_copy = evbuffer_new()) == NULL)
+	if (c->rq->req_copy == NULL && (c->rq->req_copy = evbuffer_new()) == NULL)
 		return -1;
-	evbuffer_drain(c->req_copy, evbuffer_get_length(c->req_copy));
-	return evbuffer_add(c->req_copy, evbuffer_pullup(c->conn.in, (ev_ssize_t)len), len);
+	evbuffer_drain(c->rq->req_copy, evbuffer_get_length(c->rq->req_copy));
+	return evbuffer_add(c->rq->req_copy, evbuffer_pullup(c->conn.in, (ev_ssize_t)len), len);
 }
 
 /* 1 when the request body is one for request ops (a JSON body; one in a coding they cannot
@@ -1074,15 +1161,15 @@ proxy_wants_request_body(struct client *c, const struct http_request *req)
 	enum metrics_envelope_reason why = METRICS_REASON_NONE;
 
 	/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
-	if (c->req_mode == BODY_NONE && (req->framing.content_length != 0 ||
-	    c->route->validate != VALIDATE_FULL))
+	if (c->rq->req_mode == BODY_NONE && (req->framing.content_length != 0 ||
+	    c->rq->route->validate != VALIDATE_FULL))
 		why = METRICS_REASON_EMPTY;
-	else if (!body_is_json(c->route, http_find_header(req->headers, req->nheaders,
+	else if (!body_is_json(c->rq->route, http_find_header(req->headers, req->nheaders,
 	    "content-type")))
 		why = METRICS_REASON_NOT_JSON;
 	if (why == METRICS_REASON_NONE)
 		return 1;
-	metrics_envelope(c->w, c->route, METRICS_REQUEST, METRICS_PASSED, why);
+	metrics_envelope(c->w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, why);
 	return 0;
 }
 
@@ -1091,34 +1178,34 @@ proxy_wants_request_body(struct client *c, const struct http_request *req)
 static void
 proxy_plan_body(struct client *c, size_t head_len)
 {
-	const struct config_upstream *up = c->upool->cfg;
+	const struct config_upstream *up = c->rq->upool->cfg;
 	const struct config *cfg = client_cfg(c);
 
-	if (c->req_mode == BODY_NONE) {
-		c->replayable = 1;
+	if (c->rq->req_mode == BODY_NONE) {
+		c->rq->replayable = 1;
 		return;
 	}
-	if (c->keep_chunked) {
-		c->buffer_body = 1;
+	if (c->rq->keep_chunked) {
+		c->rq->buffer_body = 1;
 		proxy_continue(c);
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_keep_chunked(c);
 		return;
 	}
-	if (c->req_mode == BODY_LENGTH && c->idempotent && c->req_left <= up->retry_body &&
-	    head_len + c->req_left <= FLOW_HIGH) {
-		c->buffer_body = c->replayable = 1;
-		c->replay_len = (size_t)c->req_left;
-		if (evbuffer_get_length(c->conn.in) >= c->replay_len) {
-			c->req_done = 1;
+	if (c->rq->req_mode == BODY_LENGTH && c->rq->idempotent && c->rq->req_left <= up->retry_body &&
+	    head_len + c->rq->req_left <= FLOW_HIGH) {
+		c->rq->buffer_body = c->rq->replayable = 1;
+		c->rq->replay_len = (size_t)c->rq->req_left;
+		if (evbuffer_get_length(c->conn.in) >= c->rq->replay_len) {
+			c->rq->req_done = 1;
 			return;
 		}
 		proxy_continue(c);
 	}
 	/* The body is read once the connection is ready, or now when it is kept. */
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	if (c->buffer_body)
+	if (c->rq->buffer_body)
 		conn_read_start(&c->conn);
 	else
 		conn_read_stop(&c->conn);
@@ -1132,34 +1219,34 @@ proxy_plan_body(struct client *c, size_t head_len)
 static void
 proxy_keep_chunked(struct client *c)
 {
-	size_t max = c->upool->cfg->retry_body;
+	size_t max = c->rq->upool->cfg->retry_body;
 	struct evbuffer *in = c->conn.in;
 	struct evbuffer_iovec vec;
 	int r = HTTP_CHUNKED_MORE, sl;
 	char size_line[24];
 	size_t n;
 
-	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->req_body) <= max &&
+	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->rq->req_body) <= max &&
 	    evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0)
-		if ((r = proxy_dechunk(&c->req_chunk, in, vec, c->req_body)) == HTTP_CHUNKED_ERROR) {
+		if ((r = proxy_dechunk(&c->rq->req_chunk, in, vec, c->rq->req_body)) == HTTP_CHUNKED_ERROR) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
 		}
-	n = evbuffer_get_length(c->req_body);
+	n = evbuffer_get_length(c->rq->req_body);
 	if (r != HTTP_CHUNKED_DONE && n <= max)
 		return;
-	c->buffer_body = c->keep_chunked = 0;
-	c->req_done = r == HTTP_CHUNKED_DONE;
-	c->replayable = c->req_done && n <= max;
+	c->rq->buffer_body = c->rq->keep_chunked = 0;
+	c->rq->req_done = r == HTTP_CHUNKED_DONE;
+	c->rq->replayable = c->rq->req_done && n <= max;
 	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
-	if ((!c->req_done && (evbuffer_prepend(c->req_body, size_line, (size_t)sl) < 0 ||
-	    evbuffer_add(c->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->req_done) < 0) {
+	if ((!c->rq->req_done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
+	    evbuffer_add(c->rq->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->rq->req_done) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
 	/* The rest waits until the connection is ready (proxy_send_request reads on). */
 	conn_read_stop(&c->conn);
-	if (c->ex.stage == EXCHANGE_ACTIVE && c->ex.uc != NULL)
+	if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
 		proxy_send_request(c);
 }
 
@@ -1191,41 +1278,46 @@ client_read_head(struct client *c)
 		r = HTTP_ERR_TOO_MANY_HEADERS;
 	}
 
+	if (client_request_attach(c) < 0) {
+		log_errorx("out of memory for a request from %s", c->addr);
+		client_free(c);
+		return;
+	}
 	client_set_state(c, CLIENT_BUSY);
 	client_timer_set(c, TIMER_OFF, 0);
-	client_now(&c->start);
-	c->status = 0;
-	c->gw_error = -1;
-	c->bytes_sent = 0;
-	c->head_sent = 0;
-	c->resp_started = 0;
-	c->req_buffering = 0;
-	c->req_out_len = -1;
-	c->resp_head_seen = 0;
-	c->resp_buffering = 0;
-	c->resp_rechunk = 0;
-	c->up_close = 0;
-	c->answer_refused = 0;
-	c->req_done = 1;
+	client_now(&c->rq->start);
+	c->rq->status = 0;
+	c->rq->gw_error = -1;
+	c->rq->bytes_sent = 0;
+	c->rq->head_sent = 0;
+	c->rq->resp_started = 0;
+	c->rq->req_buffering = 0;
+	c->rq->req_out_len = -1;
+	c->rq->resp_head_seen = 0;
+	c->rq->resp_buffering = 0;
+	c->rq->resp_rechunk = 0;
+	c->rq->up_close = 0;
+	c->rq->answer_refused = 0;
+	c->rq->req_done = 1;
 	c->keepalive = 0;
 	c->http_minor = 1;
-	c->route = NULL;
-	c->ntried = 0;
-	c->retries = 0;
-	c->stale_retried = 0;
-	c->sent = 0;
-	c->buffer_body = 0;
-	c->keep_chunked = 0;
-	c->replayable = 0;
-	c->replay_len = 0;
-	c->last_error = GW_UPSTREAM_UNAVAILABLE;
-	c->last_message[0] = '\0';
+	c->rq->route = NULL;
+	c->rq->ntried = 0;
+	c->rq->retries = 0;
+	c->rq->stale_retried = 0;
+	c->rq->sent = 0;
+	c->rq->buffer_body = 0;
+	c->rq->keep_chunked = 0;
+	c->rq->replayable = 0;
+	c->rq->replay_len = 0;
+	c->rq->last_error = GW_UPSTREAM_UNAVAILABLE;
+	c->rq->last_message[0] = '\0';
 	if (r < 0) {
-		strcpy(c->method, "-");
-		strcpy(c->target, "-");
-		headers_request_id_generate(c->request_id);
-		c->request_id_len = REQUEST_ID_LEN;
-		c->request_id[REQUEST_ID_LEN] = '\0';
+		strcpy(c->rq->method, "-");
+		strcpy(c->rq->target, "-");
+		headers_request_id_generate(c->rq->request_id);
+		c->rq->request_id_len = REQUEST_ID_LEN;
+		c->rq->request_id[REQUEST_ID_LEN] = '\0';
 		client_error(c, parse_error_to_gateway(r), NULL, 1);
 		return;
 	}
@@ -1233,15 +1325,15 @@ client_read_head(struct client *c)
 	c->http_minor = req->version_minor;
 	c->keepalive = req->version_minor == 1 ? !req->framing.conn_close :
 	    req->framing.conn_keepalive && !req->framing.conn_close;
-	c->expect_continue = req->framing.expect_continue;
-	c->head_request = req->method_bit == METHOD_HEAD;
-	c->head_as_get = 0;
-	c->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
+	c->rq->expect_continue = req->framing.expect_continue;
+	c->rq->head_request = req->method_bit == METHOD_HEAD;
+	c->rq->head_as_get = 0;
+	c->rq->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
 	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0 ||
 	    http_find_header(req->headers, req->nheaders, "idempotency-key").len != 0;
 	client_body_framing(c, req);
 	client_new_request_id(c, req);
-	c->accept_gzip = 0;
+	c->rq->accept_gzip = 0;
 	if (w->cur->rt->access.fd >= 0)
 		client_remember_for_log(c, req);
 	if (w->draining) {
@@ -1263,9 +1355,9 @@ client_scan_wait(struct client *c, size_t head_len)
 {
 	const struct config *cfg = client_cfg(c);
 
-	if (c->wr == NULL) {
-		c->wr = c->w->cur;
-		worker_runtime_ref(c->wr);
+	if (c->rq->wr == NULL) {
+		c->rq->wr = c->w->cur;
+		worker_runtime_ref(c->rq->wr);
 	}
 	proxy_continue(c);
 	c->conn.read_max = route_scan_input_max(cfg, head_len);
@@ -1279,7 +1371,7 @@ static void
 client_scan_more(struct client *c)
 {
 	struct http_request *req = &c->w->req;
-	size_t hl = c->scan.head_len;
+	size_t hl = c->rq->scan.head_len;
 
 	http_parse_request((const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)hl), hl, req);
 	c->conn.read_max = FLOW_HIGH;
@@ -1295,60 +1387,60 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	const struct config *cfg = client_cfg(c);
 	int mismatch = 0;
 
-	if (route_scan_match(&c->scan, w->bodies, cfg, req, in, (size_t)r, &c->route,
+	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
 	    &mismatch) == ROUTE_SCAN_WAIT) {
 		client_scan_wait(c, (size_t)r);
 		return;
 	}
-	if (c->route == NULL) {
+	if (c->rq->route == NULL) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, mismatch ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
 		return;
 	}
-	if (c->wr == NULL) {
-		c->wr = w->cur;
-		worker_runtime_ref(c->wr);
+	if (c->rq->wr == NULL) {
+		c->rq->wr = w->cur;
+		worker_runtime_ref(c->rq->wr);
 	}
-	if (path_vars_set(&c->pathv, c->route, req->path.p, req->path.len) < 0) {
+	if (path_vars_set(&c->rq->pathv, c->rq->route, req->path.p, req->path.len) < 0) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
-	if (c->route->backends != NULL) {
+	if (c->rq->route->backends != NULL) {
 		proxy_aggregate(c, req, (size_t)r);
 		return;
 	}
-	c->upool = &c->wr->pools[c->route->upstream - cfg->upstreams];
+	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
 	/* Only GET's answer tells the status and length the ops give it: ask for that. */
-	c->head_as_get = c->head_request && proxy_has_response_ops(c->route);
+	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
 	client_hash_key(c, req);
-	c->accept_gzip = c->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->route) &&
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->rq->route) &&
 	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
-	if ((c->route->request != NULL || proxy_response_needs_headers(c->route)) &&
+	if ((c->rq->route->request != NULL || proxy_response_needs_headers(c->rq->route)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (c->route->request != NULL && proxy_wants_request_body(c, req)) {
+	if (c->rq->route->request != NULL && proxy_wants_request_body(c, req)) {
 		/* Too large for the ops: refused, or streamed untouched below. */
-		if (c->req_mode == BODY_LENGTH && c->req_left > cfg->limits.max_body &&
+		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
 		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
-		if (c->req_mode != BODY_LENGTH || c->req_left <= cfg->limits.max_body) {
+		if (c->rq->req_mode != BODY_LENGTH || c->rq->req_left <= cfg->limits.max_body) {
 			/* The try starts now, connecting while the body comes: $upstream in the
 			 * ops names its server. */
 			evbuffer_drain(in, (size_t)r);
-			c->req_buffering = 1;
+			c->rq->req_buffering = 1;
 			proxy_try(c, 0);
-			if (c->state == CLIENT_BUSY && !c->resp_started)
+			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
 				proxy_start_request_collect(c);
 			return;
 		}
 	}
-	c->keep_chunked = c->req_mode == BODY_CHUNKED && c->idempotent &&
-	    c->upool->cfg->retry_body != 0 &&
-	    (c->req_body != NULL || (c->req_body = evbuffer_new()) != NULL);
+	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->idempotent &&
+	    c->rq->upool->cfg->retry_body != 0 &&
+	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
 	if (proxy_build_upstream_head(c, req) < 0) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
@@ -1380,7 +1472,7 @@ proxy_flush(struct client *c)
 	if (c->state == CLIENT_DEAD)
 		return;
 	conn_flush(&c->conn);
-	if (c->ex.uc != NULL)
+	if (c->rq != NULL && c->rq->ex.uc != NULL)
 		conn_flush(upconn(c));
 }
 
@@ -1390,19 +1482,19 @@ proxy_flush(struct client *c)
 static void
 proxy_note_server(struct client *c)
 {
-	if (c->noted || c->ex.sp == NULL || c->ntried == CONFIG_MAX_TRIES)
+	if (c->rq->noted || c->rq->ex.sp == NULL || c->rq->ntried == CONFIG_MAX_TRIES)
 		return;
-	upstream_server_ref(c->ex.sp);
-	c->tried[c->ntried++] = c->ex.sp;
-	c->noted = 1;
+	upstream_server_ref(c->rq->ex.sp);
+	c->rq->tried[c->rq->ntried++] = c->rq->ex.sp;
+	c->rq->noted = 1;
 }
 
 /* The request is over (logged): the servers it tried may go. */
 static void
 proxy_forget_tried(struct client *c)
 {
-	while (c->ntried > 0)
-		upstream_server_unref(c->tried[--c->ntried]);
+	while (c->rq->ntried > 0)
+		upstream_server_unref(c->rq->tried[--c->rq->ntried]);
 }
 
 /* Start a try on a server not tried yet (fresh: on a new connection). */
@@ -1411,20 +1503,20 @@ proxy_try(struct client *c, int fresh)
 {
 	int r;
 
-	c->sent = 0;
-	c->noted = 0;
-	c->ex.key = c->hash_key;
-	c->ex.keylen = c->hash_key_len;
-	c->ex.connect_timeout = c->route->timeouts.upstream_connect;
-	c->ex.try_timeout = c->route->timeouts.upstream_try;
-	c->ex.tried = c->tried;
-	c->ex.ntried = c->ntried;
-	r = exchange_start(&c->ex, c->upool, fresh);
+	c->rq->sent = 0;
+	c->rq->noted = 0;
+	c->rq->ex.key = c->rq->hash_key;
+	c->rq->ex.keylen = c->rq->hash_key_len;
+	c->rq->ex.connect_timeout = c->rq->route->timeouts.upstream_connect;
+	c->rq->ex.try_timeout = c->rq->route->timeouts.upstream_try;
+	c->rq->ex.tried = c->rq->tried;
+	c->rq->ex.ntried = c->rq->ntried;
+	r = exchange_start(&c->rq->ex, c->rq->upool, fresh);
 	proxy_note_server(c);
 	if (r < 0)
-		proxy_exchange_cb(&c->ex, EXCHANGE_FAILED, c);
+		proxy_exchange_cb(&c->rq->ex, EXCHANGE_FAILED, c);
 	else if (r > 0)
-		proxy_exchange_cb(&c->ex, EXCHANGE_READY, c);
+		proxy_exchange_cb(&c->rq->ex, EXCHANGE_READY, c);
 }
 
 /* Whether a failed try may be followed by another.  A failed connect reached no server:
@@ -1433,16 +1525,16 @@ proxy_try(struct client *c, int fresh)
 static int
 proxy_may_retry(struct client *c, unsigned fail, enum upstream_retry_reason why)
 {
-	return !c->resp_started && exchange_may_retry(&c->ex, fail, why, c->ntried,
-	    &c->retries, c->idempotent, c->replayable, c->request_id);
+	return !c->rq->resp_started && exchange_may_retry(&c->rq->ex, fail, why, c->rq->ntried,
+	    &c->rq->retries, c->rq->idempotent, c->rq->replayable, c->rq->request_id);
 }
 
 /* Remember why this try failed: what the client gets if no other try succeeds. */
 static void
 proxy_try_error(struct client *c, enum gateway_error err, const char *fmt, const char *detail)
 {
-	c->last_error = err;
-	snprintf(c->last_message, sizeof(c->last_message), fmt, c->upool->cfg->name, detail);
+	c->rq->last_error = err;
+	snprintf(c->rq->last_message, sizeof(c->rq->last_message), fmt, c->rq->upool->cfg->name, detail);
 }
 
 /* The try failed with fail (FAIL_*): end it, then try another server or answer the error. */
@@ -1451,15 +1543,15 @@ proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why)
 {
 	int retry;
 
-	exchange_verdict(&c->ex, fail);
-	exchange_end(&c->ex, 0);
+	exchange_verdict(&c->rq->ex, fail);
+	exchange_end(&c->rq->ex, 0);
 	retry = proxy_may_retry(c, fail, why);
 	if (!retry) {
-		client_error(c, c->last_error, c->last_message, 0);
+		client_error(c, c->rq->last_error, c->rq->last_message, 0);
 		return;
 	}
 	/* A budgeted retry holds its place in the budget until it ends. */
-	c->ex.retry = fail != FAIL_CONNECT;
+	c->rq->ex.retry = fail != FAIL_CONNECT;
 	proxy_try(c, 0);
 }
 
@@ -1468,26 +1560,26 @@ proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why)
 static void
 proxy_connect_failed(struct client *c)
 {
-	struct exchange *ex = &c->ex;
+	struct exchange *ex = &c->rq->ex;
 	char logmsg[384];
 
 	if (ex->fail == EXCHANGE_OVERLOADED) {
 		exchange_end(ex, 0);
 		log_warnx("upstream %s: every server is at max_connections and the queue is full "
-		    "or the wait ran out (request %s)", c->upool->cfg->name, c->request_id);
+		    "or the wait ran out (request %s)", c->rq->upool->cfg->name, c->rq->request_id);
 		client_error(c, GW_UPSTREAM_OVERLOADED, NULL, 0);
 		return;
 	}
 	if (ex->fail == EXCHANGE_NO_SERVER) {
 		exchange_end(ex, 0);
-		if (c->ntried == 0)
+		if (c->rq->ntried == 0)
 			proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE, "upstream %s has no server%s", "");
-		client_error(c, c->last_error, c->last_message, 0);
+		client_error(c, c->rq->last_error, c->rq->last_message, 0);
 		return;
 	}
-	c->last_error = exchange_describe_connect(ex, c->last_message, sizeof(c->last_message),
+	c->rq->last_error = exchange_describe_connect(ex, c->rq->last_message, sizeof(c->rq->last_message),
 	    logmsg, sizeof(logmsg));
-	log_warnx("%s (request %s)", logmsg, c->request_id);
+	log_warnx("%s (request %s)", logmsg, c->rq->request_id);
 	proxy_next_try(c, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR);
 }
 
@@ -1499,28 +1591,28 @@ proxy_send_request(struct client *c)
 	struct evbuffer *out = upconn(c)->out;
 	size_t n;
 
-	if (c->sent || c->req_buffering || (c->buffer_body && !c->req_done))
+	if (c->rq->sent || c->rq->req_buffering || (c->rq->buffer_body && !c->rq->req_done))
 		return;         /* the body is still coming: it goes once all of it is here */
-	c->sent = 1;
-	n = evbuffer_get_length(c->up_head);
-	evbuffer_add(out, evbuffer_pullup(c->up_head, -1), n);
-	if (c->req_body != NULL && evbuffer_get_length(c->req_body) != 0) {
-		if (c->replayable) {
-			n = evbuffer_get_length(c->req_body);
-			evbuffer_add(out, evbuffer_pullup(c->req_body, -1), n);
+	c->rq->sent = 1;
+	n = evbuffer_get_length(c->rq->up_head);
+	evbuffer_add(out, evbuffer_pullup(c->rq->up_head, -1), n);
+	if (c->rq->req_body != NULL && evbuffer_get_length(c->rq->req_body) != 0) {
+		if (c->rq->replayable) {
+			n = evbuffer_get_length(c->rq->req_body);
+			evbuffer_add(out, evbuffer_pullup(c->rq->req_body, -1), n);
 		} else {
-			evbuffer_add_buffer(out, c->req_body);
+			evbuffer_add_buffer(out, c->rq->req_body);
 		}
-	} else if (c->replay_len != 0) {
-		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->replay_len),
-		    c->replay_len);
+	} else if (c->rq->replay_len != 0) {
+		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->rq->replay_len),
+		    c->rq->replay_len);
 	}
-	if (!c->req_done) {
+	if (!c->rq->req_done) {
 		/* A streamed body: from now on it goes as it comes. */
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_forward_request_body(c);
-		if (c->state != CLIENT_BUSY || c->ex.uc == NULL)
+		if (c->state != CLIENT_BUSY || c->rq->ex.uc == NULL)
 			return;
 	} else {
 		conn_read_stop(&c->conn);
@@ -1535,9 +1627,9 @@ proxy_send_request(struct client *c)
 static void
 proxy_upstream_timeouts(struct client *c)
 {
-	uint64_t ms = c->route->timeouts.upstream_response;
+	uint64_t ms = c->rq->route->timeouts.upstream_response;
 
-	conn_set_timeouts(upconn(c), c->req_done ? ms : 0, ms);
+	conn_set_timeouts(upconn(c), c->rq->req_done ? ms : 0, ms);
 }
 
 /* Pass request body bytes from the client to the upstream as they arrive. */
@@ -1550,21 +1642,21 @@ proxy_forward_request_body(struct client *c)
 	size_t n, consumed, off, dlen;
 	int r;
 
-	if (c->req_mode == BODY_LENGTH) {
+	if (c->rq->req_mode == BODY_LENGTH) {
 		n = evbuffer_get_length(in);
-		if (n > c->req_left)
-			n = (size_t)c->req_left;
+		if (n > c->rq->req_left)
+			n = (size_t)c->rq->req_left;
 		evbuffer_remove_buffer(in, out, n);
-		c->req_left -= n;
-		c->req_done = c->req_left == 0;
-	} else if (c->req_mode == BODY_CHUNKED) {
+		c->rq->req_left -= n;
+		c->rq->req_done = c->rq->req_left == 0;
+	} else if (c->rq->req_mode == BODY_CHUNKED) {
 		/* The payload goes in chunks of our own: extensions and trailers stop here. */
-		while (!c->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
+		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
 		    vec.iov_len > 0) {
-			r = http_chunked_feed(&c->req_chunk, vec.iov_base, vec.iov_len, &consumed,
+			r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed,
 			    &off, &dlen);
 			if (r == HTTP_CHUNKED_ERROR) {
-				c->up_close = 1;
+				c->rq->up_close = 1;
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
@@ -1579,10 +1671,10 @@ proxy_forward_request_body(struct client *c)
 				if (r == HTTP_CHUNKED_DONE)
 					evbuffer_add(out, "0\r\n\r\n", 5);
 			}
-			c->req_done = r == HTTP_CHUNKED_DONE;
+			c->rq->req_done = r == HTTP_CHUNKED_DONE;
 		}
 	}
-	if (c->req_done) {
+	if (c->rq->req_done) {
 		conn_read_stop(&c->conn);
 		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 		proxy_upstream_timeouts(c);
@@ -1608,18 +1700,18 @@ proxy_retry_status(struct client *c, const struct http_response *resp)
 
 	if (fail == 0)
 		return 0;
-	exchange_verdict(&c->ex, fail);
-	exchange_note_retry_after(&c->ex, resp);
-	if (!(c->upool->cfg->retry_on & fail) ||
+	exchange_verdict(&c->rq->ex, fail);
+	exchange_note_retry_after(&c->rq->ex, resp);
+	if (!(c->rq->upool->cfg->retry_on & fail) ||
 	    !proxy_may_retry(c, fail, exchange_status_reason(resp->status)))
 		return 0;
 	log_info("upstream %s server %s answered %d: trying another server (request %s)",
-	    c->upool->cfg->name, c->ex.sp->srv->addr.text, resp->status, c->request_id);
+	    c->rq->upool->cfg->name, c->rq->ex.sp->srv->addr.text, resp->status, c->rq->request_id);
 	snprintf(status, sizeof(status), "%d", resp->status);
 	proxy_try_error(c, exchange_status_error(resp->status), "upstream %s answered %s",
 	    status);
-	exchange_end(&c->ex, 0);
-	c->ex.retry = 1;
+	exchange_end(&c->rq->ex, 0);
+	c->rq->ex.retry = 1;
 	proxy_try(c, 0);
 	return 1;
 }
@@ -1631,8 +1723,8 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
     enum out_framing framing, uint64_t length, const char *extra)
 {
 	struct evbuffer *out = c->conn.out;
-	struct http_str id = { c->request_id, c->request_id_len };
-	const struct header_ops *ops = c->route->response_headers;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	const struct header_ops *ops = c->rq->route->response_headers;
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	char tail[96], *p = tail;
@@ -1659,10 +1751,10 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 	p = put_lit(p, "\r\n");
 	n = (int)(p - tail);
 	evbuffer_add(out, tail, (size_t)n);
-	c->head_sent = evbuffer_get_length(out) - before;
-	c->bytes_sent += c->head_sent;
-	c->status = resp->status;
-	c->resp_started = 1;
+	c->rq->head_sent = evbuffer_get_length(out) - before;
+	c->rq->bytes_sent += c->rq->head_sent;
+	c->rq->status = resp->status;
+	c->rq->resp_started = 1;
 }
 
 /* 1: collect this response body for the ops its status calls for (response for the statuses
@@ -1673,25 +1765,25 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	const struct config *cfg = client_cfg(c);
 	enum metrics_envelope_reason why = METRICS_REASON_NONE;
 
-	c->resp_prog = config_status_in(c->route->response_on, resp->status) ?
-	    c->route->response : c->route->error_response;
-	if (c->resp_prog == NULL)
+	c->rq->resp_prog = config_status_in(c->rq->route->response_on, resp->status) ?
+	    c->rq->route->response : c->rq->route->error_response;
+	if (c->rq->resp_prog == NULL)
 		why = METRICS_REASON_STATUS;
-	else if (c->resp_mode == BODY_NONE && (c->route->validate != VALIDATE_FULL ||
-	    resp->framing.content_length != 0 || c->head_request || resp->status == 204 ||
+	else if (c->rq->resp_mode == BODY_NONE && (c->rq->route->validate != VALIDATE_FULL ||
+	    resp->framing.content_length != 0 || c->rq->head_request || resp->status == 204 ||
 	    resp->status == 304))
 		why = METRICS_REASON_EMPTY;
-	else if (!body_is_json(c->route, http_find_header(resp->headers, resp->nheaders,
+	else if (!body_is_json(c->rq->route, http_find_header(resp->headers, resp->nheaders,
 	    "content-type")))
 		why = METRICS_REASON_NOT_JSON;
 	if (why != METRICS_REASON_NONE) {
-		metrics_envelope(c->w, c->route, METRICS_RESPONSE, METRICS_PASSED, why);
+		metrics_envelope(c->w, c->rq->route, METRICS_RESPONSE, METRICS_PASSED, why);
 		return 0;
 	}
-	if (c->resp_mode == BODY_NONE) {
+	if (c->rq->resp_mode == BODY_NONE) {
 		/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
 		log_warnx("route %s: response body not rewritten: empty body (request %s)",
-		    c->route->name, c->request_id);
+		    c->rq->route->name, c->rq->request_id);
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_EMPTY,
 		    GW_UPSTREAM_INVALID, "response body not rewritten: empty body", 0);
 	}
@@ -1702,7 +1794,7 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		    GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that cannot be "
 		    "decoded", 0);
 	}
-	if (c->resp_mode == BODY_LENGTH && c->resp_left > cfg->limits.max_body)
+	if (c->rq->resp_mode == BODY_LENGTH && c->rq->resp_left > cfg->limits.max_body)
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT,
 		    GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body", 0);
 	return 1;
@@ -1734,61 +1826,61 @@ proxy_read_response_head(struct client *c)
 		if (resp->status >= 200)
 			break;
 		/* Interim responses: relay 100 Continue to a client that waits for it. */
-		if (resp->status == 100 && c->expect_continue && c->http_minor == 1) {
-			c->expect_continue = 0;
+		if (resp->status == 100 && c->rq->expect_continue && c->http_minor == 1) {
+			c->rq->expect_continue = 0;
 			evbuffer_add(out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 		}
 		evbuffer_drain(in, (size_t)r);
 	}
 
-	exchange_head_received(&c->ex);
+	exchange_head_received(&c->rq->ex);
 	if (proxy_retry_status(c, resp))
 		return -1;
 	/* What was kept for another try is no longer needed. */
 	proxy_drop_replay(c);
-	c->status = resp->status;
-	if ((c->head_request && !c->head_as_get) || resp->status == 204 || resp->status == 304)
-		c->resp_mode = BODY_NONE;
+	c->rq->status = resp->status;
+	if ((c->rq->head_request && !c->rq->head_as_get) || resp->status == 204 || resp->status == 304)
+		c->rq->resp_mode = BODY_NONE;
 	else if (resp->framing.chunked) {
-		c->resp_mode = BODY_CHUNKED;
-		http_chunked_init(&c->resp_chunk);
+		c->rq->resp_mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->resp_chunk);
 	} else if (resp->framing.content_length >= 0) {
-		c->resp_mode = resp->framing.content_length ? BODY_LENGTH : BODY_NONE;
-		c->resp_left = (uint64_t)resp->framing.content_length;
+		c->rq->resp_mode = resp->framing.content_length ? BODY_LENGTH : BODY_NONE;
+		c->rq->resp_left = (uint64_t)resp->framing.content_length;
 	} else {
-		c->resp_mode = BODY_UNTIL_CLOSE;
+		c->rq->resp_mode = BODY_UNTIL_CLOSE;
 	}
-	c->up_close = resp->framing.conn_close || c->resp_mode == BODY_UNTIL_CLOSE ||
+	c->rq->up_close = resp->framing.conn_close || c->rq->resp_mode == BODY_UNTIL_CLOSE ||
 	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
-	c->resp_dechunk = c->resp_mode == BODY_CHUNKED && c->http_minor == 0;
-	if (c->resp_mode == BODY_UNTIL_CLOSE || c->resp_dechunk || c->w->draining)
+	c->rq->resp_dechunk = c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 0;
+	if (c->rq->resp_mode == BODY_UNTIL_CLOSE || c->rq->resp_dechunk || c->w->draining)
 		c->keepalive = 0;
 
-	if (proxy_has_response_ops(c->route)) {
+	if (proxy_has_response_ops(c->rq->route)) {
 		int collect = proxy_wants_body(c, resp);
 		if (collect < 0)
 			return -1;
 		if (collect) {
 			/* Envelope ops: keep the head, collect the body, answer when it is all here. */
-			if ((c->resp_head == NULL && (c->resp_head = evbuffer_new()) == NULL) ||
-			    (c->body == NULL && (c->body = evbuffer_new()) == NULL)) {
+			if ((c->rq->resp_head == NULL && (c->rq->resp_head = evbuffer_new()) == NULL) ||
+			    (c->rq->body == NULL && (c->rq->body = evbuffer_new()) == NULL)) {
 				client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 				return -1;
 			}
-			evbuffer_drain(c->resp_head, evbuffer_get_length(c->resp_head));
-			evbuffer_drain(c->body, evbuffer_get_length(c->body));
-			evbuffer_remove_buffer(in, c->resp_head, (size_t)r);
-			if (c->resp_mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
-				c->resp_block = body_block_new(c->w->bodies, (size_t)c->resp_left);
-				c->resp_block_len = (size_t)c->resp_left;
+			evbuffer_drain(c->rq->resp_head, evbuffer_get_length(c->rq->resp_head));
+			evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
+			evbuffer_remove_buffer(in, c->rq->resp_head, (size_t)r);
+			if (c->rq->resp_mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
+				c->rq->resp_block = body_block_new(c->w->bodies, (size_t)c->rq->resp_left);
+				c->rq->resp_block_len = (size_t)c->rq->resp_left;
 			}
-			c->resp_buffering = 1;
-			c->resp_dechunk = 1;
-			c->resp_head_seen = 1;
+			c->rq->resp_buffering = 1;
+			c->rq->resp_dechunk = 1;
+			c->rq->resp_head_seen = 1;
 			return 0;
 		}
 	}
-	if (resp->framing.chunked && !c->resp_dechunk && resp->status != 204 &&
+	if (resp->framing.chunked && !c->rq->resp_dechunk && resp->status != 204 &&
 	    resp->status != 304)
 		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
@@ -1798,8 +1890,8 @@ proxy_read_response_head(struct client *c)
 	else
 		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
 	evbuffer_drain(in, (size_t)r);
-	c->resp_head_seen = 1;
-	if (c->head_as_get)
+	c->rq->resp_head_seen = 1;
+	if (c->rq->head_as_get)
 		proxy_skip_body(c);
 	return 0;
 }
@@ -1808,15 +1900,15 @@ proxy_read_response_head(struct client *c)
 static void
 proxy_skip_body(struct client *c)
 {
-	c->resp_mode = BODY_NONE;
-	c->up_close = 1;
+	c->rq->resp_mode = BODY_NONE;
+	c->rq->up_close = 1;
 }
 
 /* Send n bytes of a body we hold to the client, or drop them for a HEAD request. */
 static void
 proxy_send_body(struct client *c, struct evbuffer *body, size_t n)
 {
-	if (c->head_request)
+	if (c->rq->head_request)
 		evbuffer_drain(body, n);
 	else
 		proxy_move(c, body, c->conn.out, n);
@@ -1829,7 +1921,7 @@ proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n
 	int moved = evbuffer_remove_buffer(in, out, n);
 
 	if (moved > 0)
-		c->bytes_sent += (uint64_t)moved;
+		c->rq->bytes_sent += (uint64_t)moved;
 }
 
 /* Chunked passthrough: forward framing and payload as they are, stopping at the message end;
@@ -1842,26 +1934,26 @@ proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *ou
 	int r;
 
 	while (evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-		r = http_chunked_feed(&c->resp_chunk, vec.iov_base, vec.iov_len, &consumed, &off,
+		r = http_chunked_feed(&c->rq->resp_chunk, vec.iov_base, vec.iov_len, &consumed, &off,
 		    &dlen);
 		if (r == HTTP_CHUNKED_ERROR)
 			return -1;
-		if (!c->resp_dechunk) {
+		if (!c->rq->resp_dechunk) {
 			proxy_move(c, in, out, consumed);
 		} else if (r == HTTP_CHUNKED_DATA) {
 			evbuffer_drain(in, off);
-			if (c->resp_rechunk)
-				c->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", dlen);
+			if (c->rq->resp_rechunk)
+				c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", dlen);
 			proxy_move(c, in, out, dlen);
-			if (c->resp_rechunk)
-				c->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
+			if (c->rq->resp_rechunk)
+				c->rq->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
 			evbuffer_drain(in, consumed - off - dlen);
 		} else {
 			evbuffer_drain(in, consumed);
 		}
 		if (r == HTTP_CHUNKED_DONE) {
-			if (c->resp_rechunk)
-				c->bytes_sent += evbuffer_add(out, "0\r\n\r\n", 5) == 0 ? 5 : 0;
+			if (c->rq->resp_rechunk)
+				c->rq->bytes_sent += evbuffer_add(out, "0\r\n\r\n", 5) == 0 ? 5 : 0;
 			return 1;
 		}
 	}
@@ -1876,22 +1968,22 @@ proxy_forward_response_body(struct client *c)
 	size_t len = evbuffer_get_length(in), n;
 	int done = 0, r;
 
-	switch (c->resp_mode) {
+	switch (c->rq->resp_mode) {
 	case BODY_NONE:
 		done = 1;
 		break;
 	case BODY_LENGTH:
-		n = len < c->resp_left ? len : (size_t)c->resp_left;
+		n = len < c->rq->resp_left ? len : (size_t)c->rq->resp_left;
 		proxy_move(c, in, out, n);
-		c->resp_left -= n;
-		done = c->resp_left == 0;
+		c->rq->resp_left -= n;
+		done = c->rq->resp_left == 0;
 		break;
 	case BODY_CHUNKED:
 		r = proxy_forward_chunked(c, in, out);
 		if (r < 0) {
 			log_warnx("invalid chunked framing from upstream %s (request %s)",
-			    proxy_server(c)->addr.text, c->request_id);
-			exchange_verdict(&c->ex, FAIL_INVALID);
+			    proxy_server(c)->addr.text, c->rq->request_id);
+			exchange_verdict(&c->rq->ex, FAIL_INVALID);
 			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
 			return;
 		}
@@ -1903,7 +1995,7 @@ proxy_forward_response_body(struct client *c)
 	}
 	if (done) {
 		if (evbuffer_get_length(in) != 0)
-			c->up_close = 1;        /* bytes past the response: never reuse */
+			c->rq->up_close = 1;        /* bytes past the response: never reuse */
 		client_request_end(c);
 		return;
 	}
@@ -1919,37 +2011,37 @@ static void
 proxy_body_overflow(struct client *c)
 {
 	struct http_response *resp = &c->w->resp;
-	size_t hl = evbuffer_get_length(c->resp_head), n = evbuffer_get_length(c->body);
+	size_t hl = evbuffer_get_length(c->rq->resp_head), n = evbuffer_get_length(c->rq->body);
 
-	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->route->name,
-	    c->request_id);
+	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->rq->route->name,
+	    c->rq->request_id);
 	if (proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT, GW_UPSTREAM_INVALID,
 	    "upstream response body exceeds limits.max_body", 0))
 		return;
-	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
-	c->resp_buffering = 0;
-	if (c->head_as_get) {
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	c->rq->resp_buffering = 0;
+	if (c->rq->head_as_get) {
 		/* The head GET would get: chunked for an HTTP/1.1 client, else until close. */
-		if (c->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
+		if (c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
 			proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 		} else {
 			c->keepalive = 0;
 			proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
 		}
-		evbuffer_drain(c->body, n);
+		evbuffer_drain(c->rq->body, n);
 		proxy_skip_body(c);
-	} else if (c->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
+	} else if (c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
 		/* What was collected is de-chunked: send it as one chunk, then re-chunk the rest. */
-		c->resp_rechunk = 1;
+		c->rq->resp_rechunk = 1;
 		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
-		c->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
-		proxy_move(c, c->body, c->conn.out, n);
+		c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
+		proxy_move(c, c->rq->body, c->conn.out, n);
 		evbuffer_add(c->conn.out, "\r\n", 2);
-		c->bytes_sent += 2;
+		c->rq->bytes_sent += 2;
 	} else {
 		c->keepalive = 0;
 		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
-		proxy_move(c, c->body, c->conn.out, n);
+		proxy_move(c, c->rq->body, c->conn.out, n);
 	}
 	proxy_forward_response_body(c);
 }
@@ -1964,44 +2056,44 @@ proxy_respond_rewritten(struct client *c)
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
-	size_t hl = evbuffer_get_length(c->resp_head);
+	size_t hl = evbuffer_get_length(c->rq->resp_head);
 	enum body_coding coding;
 	char msg[256];
 	int rc;
 
-	http_parse_response((const char *)evbuffer_pullup(c->resp_head, (ev_ssize_t)hl), hl, resp);
-	proxy_vars(c, proxy_prog_vars(c->resp_prog), &vars, &tls_text);
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	proxy_vars(c, proxy_prog_vars(c->rq->resp_prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
-	if (body_needs_headers(c->resp_prog))
+	if (body_needs_headers(c->rq->resp_prog))
 		proxy_kept_request_headers(c, &vars);
-	c->resp_buffering = 0;
+	c->rq->resp_buffering = 0;
 	coding = body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
-	if (c->resp_block != NULL)
-		rc = body_apply_block(w->bodies, cfg, c->route, c->resp_prog, coding,
-		    c->resp_block, c->resp_block_len, &vars, w->rewritten, &res);
-	else if (evbuffer_get_length(c->body) != 0 || c->route->validate == VALIDATE_FULL)
-		rc = body_apply(w->bodies, cfg, c->route, c->resp_prog, coding, c->body, &vars,
+	if (c->rq->resp_block != NULL)
+		rc = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->resp_prog, coding,
+		    c->rq->resp_block, c->rq->resp_block_len, &vars, w->rewritten, &res);
+	else if (evbuffer_get_length(c->rq->body) != 0 || c->rq->route->validate == VALIDATE_FULL)
+		rc = body_apply(w->bodies, cfg, c->rq->route, c->rq->resp_prog, coding, c->rq->body, &vars,
 		    w->rewritten, &res);
 	else
 		rc = 1;
 	if (rc == 1) {
 		/* An empty body is no JSON document: validate: envelope passes it untouched. */
-		metrics_envelope(w, c->route, METRICS_RESPONSE, METRICS_PASSED, METRICS_REASON_EMPTY);
+		metrics_envelope(w, c->rq->route, METRICS_RESPONSE, METRICS_PASSED, METRICS_REASON_EMPTY);
 		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
 	} else if (rc < 0) {
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
-		log_warnx("route %s: %s (request %s)", c->route->name, msg, c->request_id);
+		log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
 		evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
 		if (proxy_unrewritten(c, METRICS_RESPONSE, proxy_unrewritten_reason(&res),
 		    GW_UPSTREAM_INVALID, msg, 0))
 			return;
 		/* pass: the upstream's status and bytes, untouched */
-		if (c->resp_block != NULL)
-			body_block_add_to(c->body, c->resp_block, c->resp_block_len);
-		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->body), NULL);
-		proxy_send_body(c, c->body, evbuffer_get_length(c->body));
+		if (c->rq->resp_block != NULL)
+			body_block_add_to(c->rq->body, c->rq->resp_block, c->rq->resp_block_len);
+		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->rq->body), NULL);
+		proxy_send_body(c, c->rq->body, evbuffer_get_length(c->rq->body));
 	} else {
-		metrics_envelope(w, c->route, METRICS_RESPONSE, METRICS_APPLIED, METRICS_REASON_NONE);
+		metrics_envelope(w, c->rq->route, METRICS_RESPONSE, METRICS_APPLIED, METRICS_REASON_NONE);
 		metrics_bytes(w, res.spliced, res.copied);
 		if (res.status != 0 && res.status != resp->status) {
 			resp->status = res.status;
@@ -2010,18 +2102,18 @@ proxy_respond_rewritten(struct client *c)
 		const char *extra = NULL;
 		if (res.inflated)
 			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
-		if (c->accept_gzip && !res.inflated &&
+		if (c->rq->accept_gzip && !res.inflated &&
 		    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) !=
 		    BODY_CODING_IDENTITY)
-			c->accept_gzip = 0;     /* already encoded: leave it */
-		if (c->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)
+			c->rq->accept_gzip = 0;     /* already encoded: leave it */
+		if (c->rq->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)
 			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
 		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten),
 		    extra);
 		proxy_send_body(c, w->rewritten, evbuffer_get_length(w->rewritten));
 	}
-	if (c->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
-		c->up_close = 1;
+	if (c->rq->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
+		c->rq->up_close = 1;
 	client_request_end(c);
 }
 
@@ -2030,10 +2122,10 @@ proxy_respond_rewritten(struct client *c)
 static void
 proxy_collect_into_block(struct client *c)
 {
-	int sinking = c->resp_sinking;
+	int sinking = c->rq->resp_sinking;
 
-	body_block_fill(c->resp_block, c->resp_block_len, &c->resp_left, &sinking, upconn(c));
-	c->resp_sinking = sinking != 0;
+	body_block_fill(c->rq->resp_block, c->rq->resp_block_len, &c->rq->resp_left, &sinking, upconn(c));
+	c->rq->resp_sinking = sinking != 0;
 }
 
 /* Collect the response body for envelope ops, de-chunked, up to limits.max_body. */
@@ -2045,37 +2137,37 @@ proxy_collect_response_body(struct client *c)
 	size_t n;
 	int r, done = 0;
 
-	switch (c->resp_mode) {
+	switch (c->rq->resp_mode) {
 	case BODY_LENGTH:
-		if (c->resp_block != NULL) {
+		if (c->rq->resp_block != NULL) {
 			proxy_collect_into_block(c);
-			done = c->resp_left == 0;
+			done = c->rq->resp_left == 0;
 			break;
 		}
 		n = evbuffer_get_length(in);
-		if (n > c->resp_left)
-			n = (size_t)c->resp_left;
-		evbuffer_remove_buffer(in, c->body, n);
-		c->resp_left -= n;
-		done = c->resp_left == 0;
+		if (n > c->rq->resp_left)
+			n = (size_t)c->rq->resp_left;
+		evbuffer_remove_buffer(in, c->rq->body, n);
+		c->rq->resp_left -= n;
+		done = c->rq->resp_left == 0;
 		break;
 	case BODY_CHUNKED:
 		while (!done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = proxy_dechunk(&c->resp_chunk, in, vec, c->body);
+			r = proxy_dechunk(&c->rq->resp_chunk, in, vec, c->rq->body);
 			if (r == HTTP_CHUNKED_ERROR) {
 				proxy_invalid_response(c);
 				return;
 			}
 			done = r == HTTP_CHUNKED_DONE;
-			if (!done && evbuffer_get_length(c->body) > client_cfg(c)->limits.max_body)
+			if (!done && evbuffer_get_length(c->rq->body) > client_cfg(c)->limits.max_body)
 				break;
 		}
 		break;
 	default:
-		evbuffer_remove_buffer(in, c->body, evbuffer_get_length(in));
+		evbuffer_remove_buffer(in, c->rq->body, evbuffer_get_length(in));
 		break;
 	}
-	if (!done && evbuffer_get_length(c->body) > client_cfg(c)->limits.max_body) {
+	if (!done && evbuffer_get_length(c->rq->body) > client_cfg(c)->limits.max_body) {
 		proxy_body_overflow(c);
 		return;
 	}
@@ -2089,11 +2181,11 @@ static void
 proxy_invalid_response(struct client *c)
 {
 	log_warnx("malformed response from upstream %s server %s (request %s)",
-	    c->upool->cfg->name, proxy_server(c)->addr.text, c->request_id);
+	    c->rq->upool->cfg->name, proxy_server(c)->addr.text, c->rq->request_id);
 	proxy_try_error(c, GW_UPSTREAM_INVALID, "malformed response from upstream %s%s", "");
-	if (c->resp_head_seen) {
-		exchange_verdict(&c->ex, FAIL_INVALID);
-		client_error(c, c->last_error, c->last_message, c->resp_started);
+	if (c->rq->resp_head_seen) {
+		exchange_verdict(&c->rq->ex, FAIL_INVALID);
+		client_error(c, c->rq->last_error, c->rq->last_message, c->rq->resp_started);
 		return;
 	}
 	proxy_next_try(c, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
@@ -2105,23 +2197,23 @@ proxy_invalid_response(struct client *c)
 static int
 proxy_stale_retry(struct client *c)
 {
-	if (!c->ex.uc->reused || c->stale_retried || c->resp_head_seen ||
+	if (!c->rq->ex.uc->reused || c->rq->stale_retried || c->rq->resp_head_seen ||
 	    evbuffer_get_length(upconn(c)->in) != 0)
 		return 0;
 	if (!proxy_may_retry(c, FAIL_RESET, UPSTREAM_RETRY_STALE)) {
 		log_warnx("upstream %s server %s closed a pooled connection before answering "
-		    "(request %s)", c->upool->cfg->name, proxy_server(c)->addr.text,
-		    c->request_id);
+		    "(request %s)", c->rq->upool->cfg->name, proxy_server(c)->addr.text,
+		    c->rq->request_id);
 		proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE,
 		    "upstream %s closed the connection before answering%s", "");
-		client_error(c, c->last_error, c->last_message, 0);
+		client_error(c, c->rq->last_error, c->rq->last_message, 0);
 		return 1;
 	}
-	c->stale_retried = 1;
-	exchange_end(&c->ex, 0);
-	if (c->noted)
-		upstream_server_unref(c->tried[--c->ntried]);  /* the same server may take it */
-	c->ex.retry = 1;
+	c->rq->stale_retried = 1;
+	exchange_end(&c->rq->ex, 0);
+	if (c->rq->noted)
+		upstream_server_unref(c->rq->tried[--c->rq->ntried]);  /* the same server may take it */
+	c->rq->ex.retry = 1;
 	proxy_try(c, 1);
 	return 1;
 }
@@ -2131,29 +2223,29 @@ static void
 proxy_upstream_failed(struct client *c, int what)
 {
 	const char *addr = proxy_server(c)->addr.text;
-	const char *name = c->upool->cfg->name;
+	const char *name = c->rq->upool->cfg->name;
 
-	if (c->resp_buffering && c->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
-		c->up_close = 1;
+	if (c->rq->resp_buffering && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
+		c->rq->up_close = 1;
 		proxy_collect_response_body(c);
-		if (c->state == CLIENT_BUSY && c->resp_buffering)
+		if (c->state == CLIENT_BUSY && c->rq->resp_buffering)
 			proxy_respond_rewritten(c);
 		return;
 	}
-	if (c->resp_started && c->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
+	if (c->rq->resp_started && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 		proxy_forward_response_body(c);
-		if (c->state == CLIENT_BUSY && c->ex.uc != NULL) {
-			c->up_close = 1;
+		if (c->state == CLIENT_BUSY && c->rq->ex.uc != NULL) {
+			c->rq->up_close = 1;
 			client_request_end(c);
 		}
 		return;
 	}
-	if (c->resp_head_seen) {
+	if (c->rq->resp_head_seen) {
 		/* Part of the answer is gone already (to the client, or into ops): no retry. */
 		log_warnx("upstream %s server %s failed in the middle of a response (request %s)",
-		    name, addr, c->request_id);
-		exchange_verdict(&c->ex, what & CONN_TIMEOUT ? FAIL_TIMEOUT : FAIL_RESET);
-		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, c->resp_started);
+		    name, addr, c->rq->request_id);
+		exchange_verdict(&c->rq->ex, what & CONN_TIMEOUT ? FAIL_TIMEOUT : FAIL_RESET);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, c->rq->resp_started);
 		return;
 	}
 	if (upconn(c)->tls_failed) {
@@ -2162,7 +2254,7 @@ proxy_upstream_failed(struct client *c, int what)
 		char reason[160];
 		tls_conn_error(upconn(c), reason, sizeof(reason));
 		log_warnx("TLS with upstream %s server %s failed: %s (request %s)", name, addr,
-		    reason, c->request_id);
+		    reason, c->rq->request_id);
 		proxy_try_error(c, GW_UPSTREAM_TLS, "TLS handshake with upstream %s failed: %s",
 		    reason);
 		proxy_next_try(c, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR);
@@ -2172,13 +2264,13 @@ proxy_upstream_failed(struct client *c, int what)
 		return;
 	if (what & CONN_TIMEOUT) {
 		log_warnx("upstream %s server %s did not answer in time (request %s)", name, addr,
-		    c->request_id);
+		    c->rq->request_id);
 		proxy_try_error(c, GW_UPSTREAM_TIMEOUT, "upstream %s did not answer in time%s", "");
 		proxy_next_try(c, FAIL_TIMEOUT, UPSTREAM_RETRY_TIMEOUT);
 		return;
 	}
 	log_warnx("upstream %s server %s closed the connection before answering (request %s)",
-	    name, addr, c->request_id);
+	    name, addr, c->rq->request_id);
 	proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE,
 	    "upstream %s closed the connection before answering%s", "");
 	proxy_next_try(c, FAIL_RESET, UPSTREAM_RETRY_RESET);
@@ -2187,18 +2279,18 @@ proxy_upstream_failed(struct client *c, int what)
 static void
 upstream_on_input(struct client *c)
 {
-	struct upconn *uc = c->ex.uc;
+	struct upconn *uc = c->rq->ex.uc;
 
-	if (c->resp_head_seen || proxy_read_response_head(c) == 0) {
-		if (c->state != CLIENT_BUSY || c->ex.uc != uc)
+	if (c->rq->resp_head_seen || proxy_read_response_head(c) == 0) {
+		if (c->state != CLIENT_BUSY || c->rq->ex.uc != uc)
 			return;
-		if (c->resp_buffering)
+		if (c->rq->resp_buffering)
 			proxy_collect_response_body(c);
-		else if (c->resp_started)
+		else if (c->rq->resp_started)
 			proxy_forward_response_body(c);
 	}
 	/* Still waiting for the rest of this answer: a reset may have come with the data. */
-	if (c->state == CLIENT_BUSY && c->ex.uc == uc && uc != NULL)
+	if (c->state == CLIENT_BUSY && c->rq->ex.uc == uc && uc != NULL)
 		conn_read_again(upconn(c));
 }
 
@@ -2230,13 +2322,13 @@ proxy_exchange_cb(struct exchange *ex, int what, void *arg)
 		proxy_send_request(c);
 	/* Each step may end the try and hand the connection back, start another, or close the
 	 * client: go on only while it is the same connection. */
-	uc = c->ex.uc;
+	uc = c->rq->ex.uc;
 	if ((what & CONN_READ) && c->state == CLIENT_BUSY && uc != NULL)
 		upstream_on_input(c);
-	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && uc != NULL && c->ex.uc == uc)
+	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && uc != NULL && c->rq->ex.uc == uc)
 		upstream_on_drained(c);
 	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state == CLIENT_BUSY &&
-	    uc != NULL && c->ex.uc == uc)
+	    uc != NULL && c->rq->ex.uc == uc)
 		proxy_upstream_failed(c, what);
 	proxy_flush(c);
 }
@@ -2264,11 +2356,11 @@ proxy_aggregate_done_cb(const struct aggregate_answer *ans, void *arg)
 	resp->headers[0].value = (struct http_str){ "application/json", 16 };
 	/* The client can always tell a complete answer from a partial one. */
 	snprintf(extra, sizeof(extra), "%s%s", ans->partial ? "X-Jsongate-Partial: true\r\n" : "",
-	    c->accept_gzip && body_gzip(c->w->bodies, ans->body) == 0 ?
+	    c->rq->accept_gzip && body_gzip(c->w->bodies, ans->body) == 0 ?
 	    "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n" : "");
 	len = evbuffer_get_length(ans->body);
 	proxy_write_response_head(c, resp, OUT_LENGTH, len, extra);
-	if (c->head_request)
+	if (c->rq->head_request)
 		evbuffer_drain(ans->body, len);
 	else
 		proxy_move(c, ans->body, c->conn.out, len);
@@ -2283,28 +2375,28 @@ proxy_aggregate(struct client *c, const struct http_request *req, size_t head_le
 {
 	struct aggregate_request ar = {
 		req, (const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)head_len), head_len,
-		c->request_id, c->addr, c->conn.ssl != NULL, &c->conn, &c->pathv
+		c->rq->request_id, c->addr, c->conn.ssl != NULL, &c->conn, &c->rq->pathv
 	};
 
 	/* A request body is not read: the connection closes after the answer. */
-	if (!c->req_done)
+	if (!c->rq->req_done)
 		c->keepalive = 0;
-	c->accept_gzip = c->route->compress == COMPRESS_GZIP &&
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
 	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
-	c->agg = aggregate_start(c->wr, c->route, &ar, proxy_aggregate_done_cb, c);
+	c->rq->agg = aggregate_start(c->rq->wr, c->rq->route, &ar, proxy_aggregate_done_cb, c);
 	evbuffer_drain(c->conn.in, head_len);
-	if (c->agg == NULL)
+	if (c->rq->agg == NULL)
 		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 }
 
 static void
 proxy_end_aggregate(struct client *c)
 {
-	if (c->agg != NULL) {
-		aggregate_end(c->agg);
-		c->agg = NULL;
+	if (c->rq->agg != NULL) {
+		aggregate_end(c->rq->agg);
+		c->rq->agg = NULL;
 	}
 }
 
@@ -2318,23 +2410,23 @@ client_on_input(struct client *c)
 		client_process(c);
 		break;
 	case CLIENT_BUSY:
-		if (c->scan.waiting) {
+		if (c->rq->scan.waiting) {
 			client_scan_more(c);
-		} else if (c->req_buffering) {
+		} else if (c->rq->req_buffering) {
 			proxy_collect_request_body(c);
-		} else if (c->keep_chunked) {
+		} else if (c->rq->keep_chunked) {
 			proxy_keep_chunked(c);
-		} else if (c->buffer_body && !c->req_done) {
+		} else if (c->rq->buffer_body && !c->rq->req_done) {
 			/* The body is kept whole: once it is all here, it goes with the head. */
-			if (evbuffer_get_length(c->conn.in) < c->replay_len)
+			if (evbuffer_get_length(c->conn.in) < c->rq->replay_len)
 				break;
-			c->req_done = 1;
+			c->rq->req_done = 1;
 			conn_read_stop(&c->conn);
-			if (c->ex.stage == EXCHANGE_ACTIVE && c->ex.uc != NULL)
+			if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
 				proxy_send_request(c);
-		} else if (!c->req_done && c->ex.uc != NULL && c->sent) {
+		} else if (!c->rq->req_done && c->rq->ex.uc != NULL && c->rq->sent) {
 			proxy_forward_request_body(c);
-		} else if (c->req_done) {
+		} else if (c->rq->req_done) {
 			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
 		}
 		break;
@@ -2354,7 +2446,7 @@ client_on_drained(struct client *c)
 			client_close_now(c);
 		return;
 	}
-	if (c->up_paused && c->ex.uc != NULL) {
+	if (c->up_paused && c->rq != NULL && c->rq->ex.uc != NULL) {
 		c->up_paused = 0;
 		conn_read_start(upconn(c));
 		proxy_forward_response_body(c);
@@ -2366,14 +2458,14 @@ static void
 client_on_close(struct client *c, int what)
 {
 	/* A half-close after a complete request: answer it (and any pipelined ones), then close. */
-	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->req_done)
+	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->rq->req_done)
 		return;
 	if (what == CONN_EOF && c->state == CLIENT_CLOSING && !c->lingering)
 		return;         /* still flushing our last response */
 	if (c->state == CLIENT_BUSY) {
 		/* Logged like nginx: 499 before the response started, else its status, cut short. */
-		if (!c->resp_started)
-			c->status = 499;
+		if (!c->rq->resp_started)
+			c->rq->status = 499;
 		client_log(c);
 	}
 	client_free(c);
@@ -2419,16 +2511,13 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 	}
 	c->w = w;
 	deadline_init(&c->timer, w->timers, client_timer_cb, c);
-	if (exchange_init(&c->ex, w, proxy_exchange_cb, c) < 0 ||
-	    conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
-		exchange_free(&c->ex);
+	if (conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
 		close(fd);
 		free(c);
 		return -1;
 	}
 	if (tls != NULL && tls_accept(&c->conn, tls) < 0) {
 		conn_close(&c->conn);
-		exchange_free(&c->ex);
 		free(c);
 		return -1;
 	}

@@ -522,6 +522,7 @@ server_join(void)
 		free(w->pending_sets);
 		event_free(w->notify_ev);
 		event_free(w->reaper);
+		proxy_worker_free(w);
 		body_pool_free(w->bodies);
 		evbuffer_free(w->rewritten);
 		close(w->notify_fd);

@@ -20,6 +20,7 @@ struct body_pool;
 struct evbuffer;
 struct upstream_set;
 struct aggregate;
+struct request;
 
 /* One loaded configuration and the listening sockets it owns; shared by every worker. */
 struct runtime {
@@ -72,6 +73,8 @@ struct worker {
 	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
 	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
 	struct aggregate *aggregates;   /* idle ones, kept for the next aggregated requests */
+	struct request *free_requests;  /* idle ones, kept for the next requests (proxy.c) */
+	unsigned nfree_requests;
 };
 
 /* A runtime for cfg, with sockets for nworkers; the sockets of previous still listed are kept. */
