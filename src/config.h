@@ -227,6 +227,41 @@ struct config_backend {
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
+/* A method name or prefix of a JSON-RPC route (methods, allow, deny). */
+struct config_jsonrpc_name {
+	char *text;
+	size_t len;
+	int prefix;                     /* 1: names that begin with text */
+};
+
+/* A methods: entry of a JSON-RPC route. */
+struct config_jsonrpc_method {
+	struct config_jsonrpc_name name;
+	struct config_upstream *upstream;
+	unsigned label;                 /* its method label in metrics: an index of labels[] (an
+	                                 * exact name), or nlabels ("other") */
+};
+
+enum jsonrpc_split_mode { JSONRPC_SPLIT_BATCH, JSONRPC_SPLIT_SINGLE };
+
+/* jsonrpc: a route taking JSON-RPC 2.0 calls, routed by method. */
+struct config_jsonrpc {
+	struct config_jsonrpc_method *methods;  /* the first that matches a call's method wins */
+	size_t nmethods;
+	struct config_upstream *default_upstream;   /* the others; NULL: none (-32601) */
+	enum jsonrpc_split_mode split;  /* default batch */
+	unsigned max_batch;             /* most calls in one batch (1000) */
+	unsigned parallel;              /* upstream requests of one client request at once (16) */
+	struct config_jsonrpc_name *allow;  /* NULL: every method may be called */
+	size_t nallow;
+	struct config_jsonrpc_name *deny;
+	size_t ndeny;
+	char **labels;                  /* the exact names of methods, each once: their metrics
+	                                 * series; every other method counts as "other" */
+	size_t nlabels;
+	unsigned *metrics_ids;          /* nlabels + 1 series ids, "other" last; metrics_bind */
+};
+
 struct config_route {
 	char *name;                     /* never NULL: unnamed routes are called "routes[N]" */
 	char *host;                     /* NULL: any host; lowercase, compared case-insensitively,
@@ -240,12 +275,14 @@ struct config_route {
 	struct jcond **json_match;      /* match.json: conditions on the request body that must
 	                                 * all hold (route_scan.h), or NULL */
 	size_t njson_match;
-	struct config_upstream *upstream;   /* NULL for a route with backends */
+	struct config_upstream *upstream;   /* NULL for a route with backends or jsonrpc */
+	struct config_jsonrpc *jsonrpc;     /* a JSON-RPC route, or NULL */
 	struct config_backend *backends;    /* an aggregated route: its backends, in output
 	                                     * order; NULL otherwise */
 	size_t nbackends;
 	enum merge_mode merge;          /* default keyed */
-	uint64_t timeout;               /* ms for all the backends together, 0: none */
+	uint64_t timeout;               /* ms for all the backends (or JSON-RPC upstream requests)
+	                                 * together, 0: none */
 	char *errors_key;               /* the member of a partial answer that says what failed */
 	char *errors_key_json;          /* as a JSON string and a colon */
 	size_t errors_key_json_len;

@@ -153,6 +153,38 @@ jcond_number_eq(const char *a, size_t alen, const char *b, size_t blen)
 	return 1;
 }
 
+/* FNV-1a, one byte at a time. */
+static uint64_t
+jcond_fnv(uint64_t h, unsigned char c)
+{
+	return (h ^ c) * 1099511628211ULL;
+}
+
+uint64_t
+jcond_number_hash(const char *s, size_t len)
+{
+	struct jcond_num n;
+	uint64_t h = 14695981039346656037ULL;
+	size_t a, b, k;
+	long long e;
+
+	jcond_num_split(s, len, &n);
+	if (n.huge) {
+		/* jcond_number_eq compares these as text */
+		for (k = 0; k < len; k++)
+			h = jcond_fnv(h, (unsigned char)s[k]);
+		return h;
+	}
+	if (!jcond_num_norm(&n, &a, &b, &e))
+		return h;               /* every zero */
+	h = jcond_fnv(h, n.neg ? '-' : '+');
+	for (k = a; k < b; k++)
+		h = jcond_fnv(h, (unsigned char)jcond_num_digit(&n, k));
+	for (k = 0; k < sizeof(e); k++)
+		h = jcond_fnv(h, (unsigned char)((unsigned long long)e >> (8 * k)));
+	return h;
+}
+
 int
 jcond_number_int(const char *s, size_t len, long long *out)
 {

@@ -17,6 +17,7 @@
 #define JG_JCOND_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <yaml.h>
 
 #include "config.h"
@@ -60,6 +61,9 @@ void jcond_scalar_free(struct jcond_scalar *s);
 int jcond_scalar_eq(const struct jcond_scalar *s, const char *json, size_t len, int strings);
 /* 1 when the JSON numbers (RFC 8259) a and b have the same value. */
 int jcond_number_eq(const char *a, size_t alen, const char *b, size_t blen);
+/* A hash of the JSON number s[0..len) by value: numbers jcond_number_eq finds equal hash
+ * the same. */
+uint64_t jcond_number_hash(const char *s, size_t len);
 /* 1 and *out set when the JSON number s[0..len) is an integer of at most 18 digits (2, 2.0,
  * 2e0, 200e-2), else 0. */
 int jcond_number_int(const char *s, size_t len, long long *out);

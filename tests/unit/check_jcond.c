@@ -205,6 +205,10 @@ START_TEST(test_numbers)
 	    num_cases[_i].b);
 	ck_assert_int_eq(jcond_number_eq(num_cases[_i].b, strlen(num_cases[_i].b),
 	    num_cases[_i].a, strlen(num_cases[_i].a)), num_cases[_i].eq);
+	/* equal numbers hash alike (JSON-RPC ids are looked up by value) */
+	if (num_cases[_i].eq)
+		ck_assert(jcond_number_hash(num_cases[_i].a, strlen(num_cases[_i].a)) ==
+		    jcond_number_hash(num_cases[_i].b, strlen(num_cases[_i].b)));
 }
 END_TEST
 
