@@ -717,6 +717,7 @@ static const char *const config_compresses[] = { "off", "gzip", NULL };
 static const char *const config_verify_clients[] = { "off", "on", "optional", NULL };
 static const char *const config_booleans[] = { "false", "true", NULL };
 static const char *const config_merges[] = { "keyed", "flat", NULL };
+static const char *const config_splits[] = { "batch", "single", NULL };
 
 /* The names of enum config_failure bits, in bit order; "5xx" is all the 5xx ones. */
 static const char *const config_failure_names[] = {
@@ -727,7 +728,7 @@ _Static_assert(sizeof(enum log_level) == sizeof(int) && sizeof(enum balance) == 
     sizeof(enum on_error) == sizeof(int) && sizeof(enum access_format) == sizeof(int) &&
     sizeof(enum validate_mode) == sizeof(int) && sizeof(enum compress_mode) == sizeof(int) &&
     sizeof(enum verify_client) == sizeof(int) && sizeof(enum merge_mode) == sizeof(int) &&
-    sizeof(enum missing_mode) == sizeof(int),
+    sizeof(enum missing_mode) == sizeof(int) && sizeof(enum jsonrpc_split_mode) == sizeof(int),
     "CONFIG_ENUM stores enums as int");
 
 static void config_parse_workers(struct config_parse *, const yaml_node_t *, void *);
@@ -770,6 +771,15 @@ static void config_parse_backend_after(struct config_parse *, const yaml_node_t 
 static void config_parse_backend_headers(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_backend_ops(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_backend_missing(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_route_jsonrpc(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_methods(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_default(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_allow(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_deny(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_match(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_prefix(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_name_prefix(struct config_parse *, const yaml_node_t *, void *);
+static void config_parse_jsonrpc_upstream(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_json_types(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_request_ops(struct config_parse *, const yaml_node_t *, void *);
 static void config_parse_response_ops(struct config_parse *, const yaml_node_t *, void *);
@@ -1047,11 +1057,15 @@ static const struct config_field config_route_fields[] = {
 	F_CUSTOM("backends", config_parse_backends, "mapping", NULL, 0,
 	    "map of output key -> backend: an aggregated route, whose backends are requested "
 	    "concurrently and their answers merged into one JSON body"),
+	F_CUSTOM("jsonrpc", config_parse_route_jsonrpc, "mapping", NULL, 0,
+	    "a JSON-RPC 2.0 route: POSTed calls routed by method to upstreams, batches split "
+	    "by upstream and answered in the order of the request"),
 	F_ENUM("merge", struct config_route, merge, "keyed", config_merges,
 	    "how backend answers are merged: keyed (each under its key) or flat (the members "
 	    "of object answers side by side, a later backend's key winning)"),
 	F_DURATION("timeout", struct config_route, timeout, "0", 0,
-	    "aggregated route: time allowed for all its backends together; 0: none"),
+	    "aggregated or JSON-RPC route: time allowed for all its upstream requests together; "
+	    "0: none"),
 	F_STRING("errors_key", struct config_route, errors_key, "errors",
 	    "aggregated route: the member of a partial answer that says which backends failed"),
 	F_CUSTOM("strip_prefix", config_parse_route_strip, "path", NULL, 0,
@@ -1106,6 +1120,46 @@ static const struct config_field config_backend_fields[] = {
 };
 static const struct config_section config_backend_section =
     CONFIG_SECTION_OF(config_backend_fields);
+
+static const struct config_field config_jsonrpc_method_fields[] = {
+	F_CUSTOM("match", config_parse_jsonrpc_match, "string", NULL, 0,
+	    "the method's name (match or prefix is required)"),
+	F_CUSTOM("prefix", config_parse_jsonrpc_prefix, "string", NULL, 0,
+	    "the start of the names of the methods it takes"),
+	F_CUSTOM("upstream", config_parse_jsonrpc_upstream, "string", NULL, CONFIG_REQUIRED,
+	    "name of the upstream the calls go to"),
+};
+static const struct config_section config_jsonrpc_method_section =
+    CONFIG_SECTION_OF(config_jsonrpc_method_fields);
+
+static const struct config_field config_jsonrpc_fields[] = {
+	F_CUSTOM("methods", config_parse_jsonrpc_methods, "list", NULL, 0,
+	    "list of { match: NAME | prefix: P, upstream: U }; the first that takes a call's "
+	    "method routes it"),
+	F_CUSTOM("default", config_parse_jsonrpc_default, "string", "none", 0,
+	    "upstream of the methods no entry takes, or none: they are answered -32601"),
+	F_ENUM("split", struct config_jsonrpc, split, "batch", config_splits,
+	    "how a batch goes upstream: batch (one batch per upstream) or single (one request "
+	    "per call)"),
+	F_UINT("max_batch", struct config_jsonrpc, max_batch, "1000", 1, 1000000,
+	    "most elements of a batch; a larger one is answered -32600"),
+	F_UINT("parallel", struct config_jsonrpc, parallel, "16", 1, 1024,
+	    "upstream requests of one client request in flight at once"),
+	F_CUSTOM("allow", config_parse_jsonrpc_allow, "list", NULL, 0,
+	    "the only methods that may be called: NAME or { prefix: P }; default all"),
+	F_CUSTOM("deny", config_parse_jsonrpc_deny, "list", NULL, 0,
+	    "methods that may not be called, over allow: NAME or { prefix: P }"),
+};
+static const struct config_section config_jsonrpc_section =
+    CONFIG_SECTION_OF(config_jsonrpc_fields);
+
+/* allow and deny items written as { prefix: P } */
+static const struct config_field config_jsonrpc_name_fields[] = {
+	F_CUSTOM("prefix", config_parse_jsonrpc_name_prefix, "string", NULL, CONFIG_REQUIRED,
+	    "the start of the method names"),
+};
+static const struct config_section config_jsonrpc_name_section =
+    CONFIG_SECTION_OF(config_jsonrpc_name_fields);
 
 static const struct config_field config_top_fields[] = {
 	F_CUSTOM("workers", config_parse_workers, "integer|auto", "auto", 0,
@@ -2878,6 +2932,218 @@ config_parse_backends(struct config_parse *ctx, const yaml_node_t *node, void *o
 	config_check_after(ctx, node, route);
 }
 
+/* ------------------------------------------------------------------ JSON-RPC routes */
+
+/* A method name or prefix: the text of node. */
+static void
+config_jsonrpc_name_set(struct config_parse *ctx, const yaml_node_t *node,
+    struct config_jsonrpc_name *n, int prefix)
+{
+	const char *text;
+
+	if (node == NULL || (text = config_string(ctx, node)) == NULL)
+		return;
+	if (n->text != NULL) {
+		config_error(ctx, node, "match and prefix cannot both be set");
+		return;
+	}
+	n->text = config_xstrdup(text);
+	n->len = strlen(text);
+	n->prefix = prefix;
+}
+
+static void
+config_parse_jsonrpc_match(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_jsonrpc_name_set(ctx, node, &((struct config_jsonrpc_method *)obj)->name, 0);
+}
+
+static void
+config_parse_jsonrpc_prefix(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_jsonrpc_name_set(ctx, node, &((struct config_jsonrpc_method *)obj)->name, 1);
+}
+
+static void
+config_parse_jsonrpc_name_prefix(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_jsonrpc_name_set(ctx, node, obj, 1);
+}
+
+static void
+config_parse_jsonrpc_upstream(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	((struct config_jsonrpc_method *)obj)->upstream = config_find_upstream(ctx, node);
+}
+
+/* The label (an index of labels) of an exact method name, added when it is new. */
+static unsigned
+config_jsonrpc_label(struct config_jsonrpc *jc, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < jc->nlabels; i++)
+		if (strcmp(jc->labels[i], name) == 0)
+			return (unsigned)i;
+	jc->labels = config_xreallocarray(jc->labels, jc->nlabels + 1, sizeof(*jc->labels));
+	jc->labels[jc->nlabels] = config_xstrdup(name);
+	return (unsigned)jc->nlabels++;
+}
+
+/* methods: entries in order; an entry after one that takes all its methods never applies. */
+static void
+config_parse_jsonrpc_methods(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_jsonrpc *jc = obj;
+	struct config_jsonrpc_method *m, *o;
+	const yaml_node_t *item;
+	size_t i, j, n, saved;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	n = config_list_len(node);
+	jc->methods = config_xcalloc(n, sizeof(*jc->methods));
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		m = &jc->methods[jc->nmethods];
+		saved = config_where_push(ctx, "[%zu]", i);
+		config_parse_object(ctx, item, &config_jsonrpc_method_section, m);
+		if (item->type == YAML_MAPPING_NODE && m->name.text == NULL &&
+		    config_map_get(ctx, item, "match") == NULL &&
+		    config_map_get(ctx, item, "prefix") == NULL)
+			config_error(ctx, item, "expected match: NAME or prefix: PREFIX");
+		config_where_pop(ctx, saved);
+		if (m->name.text == NULL)
+			continue;
+		for (j = 0; j < jc->nmethods; j++) {
+			o = &jc->methods[j];
+			if (!(o->name.prefix ? m->name.len >= o->name.len && memcmp(m->name.text,
+			    o->name.text, o->name.len) == 0 : !m->name.prefix &&
+			    strcmp(m->name.text, o->name.text) == 0))
+				continue;
+			saved = config_where_push(ctx, "[%zu]", i);
+			config_error(ctx, config_map_get(ctx, item, m->name.prefix ? "prefix" :
+			    "match"), "the entry at line %zu takes every method this one would",
+			    config_list_item(ctx, node, j)->start_mark.line + 1);
+			config_where_pop(ctx, saved);
+			break;
+		}
+		if (j < jc->nmethods) {
+			free(m->name.text);
+			memset(m, 0, sizeof(*m));
+			continue;
+		}
+		m->label = m->name.prefix ? UINT32_MAX : config_jsonrpc_label(jc, m->name.text);
+		jc->nmethods++;
+	}
+	/* "other" is the label after the names */
+	for (i = 0; i < jc->nmethods; i++)
+		if (jc->methods[i].label == UINT32_MAX)
+			jc->methods[i].label = (unsigned)jc->nlabels;
+}
+
+static void
+config_parse_jsonrpc_default(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_jsonrpc *jc = obj;
+
+	if (node == NULL || (node->type == YAML_SCALAR_NODE &&
+	    strcmp((const char *)node->data.scalar.value, "none") == 0))
+		return;
+	jc->default_upstream = config_find_upstream(ctx, node);
+}
+
+/* allow and deny: NAME or { prefix: P } items. */
+static void
+config_parse_jsonrpc_names(struct config_parse *ctx, const yaml_node_t *node,
+    struct config_jsonrpc_name **out, size_t *nout)
+{
+	struct config_jsonrpc_name *names;
+	const yaml_node_t *item;
+	size_t i, n, saved;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	n = config_list_len(node);
+	names = *out = config_xcalloc(n, sizeof(*names));
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		saved = config_where_push(ctx, "[%zu]", i);
+		if (item->type == YAML_MAPPING_NODE)
+			config_parse_map(ctx, item, &config_jsonrpc_name_section, &names[*nout]);
+		else
+			config_jsonrpc_name_set(ctx, item, &names[*nout], 0);
+		config_where_pop(ctx, saved);
+		if (names[*nout].text != NULL)
+			(*nout)++;
+	}
+}
+
+static void
+config_parse_jsonrpc_allow(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_jsonrpc *jc = obj;
+
+	config_parse_jsonrpc_names(ctx, node, &jc->allow, &jc->nallow);
+}
+
+static void
+config_parse_jsonrpc_deny(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_jsonrpc *jc = obj;
+
+	config_parse_jsonrpc_names(ctx, node, &jc->deny, &jc->ndeny);
+}
+
+static void
+config_parse_route_jsonrpc(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_route *route = obj;
+	struct config_jsonrpc *jc;
+
+	if (node == NULL)
+		return;
+	if (node->type != YAML_MAPPING_NODE) {
+		config_error(ctx, node, "expected a mapping, got %s", config_node_kind(node));
+		return;
+	}
+	jc = route->jsonrpc = config_xcalloc(1, sizeof(*jc));
+	config_parse_map(ctx, node, &config_jsonrpc_section, jc);
+	if (jc->nmethods == 0 && jc->default_upstream == NULL &&
+	    config_map_get(ctx, node, "methods") == NULL &&
+	    config_is_null(config_map_get(ctx, node, "default")))
+		config_error(ctx, node, "a JSON-RPC route needs methods or a default upstream");
+}
+
+static void
+config_jsonrpc_names_free(struct config_jsonrpc_name *names, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free(names[i].text);
+	free(names);
+}
+
+static void
+config_jsonrpc_free(struct config_jsonrpc *jc)
+{
+	size_t i;
+
+	if (jc == NULL)
+		return;
+	for (i = 0; i < jc->nmethods; i++)
+		free(jc->methods[i].name.text);
+	free(jc->methods);
+	config_jsonrpc_names_free(jc->allow, jc->nallow);
+	config_jsonrpc_names_free(jc->deny, jc->ndeny);
+	for (i = 0; i < jc->nlabels; i++)
+		free(jc->labels[i]);
+	free(jc->labels);
+	free(jc->metrics_ids);
+	free(jc);
+}
+
 static void
 config_json_types_free(char **types)
 {
@@ -3134,6 +3400,32 @@ config_check_aggregated(struct config_parse *ctx, const yaml_node_t *item,
 	}
 }
 
+/* A JSON-RPC route routes each call itself and forwards it as it came: keys that name one
+ * upstream or edit bodies have nothing to act on. */
+static void
+config_check_jsonrpc(struct config_parse *ctx, const yaml_node_t *item)
+{
+	static const char *const conflicting[] = { "upstream", "backends", "request", "response",
+	    "response_on", "error_response", NULL };
+	const yaml_node_t *at;
+	size_t i, saved;
+
+	for (i = 0; conflicting[i] != NULL; i++) {
+		if ((at = config_map_get(ctx, item, conflicting[i])) == NULL)
+			continue;
+		saved = config_where_key(ctx, conflicting[i]);
+		if (i == 0)
+			config_error(ctx, at, "upstream cannot go with jsonrpc: calls go where "
+			    "jsonrpc.methods and jsonrpc.default say");
+		else if (i == 1)
+			config_error(ctx, at, "backends cannot go with jsonrpc");
+		else
+			config_error(ctx, at, "%s cannot go with jsonrpc: calls and answers pass "
+			    "byte for byte", conflicting[i]);
+		config_where_pop(ctx, saved);
+	}
+}
+
 /* Checks that need the whole route: exclusive keys, a strip_prefix that can apply. */
 static void
 config_check_route(struct config_parse *ctx, const yaml_node_t *item, struct config_route *route)
@@ -3144,8 +3436,12 @@ config_check_route(struct config_parse *ctx, const yaml_node_t *item, struct con
 
 	if (route->upstream == NULL && route->backends == NULL &&
 	    config_map_get(ctx, item, "upstream") == NULL &&
-	    config_map_get(ctx, item, "backends") == NULL)
-		config_error(ctx, item, "missing required key 'upstream' (or 'backends')");
+	    config_map_get(ctx, item, "backends") == NULL &&
+	    config_map_get(ctx, item, "jsonrpc") == NULL)
+		config_error(ctx, item, "missing required key 'upstream' (or 'backends', or "
+		    "'jsonrpc')");
+	if (config_map_get(ctx, item, "jsonrpc") != NULL)
+		config_check_jsonrpc(ctx, item);
 	if (config_map_get(ctx, item, "backends") != NULL) {
 		config_check_aggregated(ctx, item, route);
 	} else {
@@ -3153,7 +3449,8 @@ config_check_route(struct config_parse *ctx, const yaml_node_t *item, struct con
 		size_t i;
 
 		for (i = 0; aggregating[i] != NULL; i++) {
-			if (config_map_get(ctx, item, aggregating[i]) == NULL)
+			if (config_map_get(ctx, item, aggregating[i]) == NULL ||
+			    (i == 1 && config_map_get(ctx, item, "jsonrpc") != NULL))
 				continue;
 			saved = config_where_key(ctx, aggregating[i]);
 			config_error(ctx, config_map_get(ctx, item, aggregating[i]),
@@ -3417,6 +3714,7 @@ config_route_free(struct config_route *route)
 		rewrite_program_free(b->response);
 	}
 	free(route->backends);
+	config_jsonrpc_free(route->jsonrpc);
 	free(route->errors_key);
 	free(route->errors_key_json);
 	free(route->name);
@@ -3648,6 +3946,11 @@ config_schema_write_section(FILE *fp, const char *prefix, const struct config_se
 		else if (strcmp(path, "routes[].backends.") == 0)
 			config_schema_write_section(fp, "routes[].backends.NAME.",
 			    &config_backend_section);
+		else if (strcmp(path, "routes[].jsonrpc.") == 0)
+			config_schema_write_section(fp, path, &config_jsonrpc_section);
+		else if (strcmp(path, "routes[].jsonrpc.methods.") == 0)
+			config_schema_write_section(fp, "routes[].jsonrpc.methods[].",
+			    &config_jsonrpc_method_section);
 	}
 }
 

@@ -565,6 +565,52 @@ START_TEST(test_aggregate)
 }
 END_TEST
 
+START_TEST(test_jsonrpc)
+{
+	struct config *cfg = load_ok("config/good/jsonrpc.yaml");
+	const struct config_jsonrpc *jc = cfg->routes[0].jsonrpc;
+
+	ck_assert_ptr_null(cfg->routes[0].upstream);
+	ck_assert_uint_eq(cfg->routes[0].timeout, 10000);
+	ck_assert_uint_eq(jc->nmethods, 3);
+	ck_assert_str_eq(jc->methods[0].name.text, "eth_getLogs");
+	ck_assert_int_eq(jc->methods[0].name.prefix, 0);
+	ck_assert_ptr_eq(jc->methods[0].upstream, &cfg->upstreams[0]);
+	ck_assert_str_eq(jc->methods[1].name.text, "trace_");
+	ck_assert_uint_eq(jc->methods[1].name.len, 6);
+	ck_assert_int_eq(jc->methods[1].name.prefix, 1);
+	ck_assert_ptr_eq(jc->methods[2].upstream, &cfg->upstreams[1]);
+	ck_assert_ptr_eq(jc->default_upstream, &cfg->upstreams[1]);
+	/* metrics labels: the exact names; a prefix counts as "other" */
+	ck_assert_uint_eq(jc->nlabels, 2);
+	ck_assert_str_eq(jc->labels[0], "eth_getLogs");
+	ck_assert_str_eq(jc->labels[1], "eth_call");
+	ck_assert_uint_eq(jc->methods[0].label, 0);
+	ck_assert_uint_eq(jc->methods[1].label, 2);
+	ck_assert_uint_eq(jc->methods[2].label, 1);
+	ck_assert_int_eq(jc->split, JSONRPC_SPLIT_BATCH);
+	ck_assert_uint_eq(jc->max_batch, 500);
+	ck_assert_uint_eq(jc->parallel, 4);
+	ck_assert_uint_eq(jc->nallow, 3);
+	ck_assert_int_eq(jc->allow[0].prefix, 1);
+	ck_assert_str_eq(jc->allow[2].text, "net_version");
+	ck_assert_int_eq(jc->allow[2].prefix, 0);
+	ck_assert_uint_eq(jc->ndeny, 2);
+	ck_assert_str_eq(jc->deny[1].text, "eth_send");
+	ck_assert_int_eq(jc->deny[1].prefix, 1);
+	/* the defaults */
+	jc = cfg->routes[1].jsonrpc;
+	ck_assert_uint_eq(jc->nmethods, 0);
+	ck_assert_int_eq(jc->split, JSONRPC_SPLIT_SINGLE);
+	ck_assert_uint_eq(jc->max_batch, 1000);
+	ck_assert_uint_eq(jc->parallel, 16);
+	ck_assert_ptr_null(jc->allow);
+	ck_assert_uint_eq(jc->ndeny, 0);
+	ck_assert_ptr_null(cfg->routes[1].upstream);
+	config_free(cfg);
+}
+END_TEST
+
 /* The sample the quick start runs. */
 START_TEST(test_sample)
 {
@@ -683,6 +729,7 @@ config_suite(void)
 	tcase_add_test(tc, test_addresses);
 	tcase_add_test(tc, test_anchors);
 	tcase_add_test(tc, test_aggregate);
+	tcase_add_test(tc, test_jsonrpc);
 	tcase_add_test(tc, test_sample);
 	tcase_add_test(tc, test_files);
 	suite_add_tcase(s, tc);
