@@ -77,9 +77,10 @@ access_log_reopen(struct access_log *al, const char *path)
 #define ACCESS_TAIL_MAX 64              /* what may follow a list: closing brackets, the
                                          * count of backends left out, the newline */
 
-_Static_assert(ACCESS_TARGET_MAX + 5 * ACCESS_FIELD_MAX + ACCESS_FIXED_MAX <= ACCESS_LINE_MAX,
+/* With a JSON-RPC method (a sixth field in JSON, a third in combined). */
+_Static_assert(ACCESS_TARGET_MAX + 6 * ACCESS_FIELD_MAX + ACCESS_FIXED_MAX <= ACCESS_LINE_MAX,
     "the JSON format fits in a line");
-_Static_assert(ACCESS_TARGET_MAX + 2 * ACCESS_HEADER_MAX + 2 * ACCESS_FIELD_MAX +
+_Static_assert(ACCESS_TARGET_MAX + 2 * ACCESS_HEADER_MAX + 3 * ACCESS_FIELD_MAX +
     ACCESS_FIXED_MAX <= ACCESS_LINE_MAX, "the combined format fits in a line");
 
 struct access_line {
@@ -219,16 +220,16 @@ access_fields(struct access_line *l, const char *member, const struct access_fie
 /* Combined format quotes fields: quotes, backslashes, controls and non-ASCII as nginx
  * writes them (\xHH), at most max bytes. */
 static void
-access_combined(struct access_line *l, const char *s, size_t max)
+access_combined_n(struct access_line *l, const char *s, size_t len, size_t max)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	char *out = l->buf + l->n;
-	size_t n = 0;
+	size_t n = 0, i;
 
 	if (max > l->cap - 1 - l->n)
 		max = l->cap - 1 - l->n;
-	for (; *s != '\0'; s++) {
-		unsigned char ch = (unsigned char)*s;
+	for (i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
 
 		if (ch == '"' || ch == '\\' || ch < 0x20 || ch >= 0x7f) {
 			if (n + 4 > max)
@@ -244,6 +245,12 @@ access_combined(struct access_line *l, const char *s, size_t max)
 		}
 	}
 	l->n += n;
+}
+
+static void
+access_combined(struct access_line *l, const char *s, size_t max)
+{
+	access_combined_n(l, s, strlen(s), max);
 }
 
 /* Combined format: the bytes access_combined writes for s, at most max. */
@@ -344,6 +351,14 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		access_printf(&l, "\",\"duration_ms\":%.3f,\"request_id\":\"", e->duration_ms);
 		access_json(&l, e->request_id, ACCESS_FIELD_MAX);
 		access_lit(&l, "\"");
+		/* Before the lists, which may grow the line. */
+		if (e->rpc_method != NULL) {
+			access_lit(&l, ",\"rpc_method\":\"");
+			access_json_n(&l, e->rpc_method, e->rpc_method_len, ACCESS_FIELD_MAX);
+			access_lit(&l, "\"");
+		} else if (e->rpc_batch >= 0) {
+			access_printf(&l, ",\"rpc_batch\":%ld", e->rpc_batch);
+		}
 		if (e->njson != 0)
 			access_fields(&l, ",\"json\":{", e->json, e->njson);
 		if (e->npath != 0)
@@ -367,6 +382,14 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		access_combined(&l, e->user_agent != NULL && *e->user_agent ? e->user_agent : "-",
 		    ACCESS_HEADER_MAX);
 		access_lit(&l, "\"");
+		/* A JSON-RPC route has no backends: the line has room for it. */
+		if (e->rpc_method != NULL) {
+			access_lit(&l, " \"rpc:");
+			access_combined_n(&l, e->rpc_method, e->rpc_method_len, ACCESS_FIELD_MAX);
+			access_lit(&l, "\"");
+		} else if (e->rpc_batch >= 0) {
+			access_printf(&l, " \"rpc_batch:%ld\"", e->rpc_batch);
+		}
 		if (e->backends != NULL)
 			access_backends(&l, e, 0);
 	}

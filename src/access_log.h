@@ -48,6 +48,9 @@ struct access_entry {
 	size_t npath;
 	const struct access_backend *backends;  /* an aggregated request's, or NULL */
 	size_t nbackends;
+	const char *rpc_method;         /* a JSON-RPC route's single call: its method, or NULL */
+	size_t rpc_method_len;
+	long rpc_batch;                 /* a JSON-RPC batch: its elements; -1 for none */
 };
 
 /* Open per cfg->access_log; 0 or -1 with errno. */

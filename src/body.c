@@ -536,6 +536,12 @@ body_block_release(struct body_block *b)
 	body_block_unref(b);
 }
 
+void
+body_block_ref(struct body_block *b)
+{
+	b->refs++;
+}
+
 int
 body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
 {

@@ -73,6 +73,8 @@ char *body_block_data(struct body_block *b);
  * copy.  0 or -1 (the block is unchanged). */
 int body_block_reserve(struct body_block **b, size_t len);
 void body_block_release(struct body_block *b);
+/* One more reference to b (released with body_block_release). */
+void body_block_ref(struct body_block *b);
 /* Append the block's first len bytes to out by reference. */
 int body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len);
 /* Append p[0..len), which lies in the block, to out: by reference when it is long enough to

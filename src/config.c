@@ -3109,6 +3109,7 @@ config_parse_route_jsonrpc(struct config_parse *ctx, const yaml_node_t *node, vo
 	}
 	jc = route->jsonrpc = config_xcalloc(1, sizeof(*jc));
 	config_parse_map(ctx, node, &config_jsonrpc_section, jc);
+	jc->metrics_ids = config_xcalloc(jc->nlabels + 1, sizeof(*jc->metrics_ids));
 	if (jc->nmethods == 0 && jc->default_upstream == NULL &&
 	    config_map_get(ctx, node, "methods") == NULL &&
 	    config_is_null(config_map_get(ctx, node, "default")))

@@ -27,12 +27,16 @@ static const uint64_t bucket_us[] = {
 	5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000
 };
 #define NBUCKETS (sizeof(bucket_us) / sizeof(bucket_us[0]) + 1)    /* the last is +Inf */
+static const uint64_t batch_bounds[] = { 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000 };
+#define NBATCH (sizeof(batch_bounds) / sizeof(batch_bounds[0]) + 1)
 
 struct metrics_route {
 	uint64_t codes[NCODES];
 	uint64_t buckets[NBUCKETS];     /* not cumulative */
 	uint64_t duration_us;
 	uint64_t envelope[2][METRICS_ENVELOPE__COUNT][METRICS_REASON__COUNT];    /* direction, result, reason */
+	uint64_t batch_buckets[NBATCH]; /* JSON-RPC batch sizes, not cumulative */
+	uint64_t batch_sum;
 };
 
 struct metrics_server {
@@ -46,10 +50,16 @@ struct metrics_backend {
 	uint64_t duration_us;
 };
 
+/* A method of a JSON-RPC route. */
+struct metrics_rpc {
+	uint64_t outcomes[METRICS_JSONRPC__COUNT];
+};
+
 /* Series live in blocks the main thread allocates before publishing the ids they hold. */
 #define ROUTE_BLOCK 16
 #define SERVER_BLOCK 64
 #define BACKEND_BLOCK 64
+#define RPC_BLOCK 64
 #define MAX_BLOCKS 1024
 
 struct metrics_worker {
@@ -60,6 +70,7 @@ struct metrics_worker {
 	struct metrics_route *routes[MAX_BLOCKS];
 	struct metrics_server *servers[MAX_BLOCKS];
 	struct metrics_backend *backends[MAX_BLOCKS];
+	struct metrics_rpc *rpcs[MAX_BLOCKS];
 };
 
 struct series_server {
@@ -72,15 +83,23 @@ struct series_backend {
 	char *backend;
 };
 
+struct series_rpc {
+	char *route;
+	char *method;
+};
+
 static struct metrics_worker *workers;
 static unsigned nworkers;
 /* Main thread only: the label values behind each series id.  Route id 0 is "no route". */
 static char **route_names;
+static unsigned char *route_rpc;        /* 1: a JSON-RPC route (it has a batch histogram) */
 static unsigned nroutes, route_cap;
 static struct series_server *servers;
 static unsigned nservers, server_cap;
 static struct series_backend *backends;
 static unsigned nbackends, backend_cap;
+static struct series_rpc *rpcs;
+static unsigned nrpcs, rpc_cap;
 static uint64_t reloads[2];             /* failed, ok */
 /* Main thread only: lookups of server names, by name. */
 struct series_name {
@@ -109,6 +128,12 @@ const char *const metrics_backend_outcome_names[METRICS_BACKEND__COUNT] = {
 #undef X
 };
 
+static const char *const rpc_outcome_names[METRICS_JSONRPC__COUNT] = {
+#define X(id, name) name,
+	METRICS_JSONRPC_OUTCOMES(X)
+#undef X
+};
+
 int
 metrics_init(unsigned n)
 {
@@ -132,6 +157,7 @@ metrics_free(void)
 			free(workers[i].routes[b]);
 			free(workers[i].servers[b]);
 			free(workers[i].backends[b]);
+			free(workers[i].rpcs[b]);
 		}
 	free(workers);
 	workers = NULL;
@@ -140,6 +166,8 @@ metrics_free(void)
 		free(route_names[i]);
 	free(route_names);
 	route_names = NULL;
+	free(route_rpc);
+	route_rpc = NULL;
 	nroutes = route_cap = 0;
 	for (i = 0; i < nservers; i++) {
 		free(servers[i].upstream);
@@ -155,6 +183,13 @@ metrics_free(void)
 	free(backends);
 	backends = NULL;
 	nbackends = backend_cap = 0;
+	for (i = 0; i < nrpcs; i++) {
+		free(rpcs[i].route);
+		free(rpcs[i].method);
+	}
+	free(rpcs);
+	rpcs = NULL;
+	nrpcs = rpc_cap = 0;
 	for (i = 0; i < nnames; i++)
 		free(names[i].name);
 	free(names);
@@ -162,15 +197,16 @@ metrics_free(void)
 	nnames = name_cap = 0;
 }
 
-enum metrics_series { SERIES_ROUTE, SERIES_SERVER, SERIES_BACKEND };
+enum metrics_series { SERIES_ROUTE, SERIES_SERVER, SERIES_BACKEND, SERIES_RPC };
 
 /* Make sure every worker has the block holding series id of its kind. */
 static int
 metrics_blocks(unsigned id, enum metrics_series kind)
 {
-	static const unsigned per[] = { ROUTE_BLOCK, SERVER_BLOCK, BACKEND_BLOCK };
+	static const unsigned per[] = { ROUTE_BLOCK, SERVER_BLOCK, BACKEND_BLOCK, RPC_BLOCK };
 	static const size_t size[] = { sizeof(struct metrics_route),
-	    sizeof(struct metrics_server), sizeof(struct metrics_backend) };
+	    sizeof(struct metrics_server), sizeof(struct metrics_backend),
+	    sizeof(struct metrics_rpc) };
 	unsigned b = id / per[kind], i;
 	void **block;
 
@@ -179,7 +215,8 @@ metrics_blocks(unsigned id, enum metrics_series kind)
 	for (i = 0; i < nworkers; i++) {
 		block = kind == SERIES_ROUTE ? (void **)&workers[i].routes[b] :
 		    kind == SERIES_SERVER ? (void **)&workers[i].servers[b] :
-		    (void **)&workers[i].backends[b];
+		    kind == SERIES_BACKEND ? (void **)&workers[i].backends[b] :
+		    (void **)&workers[i].rpcs[b];
 		if (*block == NULL && (*block = calloc(per[kind], size[kind])) == NULL)
 			return -1;
 	}
@@ -198,14 +235,20 @@ metrics_route_id(const char *name, unsigned *id)
 			return 0;
 		}
 	if (nroutes == route_cap) {
-		route_cap = route_cap ? route_cap * 2 : 16;
-		if ((p = realloc(route_names, route_cap * sizeof(*p))) == NULL)
+		unsigned char *rp;
+
+		if ((p = realloc(route_names, (route_cap ? route_cap * 2 : 16) * sizeof(*p))) == NULL)
 			return -1;
 		route_names = p;
+		if ((rp = realloc(route_rpc, route_cap ? route_cap * 2 : 16)) == NULL)
+			return -1;
+		route_rpc = rp;
+		route_cap = route_cap ? route_cap * 2 : 16;
 	}
 	if (metrics_blocks(nroutes, SERIES_ROUTE) < 0 ||
 	    (route_names[nroutes] = strdup(name)) == NULL)
 		return -1;
+	route_rpc[nroutes] = 0;
 	*id = nroutes++;
 	return 0;
 }
@@ -272,6 +315,51 @@ metrics_backend_id(const char *route, const char *backend, unsigned *id)
 	return 0;
 }
 
+static int
+metrics_rpc_id(const char *route, const char *method, unsigned *id)
+{
+	struct series_rpc *p;
+	unsigned i;
+
+	for (i = 0; i < nrpcs; i++)
+		if (strcmp(rpcs[i].route, route) == 0 && strcmp(rpcs[i].method, method) == 0) {
+			*id = i;
+			return 0;
+		}
+	if (nrpcs == rpc_cap) {
+		rpc_cap = rpc_cap ? rpc_cap * 2 : 16;
+		if ((p = realloc(rpcs, rpc_cap * sizeof(*p))) == NULL)
+			return -1;
+		rpcs = p;
+	}
+	if (metrics_blocks(nrpcs, SERIES_RPC) < 0)
+		return -1;
+	rpcs[nrpcs].route = strdup(route);
+	rpcs[nrpcs].method = strdup(method);
+	if (rpcs[nrpcs].route == NULL || rpcs[nrpcs].method == NULL) {
+		free(rpcs[nrpcs].route);
+		free(rpcs[nrpcs].method);
+		return -1;
+	}
+	*id = nrpcs++;
+	return 0;
+}
+
+/* The series of a JSON-RPC route's method labels, "other" last. */
+static int
+metrics_bind_jsonrpc(struct config_route *route)
+{
+	struct config_jsonrpc *jc = route->jsonrpc;
+	size_t i;
+
+	route_rpc[route->metrics_id] = 1;
+	for (i = 0; i <= jc->nlabels; i++)
+		if (metrics_rpc_id(route->name, i < jc->nlabels ? jc->labels[i] : "other",
+		    &jc->metrics_ids[i]) < 0)
+			return -1;
+	return 0;
+}
+
 int
 metrics_bind(struct config *cfg)
 {
@@ -284,6 +372,8 @@ metrics_bind(struct config *cfg)
 		return -1;
 	for (i = 0; i < cfg->nroutes; i++) {
 		if (metrics_route_id(cfg->routes[i].name, &cfg->routes[i].metrics_id) < 0)
+			return -1;
+		if (cfg->routes[i].jsonrpc != NULL && metrics_bind_jsonrpc(&cfg->routes[i]) < 0)
 			return -1;
 		for (j = 0; j < cfg->routes[i].nbackends; j++)
 			if (metrics_backend_id(cfg->routes[i].name, cfg->routes[i].backends[j].name,
@@ -411,6 +501,35 @@ metrics_backend(struct worker *w, const struct config_backend *backend,
 		COUNT(&mb->buckets[metrics_bucket(us)], 1);
 		COUNT(&mb->duration_us, us);
 	}
+}
+
+void
+metrics_jsonrpc(struct worker *w, const struct config_route *route, unsigned label,
+    enum metrics_jsonrpc_outcome outcome, uint64_t n)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	unsigned id;
+
+	if (mw == NULL || label > route->jsonrpc->nlabels)
+		return;
+	id = route->jsonrpc->metrics_ids[label];
+	if (mw->rpcs[id / RPC_BLOCK] != NULL)
+		COUNT(&mw->rpcs[id / RPC_BLOCK][id % RPC_BLOCK].outcomes[outcome], n);
+}
+
+void
+metrics_jsonrpc_batch(struct worker *w, const struct config_route *route, uint64_t n)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	struct metrics_route *mr;
+	size_t b;
+
+	if (mw == NULL || (mr = metrics_route_of(mw, route)) == NULL)
+		return;
+	for (b = 0; b < NBATCH - 1 && n > batch_bounds[b]; b++)
+		;
+	COUNT(&mr->batch_buckets[b], 1);
+	COUNT(&mr->batch_sum, n);
 }
 
 void
@@ -633,6 +752,63 @@ metrics_write_backends(struct evbuffer *out)
 	}
 }
 
+static uint64_t
+sum_rpc(unsigned id, unsigned outcome)
+{
+	uint64_t n = 0;
+	unsigned i;
+
+	for (i = 0; i < nworkers; i++)
+		n += READ(&workers[i].rpcs[id / RPC_BLOCK][id % RPC_BLOCK].outcomes[outcome]);
+	return n;
+}
+
+static void
+metrics_write_jsonrpc(struct evbuffer *out)
+{
+	uint64_t n, cum;
+	unsigned s, k, r;
+
+	metrics_head(out, METRIC_JSONRPC_CALLS);
+	for (s = 0; s < nrpcs; s++)
+		for (k = 0; k < METRICS_JSONRPC__COUNT; k++) {
+			if ((n = sum_rpc(s, k)) == 0)
+				continue;
+			evbuffer_add_printf(out, "%s{route=\"", metric_names[METRIC_JSONRPC_CALLS]);
+			metrics_label(out, rpcs[s].route);
+			evbuffer_add(out, "\",method=\"", 10);
+			metrics_label(out, rpcs[s].method);
+			evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", rpc_outcome_names[k],
+			    (unsigned long long)n);
+		}
+	metrics_head(out, METRIC_JSONRPC_BATCH_SIZE);
+	for (r = 0; r < nroutes; r++) {
+		if (!route_rpc[r])
+			continue;
+		cum = 0;
+		for (k = 0; k < NBATCH; k++) {
+			cum += sum_route(r, ROUTE_OFF(batch_buckets[k]));
+			evbuffer_add_printf(out, "%s_bucket{route=\"",
+			    metric_names[METRIC_JSONRPC_BATCH_SIZE]);
+			metrics_label(out, route_names[r]);
+			if (k < NBATCH - 1)
+				evbuffer_add_printf(out, "\",le=\"%llu\"} %llu\n",
+				    (unsigned long long)batch_bounds[k], (unsigned long long)cum);
+			else
+				evbuffer_add_printf(out, "\",le=\"+Inf\"} %llu\n",
+				    (unsigned long long)cum);
+		}
+		evbuffer_add_printf(out, "%s_sum{route=\"", metric_names[METRIC_JSONRPC_BATCH_SIZE]);
+		metrics_label(out, route_names[r]);
+		evbuffer_add_printf(out, "\"} %llu\n",
+		    (unsigned long long)sum_route(r, ROUTE_OFF(batch_sum)));
+		evbuffer_add_printf(out, "%s_count{route=\"",
+		    metric_names[METRIC_JSONRPC_BATCH_SIZE]);
+		metrics_label(out, route_names[r]);
+		evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)cum);
+	}
+}
+
 static void
 metrics_write_requests(struct evbuffer *out)
 {
@@ -681,6 +857,7 @@ metrics_write_requests(struct evbuffer *out)
 	}
 
 	metrics_write_backends(out);
+	metrics_write_jsonrpc(out);
 
 	/* An applied body has no reason label. */
 	metrics_head(out, METRIC_ENVELOPE);

@@ -53,6 +53,11 @@ struct worker;
 	X(BACKEND_DURATION, "jsongate_backend_duration_seconds", "histogram", \
 	    "Time from the start of a backend request to its answer, by route and backend.", \
 	    "route,backend") \
+	X(JSONRPC_CALLS, "jsongate_jsonrpc_calls_total", "counter", \
+	    "JSON-RPC calls and notifications, by route, method (the names of jsonrpc.methods; " \
+	    "other for the rest) and outcome.", "route,method,outcome") \
+	X(JSONRPC_BATCH_SIZE, "jsongate_jsonrpc_batch_size", "histogram", \
+	    "Elements of the JSON-RPC batches a route received.", "route") \
 	X(ENVELOPE, "jsongate_envelope_total", "counter", \
 	    "Bodies on routes with envelope ops, by route, direction, result and (unless applied) " \
 	    "reason.", "route,direction,result,reason") \
@@ -127,6 +132,24 @@ enum metrics_backend_outcome {
 
 extern const char *const metrics_backend_outcome_names[METRICS_BACKEND__COUNT];
 
+/* How a JSON-RPC call (or notification, or element that is neither) ended. */
+#define METRICS_JSONRPC_OUTCOMES(X) \
+	X(ANSWERED, "answered")         /* its upstream's answer went to the client */ \
+	X(NOTIFIED, "notified")         /* a notification its upstream took */ \
+	X(PARSE_ERROR, "parse_error")   /* -32700: a body that is not JSON */ \
+	X(INVALID, "invalid")           /* -32600: not a Request object, a batch too large */ \
+	X(NOT_FOUND, "not_found")       /* -32601: no upstream takes its method */ \
+	X(DENIED, "denied")             /* -32601: allow or deny keep its method out */ \
+	X(UPSTREAM_ERROR, "upstream_error") /* -32603, or a forwarded call's failed answer */ \
+	X(CANCELLED, "cancelled")       /* the client went away first */
+
+enum metrics_jsonrpc_outcome {
+#define X(id, name) METRICS_JSONRPC_##id,
+	METRICS_JSONRPC_OUTCOMES(X)
+#undef X
+	METRICS_JSONRPC__COUNT
+};
+
 enum metrics_direction { METRICS_REQUEST, METRICS_RESPONSE };
 /* What became of a body given to envelope ops. */
 #define METRICS_ENVELOPE_RESULTS(X) \
@@ -182,6 +205,12 @@ void metrics_upstream_request(struct worker *w, const struct config_server *serv
 /* A backend of an aggregated route ended; sent: it went out, taking us microseconds. */
 void metrics_backend(struct worker *w, const struct config_backend *backend,
     enum metrics_backend_outcome outcome, int sent, uint64_t us);
+/* n JSON-RPC calls of route with the method label (an index of jsonrpc->labels, or nlabels
+ * for other) ended with outcome. */
+void metrics_jsonrpc(struct worker *w, const struct config_route *route, unsigned label,
+    enum metrics_jsonrpc_outcome outcome, uint64_t n);
+/* A JSON-RPC batch of n elements came to route. */
+void metrics_jsonrpc_batch(struct worker *w, const struct config_route *route, uint64_t n);
 /* Upstream connections to server: d_active and d_idle are +1, -1 or 0. */
 void metrics_upstream_conns(struct worker *w, const struct config_server *server, int d_active,
     int d_idle);

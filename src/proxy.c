@@ -23,6 +23,7 @@
 #include "header_ops.h"
 #include "headers.h"
 #include "http.h"
+#include "jsonrpc_route.h"
 #include "log.h"
 #include "metrics.h"
 #include "path_vars.h"
@@ -104,6 +105,7 @@ struct request {
 	struct body_block *req_block;   /* a request body collected for request ops */
 	size_t req_block_len;           /* its bytes so far, de-chunked */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
+	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
 
 	/* Its tries. */
 	size_t ntried;
@@ -178,6 +180,10 @@ static void proxy_flush(struct client *c);
 static void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
 static void proxy_end_aggregate(struct client *c);
 static void proxy_aggregate(struct client *c, const struct http_request *req, size_t head_len);
+static void proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len);
+static void proxy_jsonrpc_start(struct client *c, struct http_request *req);
+static int proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *message);
+static void proxy_end_jsonrpc(struct client *c);
 static void proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why);
 static void proxy_forget_tried(struct client *c);
 static void proxy_try_error(struct client *c, enum gateway_error err, const char *fmt,
@@ -325,6 +331,7 @@ client_free(struct client *c)
 		exchange_end(&c->rq->ex, 0);
 		proxy_forget_tried(c);
 		proxy_end_aggregate(c);
+		proxy_end_jsonrpc(c);
 		if (c->rq->wr != NULL) {
 			worker_runtime_unref(c->rq->wr);
 			c->rq->wr = NULL;
@@ -535,6 +542,10 @@ client_log(struct client *c)
 	client_now(&now);
 	metrics_request(c->w, c->rq->route, client_counted_server(c), c->rq->status,
 	    c->rq->answer_refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
+	e.rpc_method = NULL;
+	e.rpc_batch = -1;
+	if (c->rq->rpc != NULL)
+		jsonrpc_route_log(c->rq->rpc, c->rq->status, c->rq->gw_error, &e);
 	if (rt->access.fd < 0) {
 		route_scan_done(&c->rq->scan);
 		path_vars_clear(&c->rq->pathv);
@@ -620,6 +631,7 @@ client_request_end(struct client *c)
 	proxy_drop_replay(c);
 	proxy_forget_tried(c);
 	proxy_end_aggregate(c);
+	proxy_end_jsonrpc(c);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;
@@ -666,6 +678,9 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 		return;
 	}
 	exchange_end(&c->rq->ex, 0);
+	/* A forwarded JSON-RPC call that got no answer: its error object answers it. */
+	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
+		return;
 	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
 	if (must_close || !c->rq->req_done || c->w->draining)
 		c->keepalive = 0;
@@ -1013,6 +1028,10 @@ proxy_collect_request_body(struct client *c)
 	ql = evbuffer_get_length(c->rq->req_copy);
 	if (c->rq->req_block_len > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
+		if (c->rq->route->jsonrpc != NULL) {
+			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+			return;
+		}
 		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
@@ -1047,6 +1066,10 @@ proxy_collect_request_body(struct client *c)
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
+	if (c->rq->route->jsonrpc != NULL) {
+		proxy_jsonrpc_start(c, req);
+		return;
+	}
 	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
@@ -1403,11 +1426,15 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	}
 	if (path_vars_set(&c->rq->pathv, c->rq->route, req->path.p, req->path.len) < 0) {
 		evbuffer_drain(in, (size_t)r);
-		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
 	if (c->rq->route->backends != NULL) {
 		proxy_aggregate(c, req, (size_t)r);
+		return;
+	}
+	if (c->rq->route->jsonrpc != NULL) {
+		proxy_jsonrpc(c, req, (size_t)r);
 		return;
 	}
 	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
@@ -2397,6 +2424,185 @@ proxy_end_aggregate(struct client *c)
 	if (c->rq->agg != NULL) {
 		aggregate_end(c->rq->agg);
 		c->rq->agg = NULL;
+	}
+}
+
+/* --- JSON-RPC routes ----------------------------------------------------------------------- */
+
+/* Answer with a body the gateway made: 200 with the JSON in body, or 204 with none. */
+static void
+proxy_jsonrpc_answer(struct client *c, int status, struct evbuffer *body)
+{
+	struct http_response *resp = &c->w->resp;
+	size_t len = evbuffer_get_length(body);
+	const char *extra = NULL;
+
+	memset(resp, 0, sizeof(*resp));
+	resp->status = status;
+	if (status == 204) {
+		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
+	} else {
+		resp->nheaders = 1;
+		resp->headers[0].name = (struct http_str){ "Content-Type", 12 };
+		resp->headers[0].value = (struct http_str){ "application/json", 16 };
+		if (c->rq->accept_gzip && body_gzip(c->w->bodies, body) == 0) {
+			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
+			len = evbuffer_get_length(body);
+		}
+		proxy_write_response_head(c, resp, OUT_LENGTH, len, extra);
+		proxy_move(c, body, c->conn.out, len);
+	}
+	client_request_end(c);
+}
+
+/* The answer of a batch (or an error the gateway gives itself) is in. */
+static void
+proxy_jsonrpc_done_cb(const struct jsonrpc_answer *ans, void *arg)
+{
+	struct client *c = arg;
+
+	if (ans->status == 0)
+		client_error(c, ans->error, ans->message, 0);
+	else
+		proxy_jsonrpc_answer(c, ans->status, ans->body);
+	proxy_flush(c);
+}
+
+/* A forwarded call failed before an answer came: 1 when it is answered with its JSON-RPC
+ * error, 0 when the gateway error goes out instead. */
+static int
+proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *message)
+{
+	struct evbuffer *out = c->w->rewritten;
+
+	evbuffer_drain(out, evbuffer_get_length(out));
+	if (!jsonrpc_route_failed(c->rq->rpc, err, message, out))
+		return 0;
+	proxy_jsonrpc_answer(c, 200, out);
+	return 1;
+}
+
+/* The head of a request to up for a group of calls: the client's, as a proxied request's,
+ * its body's framing and coding left to the caller. */
+static int
+proxy_jsonrpc_head_cb(void *arg, const struct config_upstream *up, struct evbuffer *out)
+{
+	struct client *c = arg;
+	struct worker *w = c->w;
+	struct http_request *req = &w->req;
+	struct headers_forward fw;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	int n;
+
+	/* The groups are sent identity-coded, their answers asked for as identity. */
+	proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
+	proxy_remove_header(req->headers, &req->nheaders, "accept-encoding");
+	proxy_remove_header(req->headers, &req->nheaders, "expect");
+	if (w->target_cap < req->target.len + 2) {
+		char *grown = realloc(w->target_buf, req->target.len + 2);
+		if (grown == NULL)
+			return -1;
+		w->target_buf = grown;
+		w->target_cap = req->target.len + 2;
+	}
+	n = route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
+	    req->query.len, w->target_buf, w->target_cap);
+	if (n < 0)
+		return -1;
+	memset(&fw, 0, sizeof(fw));
+	fw.client_addr = c->addr;
+	fw.tls = c->conn.ssl != NULL;
+	fw.request_id.p = c->rq->request_id;
+	fw.request_id.len = c->rq->request_id_len;
+	fw.host_override = up->host_header;
+	fw.target.p = w->target_buf;
+	fw.target.len = (size_t)n;
+	fw.ops = c->rq->route->request_headers;
+	if (fw.ops != NULL) {
+		proxy_vars(c, fw.ops->vars, &vars, &tls_text);
+		body_vars_headers(&vars, req);
+		fw.vars = &vars;
+	}
+	return headers_request_out(out, req, &fw);
+}
+
+/* The body is in: split it, and forward a single call or wait for the answer. */
+static void
+proxy_jsonrpc_start(struct client *c, struct http_request *req)
+{
+	const struct config *cfg = client_cfg(c);
+	const struct config_upstream *up;
+	struct jsonrpc_request jr = {
+		req, c->rq->request_id, c->addr, c->rq->req_block, c->rq->req_block_len,
+		body_coding(http_find_header(req->headers, req->nheaders, "content-encoding")),
+		c->rq->idempotent, proxy_jsonrpc_head_cb, c
+	};
+
+	if (jr.coding == BODY_CODING_OTHER) {
+		client_error(c, GW_UNSUPPORTED_MEDIA_TYPE, NULL, 0);
+		return;
+	}
+	c->rq->rpc = jsonrpc_route_start(c->rq->wr, c->rq->route, &jr, proxy_jsonrpc_done_cb, c, &up);
+	if (c->rq->rpc == NULL) {
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, "out of memory", 0);
+		return;
+	}
+	if (up == NULL) {
+		proxy_drop_request_block(c);
+		return;
+	}
+	/* One call: it goes to its upstream as it came, its answer back as it comes. */
+	c->rq->upool = &c->rq->wr->pools[up - cfg->upstreams];
+	client_hash_key(c, req);
+	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
+	body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+	c->rq->req_out_len = (int64_t)c->rq->req_block_len;
+	proxy_drop_request_block(c);
+	if (proxy_build_upstream_head(c, req) < 0) {
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return;
+	}
+	proxy_send_collected(c);
+}
+
+/* A JSON-RPC route takes POSTed bodies, read whole (up to limits.max_body) before anything
+ * is sent. */
+static void
+proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len)
+{
+	const struct config *cfg = client_cfg(c);
+
+	if (req->method_bit != METHOD_POST) {
+		evbuffer_drain(c->conn.in, head_len);
+		client_error(c, GW_METHOD_NOT_ALLOWED, "a JSON-RPC route takes POST requests", 0);
+		return;
+	}
+	if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body) {
+		evbuffer_drain(c->conn.in, head_len);
+		client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+		return;
+	}
+	if (proxy_keep_request_head(c, head_len) < 0) {
+		evbuffer_drain(c->conn.in, head_len);
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
+	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
+	evbuffer_drain(c->conn.in, head_len);
+	proxy_start_request_collect(c);
+}
+
+static void
+proxy_end_jsonrpc(struct client *c)
+{
+	if (c->rq->rpc != NULL) {
+		jsonrpc_route_end(c->rq->rpc);
+		c->rq->rpc = NULL;
 	}
 }
 

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "aggregate.h"
+#include "jsonrpc_route.h"
 #include "body.h"
 #include "listener.h"
 #include "log.h"
@@ -347,6 +348,7 @@ worker_main(void *arg)
 	proxy_close_all(w);
 	proxy_reap_cb(-1, 0, w);
 	aggregate_free_idle(w);
+	jsonrpc_route_free_idle(w);
 	if ((wr = w->cur) != NULL) {
 		w->cur = NULL;
 		worker_runtime_detach_listeners(wr);

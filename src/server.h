@@ -21,6 +21,7 @@ struct evbuffer;
 struct upstream_set;
 struct aggregate;
 struct request;
+struct jsonrpc_route;
 
 /* One loaded configuration and the listening sockets it owns; shared by every worker. */
 struct runtime {
@@ -75,6 +76,7 @@ struct worker {
 	struct aggregate *aggregates;   /* idle ones, kept for the next aggregated requests */
 	struct request *free_requests;  /* idle ones, kept for the next requests (proxy.c) */
 	unsigned nfree_requests;
+	struct jsonrpc_route *rpcs;     /* idle ones, kept for the next JSON-RPC requests */
 };
 
 /* A runtime for cfg, with sockets for nworkers; the sockets of previous still listed are kept. */
