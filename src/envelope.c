@@ -22,6 +22,8 @@
 #include <jsmn.h>
 
 #define ENVELOPE_WINDOW 64              /* jsmn tokens at once: room for 31 members */
+#define ENVELOPE_LONG_STRING 64         /* a string value this long is skipped by the scanner
+                                         * and becomes a finished token, as containers do */
 
 void
 envelope_init(struct envelope *env)
@@ -115,9 +117,12 @@ envelope_string_end(const char *buf, size_t len, size_t pos)
 	return jscan_skip(buf, len, pos, 1);
 }
 
-/* Next '{' '[' '}' ']' outside strings at or after pos; len if none; -1 on a bad string. */
+/*
+ * Next '{' '[' '}' ']' outside strings at or after pos, or the '"' of a long string (*send
+ * then one past its end); len if none; -1 on a bad string.
+ */
 static ssize_t
-envelope_next_bracket(const char *buf, size_t len, size_t pos)
+envelope_next_bracket(const char *buf, size_t len, size_t pos, size_t *send)
 {
 	ssize_t e;
 
@@ -126,6 +131,10 @@ envelope_next_bracket(const char *buf, size_t len, size_t pos)
 		case '"':
 			if ((e = envelope_string_end(buf, len, pos)) < 0)
 				return -1;
+			if ((size_t)e - pos >= ENVELOPE_LONG_STRING) {
+				*send = (size_t)e;
+				return (ssize_t)pos;
+			}
 			pos = (size_t)e;
 			continue;
 		case '{': case '[': case '}': case ']':
@@ -240,6 +249,76 @@ envelope_flush(struct envelope *env, const char *buf, jsmn_parser *p, size_t *pr
 	return 0;
 }
 
+/* The string s[0..n) (quotes included) as jsmn's strict mode checks one: only the escapes
+ * of RFC 8259, and no NUL byte (where jsmn stops). */
+static int
+envelope_string_ok(const char *s, size_t n)
+{
+	const char *p = s + 1, *e = s + n - 1, *b;
+	int i;
+
+	if (memchr(p, '\0', (size_t)(e - p)) != NULL)
+		return 0;
+	while ((b = memchr(p, '\\', (size_t)(e - p))) != NULL) {
+		switch (b[1]) {
+		case '"': case '/': case '\\': case 'b': case 'f': case 'r': case 'n': case 't':
+			p = b + 2;
+			continue;
+		case 'u':
+			if (e - b < 6)
+				return 0;
+			for (i = 2; i < 6; i++)
+				if (!((b[i] >= '0' && b[i] <= '9') || (b[i] >= 'a' && b[i] <= 'f') ||
+				    (b[i] >= 'A' && b[i] <= 'F')))
+					return 0;
+			p = b + 6;
+			continue;
+		default:
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* jsmn over buf up to jlen, the window flushed whenever it fills. */
+static int
+envelope_jsmn(struct envelope *env, const char *buf, jsmn_parser *p, size_t jlen, size_t *prev)
+{
+	int r;
+
+	/* jsmn gives back NOMEM before taking the token: it resumes at that token. */
+	while ((r = jsmn_parse(p, buf, jlen, env->toks, ENVELOPE_WINDOW)) == JSMN_ERROR_NOMEM)
+		if ((r = envelope_flush(env, buf, p, prev, 0)) != 0)
+			return r;
+	if (r == JSMN_ERROR_INVAL || p->pos != jlen)
+		return ENVELOPE_ERR_SYNTAX;
+	return 0;
+}
+
+/* Hand jsmn the value [start, end) (a container or long string skipped by the scanner) as
+ * one finished token of the member whose key it follows. */
+static int
+envelope_finished_token(struct envelope *env, const char *buf, jsmn_parser *p, jsmntype_t type,
+    size_t start, size_t end, size_t *prev)
+{
+	jsmntok_t *t;
+	int r;
+
+	if (p->toknext >= ENVELOPE_WINDOW && (r = envelope_flush(env, buf, p, prev, 0)) != 0)
+		return r;
+	t = &((jsmntok_t *)env->toks)[p->toknext];
+	t->type = type;
+	/* jsmn's strings start and end inside their quotes */
+	t->start = (int)start + (type == JSMN_STRING);
+	t->end = (int)end - (type == JSMN_STRING);
+	t->size = 0;
+	t->parent = p->toksuper;
+	((jsmntok_t *)env->toks)[p->toksuper].size++;
+	p->toknext++;
+	p->pos = (unsigned)end;
+	return 0;
+}
+
 int
 envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
     unsigned max_depth, size_t *end)
@@ -247,8 +326,8 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 	jsmn_parser p;
 	jsmntok_t *t;
 	ssize_t stop, e;
-	size_t jlen, prev = pos + 1;
-	int r;
+	size_t jlen, send = 0, prev = pos + 1;
+	int r, value;
 
 	env->nmembers = 0;
 	if (len > INT_MAX - 1 || pos >= len || buf[pos] != '{')
@@ -262,7 +341,7 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 	p.pos = (unsigned)pos;
 	stop = (ssize_t)pos;
 	for (;;) {
-		if ((stop = envelope_next_bracket(buf, len, (size_t)stop + 1)) < 0 ||
+		if ((stop = envelope_next_bracket(buf, len, (size_t)stop + 1, &send)) < 0 ||
 		    (size_t)stop >= len)
 			return ENVELOPE_ERR_SYNTAX;
 		if (buf[stop] == '}' || buf[stop] == ']')
@@ -271,34 +350,35 @@ envelope_parse(struct envelope *env, const char *buf, size_t len, size_t pos,
 			continue;
 		else
 			jlen = (size_t)stop;
-		/* jsmn gives back NOMEM before taking the token: it resumes at that token. */
-		while ((r = jsmn_parse(&p, buf, jlen, env->toks, ENVELOPE_WINDOW)) ==
-		    JSMN_ERROR_NOMEM)
-			if ((r = envelope_flush(env, buf, &p, &prev, 0)) != 0)
-				return r;
-		if (r == JSMN_ERROR_INVAL || p.pos != jlen)
-			return ENVELOPE_ERR_SYNTAX;
+		if ((r = envelope_jsmn(env, buf, &p, jlen, &prev)) != 0)
+			return r;
 		if (jlen == (size_t)stop + 1)
 			break;
-		/* A container as a member's value: skip it, give jsmn one finished token. */
+		/* What follows a key and its colon: jsmn's parent is that key, still alone. */
 		t = env->toks;
-		if (p.toksuper <= 0 || t[p.toksuper].type != JSMN_STRING ||
-		    t[p.toksuper].size != 0)
+		value = p.toksuper > 0 && t[p.toksuper].type == JSMN_STRING &&
+		    t[p.toksuper].size == 0;
+		if (buf[stop] == '"') {
+			/* A long string: a value is skipped; anything else jsmn reads. */
+			if (!value) {
+				if ((r = envelope_jsmn(env, buf, &p, send, &prev)) != 0)
+					return r;
+			} else if (!envelope_string_ok(buf + stop, send - (size_t)stop) ||
+			    (r = envelope_finished_token(env, buf, &p, JSMN_STRING, (size_t)stop,
+			    send, &prev)) != 0) {
+				return r != 0 ? r : ENVELOPE_ERR_SYNTAX;
+			}
+			stop = (ssize_t)send - 1;
+			continue;
+		}
+		/* A container as a member's value: skip it, give jsmn one finished token. */
+		if (!value)
 			return ENVELOPE_ERR_SYNTAX;
 		if ((e = jscan_skip(buf, len, (size_t)stop, max_depth - 1)) < 0)
 			return e == JSCAN_ERR_DEPTH ? ENVELOPE_ERR_DEPTH : ENVELOPE_ERR_SYNTAX;
-		if (p.toknext >= ENVELOPE_WINDOW &&
-		    (r = envelope_flush(env, buf, &p, &prev, 0)) != 0)
+		if ((r = envelope_finished_token(env, buf, &p, buf[stop] == '{' ? JSMN_OBJECT :
+		    JSMN_ARRAY, (size_t)stop, (size_t)e, &prev)) != 0)
 			return r;
-		t = &((jsmntok_t *)env->toks)[p.toknext];
-		t->type = buf[stop] == '{' ? JSMN_OBJECT : JSMN_ARRAY;
-		t->start = (int)stop;
-		t->end = (int)e;
-		t->size = 0;
-		t->parent = p.toksuper;
-		((jsmntok_t *)env->toks)[p.toksuper].size++;
-		p.toknext++;
-		p.pos = (unsigned)e;
 		stop = e - 1;
 	}
 	t = env->toks;

@@ -145,6 +145,8 @@ START_TEST(test_skip_depth_clamp)
 END_TEST
 
 /* Members of the top object: key and value spans exactly as in the input. */
+#define LONG "0x0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 static const struct {
 	const char *in;
 	int result;
@@ -182,13 +184,26 @@ static const struct {
 	{ "{\"a\":[[[[1]]]]}", ENVELOPE_ERR_DEPTH, NULL },
 	{ "{\"a\":[[[1]]]}", 0, "\"a\"=[[[1]]]" },
 	{ "[1]", ENVELOPE_ERR_SYNTAX, NULL },
+	/* long strings: a value is skipped as one token, checked as jsmn checks strings */
+	{ "{\"a\":\"" LONG "\",\"b\":1}", 0, "\"a\"=\"" LONG "\"|\"b\"=1" },
+	{ "{\"" LONG "\":\"" LONG "\\u00e9\\n\"}", 0, "\"" LONG "\"=\"" LONG "\\u00e9\\n\"" },
+	{ "{\"a\":[\"" LONG "\"],\"b\" : \"" LONG "\" }", 0,
+	    "\"a\"=[\"" LONG "\"]|\"b\"=\"" LONG "\"" },
+	{ "{\"a\":\"" LONG "\\q\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"" LONG "\\u12\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"" LONG "\\u12g4\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":1 \"" LONG "\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"" LONG "\" \"b\":1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"" LONG "\":1}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"" LONG "\"}", ENVELOPE_ERR_SYNTAX, NULL },
+	{ "{\"a\":\"" LONG "}", ENVELOPE_ERR_SYNTAX, NULL },
 };
 
 START_TEST(test_envelope_members)
 {
 	struct envelope env;
 	const char *in = env_cases[_i].in;
-	char got[512] = "";
+	char got[1024] = "";
 	size_t end, i, pos;
 	int r;
 
