@@ -444,8 +444,10 @@ rpc_unit_start(struct jsonrpc_route *r, size_t k, struct rpc_slot *s)
 	int n;
 
 	evbuffer_drain(out, evbuffer_get_length(out));
-	evbuffer_add(out, evbuffer_pullup(t->head, -1), evbuffer_get_length(t->head));
 	n = snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n\r\n", u->body_len);
+	/* One piece of memory: the fetch sends it (pulled up) without another copy. */
+	evbuffer_expand(out, evbuffer_get_length(t->head) + (size_t)n + u->body_len);
+	evbuffer_add(out, evbuffer_pullup(t->head, -1), evbuffer_get_length(t->head));
 	evbuffer_add(out, framing, (size_t)n);
 	if (r->jc->split == JSONRPC_SPLIT_BATCH)
 		evbuffer_add(out, "[", 1);
@@ -453,7 +455,7 @@ rpc_unit_start(struct jsonrpc_route *r, size_t k, struct rpc_slot *s)
 		c = &r->j.calls[r->order[u->first + i]];
 		if (i != 0)
 			evbuffer_add(out, ",", 1);
-		body_block_add_span(out, r->body, c->val, c->len);
+		evbuffer_add(out, c->val, c->len);
 	}
 	if (r->jc->split == JSONRPC_SPLIT_BATCH)
 		evbuffer_add(out, "]", 1);
