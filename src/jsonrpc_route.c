@@ -930,6 +930,8 @@ jsonrpc_route_end(struct jsonrpc_route *r)
 		if (s->busy)
 			metrics_upstream_request(w, fetch_server(&s->f), 499, -1);
 		fetch_cancel(&s->f);
+		/* An idle request keeps no body. */
+		evbuffer_drain(s->f.request, evbuffer_get_length(s->f.request));
 		s->busy = 0;
 	}
 	for (i = 0; i < r->nunits; i++)

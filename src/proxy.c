@@ -1625,8 +1625,11 @@ proxy_send_request(struct client *c)
 	evbuffer_add(out, evbuffer_pullup(c->rq->up_head, -1), n);
 	if (c->rq->req_body != NULL && evbuffer_get_length(c->rq->req_body) != 0) {
 		if (c->rq->replayable) {
-			n = evbuffer_get_length(c->rq->req_body);
-			evbuffer_add(out, evbuffer_pullup(c->rq->req_body, -1), n);
+			/* Kept for another try: shared with the connection's output, not copied. */
+			if (evbuffer_add_buffer_reference(out, c->rq->req_body) < 0) {
+				n = evbuffer_get_length(c->rq->req_body);
+				evbuffer_add(out, evbuffer_pullup(c->rq->req_body, -1), n);
+			}
 		} else {
 			evbuffer_add_buffer(out, c->rq->req_body);
 		}
