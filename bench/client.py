@@ -13,6 +13,11 @@
         key order does not count, and an empty array may come back as an empty object, which
         is all lua-cjson 2.1 can encode an empty table as).
 
+    client.py post PORT PATH BODY EXPECTED [MATCH]
+        POST the bytes of the file BODY to http://127.0.0.1:PORT/PATH once (the rpc rows'
+        JSON-RPC calls); exit 0 when the status is 200 and the body is the file EXPECTED, byte
+        for byte (MATCH bytes, the default) or as a JSON value (json), else say what differs.
+
     client.py idle PORT PATH COUNT [HOLD_SECONDS]
         Open COUNT keep-alive connections to 127.0.0.1:PORT, send one GET PATH on each and read
         the whole response, then leave every connection open and idle. Prints "ready N" on
@@ -239,6 +244,36 @@ def verify(port, path, filename, ops="pass", match="bytes"):
     return 0
 
 
+def post(port, path, body_file, expected_file, match="bytes"):
+    with open(body_file, "rb") as f:
+        payload = f.read()
+    with open(expected_file, "rb") as f:
+        want = f.read()
+    req = ("POST %s HTTP/1.1\r\nHost: bench.local\r\nUser-Agent: jsongate-bench\r\n"
+           "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+           % (path, len(payload))).encode("ascii") + payload
+    try:
+        with connect(port) as sock:
+            sock.sendall(req)
+            status, body = read_response(sock)
+    except (OSError, ValueError) as exc:
+        print("POST %s: %s" % (path, exc))
+        return 1
+    if status != 200:
+        print("POST %s: status %d, body %r" % (path, status, body[:200]))
+        return 1
+    try:
+        same = json.loads(body) == json.loads(want) if match == "json" else body == want
+    except ValueError as exc:
+        print("POST %s: body is not JSON (%s): %r" % (path, exc, body[:200]))
+        return 1
+    if not same:
+        print("POST %s: body (%d bytes) is not %s (%d bytes, compared as %s): %r"
+              % (path, len(body), expected_file, len(want), match, body[:200]))
+        return 1
+    return 0
+
+
 def idle(port, path, count, hold):
     socks = []
     req = request(path)
@@ -274,6 +309,8 @@ def idle(port, path, count, hold):
 def main(argv):
     if len(argv) in (5, 6, 7) and argv[1] == "verify":
         return verify(int(argv[2]), argv[3], argv[4], *argv[5:])
+    if len(argv) in (6, 7) and argv[1] == "post":
+        return post(int(argv[2]), argv[3], argv[4], argv[5], *argv[6:])
     if len(argv) in (5, 6) and argv[1] == "idle":
         hold = float(argv[5]) if len(argv) == 6 else 120.0
         return idle(int(argv[2]), argv[3], int(argv[4]), hold)

@@ -80,11 +80,14 @@ LOAD_MAX_CONNECTIONS=1024
 IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 
 # Proxy variants, one per line: name, kind, config template (in bench/conf/), and how wrk
-# talks to it: http (the default), tls (https, keep-alive) or tls-close (https, a new
-# connection and handshake per request). Two optional fields say what the correctness check
-# before each run expects: what the proxy does to the body (pass, the default: nothing;
-# unwrap; reshape; see client.py) and how it is compared (bytes, the default: exactly; json:
-# the same JSON value, for proxies that decode and re-encode). A kind K is a set of functions
+# talks to it: http (the default), tls (https, keep-alive), tls-close (https, a new
+# connection and handshake per request), rpc (POST of one JSON-RPC call of the size to
+# /rpc-SIZE.json, answered with a SIZE answer) or rpc-batch (POST of a batch of 100 calls of
+# the size each, their methods going to three upstreams, to /rpcb-SIZE.json; see rpc.py).
+# Two optional fields say what the correctness check before each run expects: what the proxy
+# does to the body (pass, the default: nothing; unwrap; reshape; see client.py) and how it is
+# compared (bytes, the default: exactly; json: the same JSON value, for proxies that decode
+# and re-encode). A kind K is a set of functions
 # K_require, K_version and K_start (see below). Adding a proxy to the table is one line here
 # plus its template; a new kind is three functions.
 VARIANTS=(
@@ -106,6 +109,10 @@ VARIANTS=(
 	"nginx-lua-reshape   nginx_lua nginx-lua-reshape.conf.in http reshape  json"
 	"jsongate-agg        jsongate  jsongate-agg.yaml.in     http  aggregate bytes"
 	"go-agg              go        -                        http  aggregate json"
+	"jsongate-rpc-pass   jsongate  jsongate-pass.yaml.in    rpc"
+	"jsongate-rpc        jsongate  jsongate-rpc.yaml.in     rpc"
+	"jsongate-rpc-batch  jsongate  jsongate-rpc.yaml.in     rpc-batch"
+	"go-rpc              gorpc     -                        rpc-batch  pass  json"
 )
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
@@ -124,6 +131,9 @@ RATIOS=(
 	"nginx-lua-reshape/jsongate-reshape"
 	"jsongate-agg/jsongate*3"
 	"go-agg/jsongate-agg"
+	"jsongate-rpc/jsongate-rpc-pass"
+	"jsongate-rpc-batch/jsongate-rpc*100"
+	"go-rpc/jsongate-rpc-batch"
 )
 PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
 
@@ -135,6 +145,7 @@ render() {
 	sed -e "s|@RUNDIR@|$RUNDIR|g" -e "s|@DATADIR@|$DATADIR|g" \
 		-e "s|@NAME@|$name|g" -e "s|@PORT@|$port|g" \
 		-e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" \
+		-e "s|@UPSTREAM_PORT2@|$UPSTREAM_PORT2|g" -e "s|@UPSTREAM_PORT3@|$UPSTREAM_PORT3|g" \
 		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
 		-e "s|@CERT@|$RUNDIR/tls.crt|g" -e "s|@KEY@|$RUNDIR/tls.key|g" \
 		-e "s|@NGINX_MODULES@|$NGINX_MODULES|g" \
@@ -253,6 +264,29 @@ go_start() {
 	PROXY_MEM_PID=$BG_PID
 }
 
+# The peer of the JSON-RPC batch row: bench/gorpc, a Go program splitting and merging batches
+# with encoding/json (decode every call and answer, encode every group and the result), built
+# for the run, on one CPU.
+gorpc_require() { go_require; }
+gorpc_version() { go_version; }
+
+gorpc_start() {
+	local name=$1 bin=$RUNDIR/gorpc
+	if [ ! -x "$bin" ]; then
+		(cd "$BENCH_DIR/gorpc" && GOFLAGS=-mod=mod go build -o "$bin" .) \
+			>"$RUNDIR/gorpc.build.log" 2>&1 || die "cannot build gorpc: $(cat "$RUNDIR/gorpc.build.log")"
+	fi
+	PROXY_PORT=$(pick_port)
+	start_bg "$RUNDIR/$name.out" env GOMAXPROCS=1 taskset -c "$PROXY_CPU" "$bin" \
+		-listen "127.0.0.1:$PROXY_PORT" -default "127.0.0.1:$UPSTREAM_PORT" \
+		-route "eth_getBalance=127.0.0.1:$UPSTREAM_PORT2" \
+		-route "eth_getLogs=127.0.0.1:$UPSTREAM_PORT3"
+	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
+	PROXY_MAIN=$BG_PID
+	PROXY_CPU_PIDS=$BG_PID
+	PROXY_MEM_PID=$BG_PID
+}
+
 variant_field() { # variant_field NAME INDEX [DEFAULT]
 	local v f
 	for v in "${VARIANTS[@]}"; do
@@ -359,7 +393,18 @@ mkdir "$DATADIR"
 chmod 755 "$RUNDIR" "$DATADIR"
 # shellcheck disable=SC2086 # SIZES is a word list
 python3 "$BENCH_DIR/envelopes.py" "$DATADIR" $SIZES
-chmod 644 "$DATADIR"/*.json
+# shellcheck disable=SC2086
+python3 "$BENCH_DIR/rpc.py" "$DATADIR" $SIZES
+chmod 755 "$DATADIR"/u2 "$DATADIR"/u3
+chmod 644 "$DATADIR"/*.json "$DATADIR"/*/*.json
+# The wrk scripts of the rpc rows: POST the call (or the batch) of the size.
+for size in $SIZES; do
+	for kind in rpc rpcb; do
+		printf 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n%s\n' \
+			"local f = io.open(\"$DATADIR/$kind-call-$size.json\", \"rb\") wrk.body = f:read(\"*a\") f:close()" \
+			>"$RUNDIR/wrk-$kind-$size.lua"
+	done
+done
 # The certificate of the TLS variants: ECDSA P-256, self-signed, for this run only.
 if command -v openssl >/dev/null; then
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -370,6 +415,8 @@ if command -v openssl >/dev/null; then
 fi
 
 UPSTREAM_PORT=$(pick_port)
+UPSTREAM_PORT2=$(pick_port)
+UPSTREAM_PORT3=$(pick_port)
 render nginx-upstream.conf.in "$RUNDIR/upstream.conf" upstream "$UPSTREAM_PORT" 4096
 "$NGINX" -q -t -p "$RUNDIR/" -c "$RUNDIR/upstream.conf" >"$RUNDIR/upstream.test.log" 2>&1 ||
 	die "nginx rejects the upstream config: $(cat "$RUNDIR/upstream.test.log")"
@@ -390,22 +437,31 @@ declare -A RUN_CPU RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
 CLIENT_MODE=http
 run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
-	local secs=$1 port=$2 size=$3 out=$4 scheme=http
+	local secs=$1 port=$2 size=$3 out=$4 scheme=http path=$3.json
 	shift 4
 	case $CLIENT_MODE in
 	tls) scheme=https ;;
 	tls-close) scheme=https && set -- "$@" -H "Connection: close" ;;
+	rpc) path=rpc-$size.json && set -- "$@" -s "$RUNDIR/wrk-rpc-$size.lua" ;;
+	rpc-batch) path=rpcb-$size.json && set -- "$@" -s "$RUNDIR/wrk-rpcb-$size.lua" ;;
 	esac
 	timeout $((secs + 60)) taskset -c "$LOAD_CPU" \
 		wrk -t1 -c"$CONNECTIONS" -d"${secs}s" --timeout 10s "$@" \
-		"$scheme://127.0.0.1:$port/$size.json" >"$out" 2>&1 ||
+		"$scheme://127.0.0.1:$port/$path" >"$out" 2>&1 ||
 		die "wrk failed against port $port: $(cat "$out")"
 }
 
 # The proxy passes the file through unchanged (over TLS: checked with curl), or answers what
 # its body ops must make of it.
 verify_proxy() { # verify_proxy NAME SIZE
-	if [ "$CLIENT_MODE" = http ]; then
+	if [ "$CLIENT_MODE" = rpc ] || [ "$CLIENT_MODE" = rpc-batch ]; then
+		local kind=rpc expected
+		[ "$CLIENT_MODE" = rpc ] || kind=rpcb
+		expected=$DATADIR/$kind-$2.json
+		[ "$kind" = rpc ] || expected=$DATADIR/$kind-$2.expected
+		python3 "$BENCH_DIR/client.py" post "$PROXY_PORT" "/$kind-$2.json" \
+			"$DATADIR/$kind-call-$2.json" "$expected" "$(variant_field "$1" 5 bytes)"
+	elif [ "$CLIENT_MODE" = http ]; then
 		python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$2.json" "$DATADIR/$2.json" \
 			"$(variant_field "$1" 4 pass)" "$(variant_field "$1" 5 bytes)"
 	else

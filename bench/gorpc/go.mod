@@ -1,0 +1,3 @@
+module jsongate/bench/gorpc
+
+go 1.19
