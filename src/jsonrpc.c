@@ -13,7 +13,6 @@
 
 #include "config.h"
 #include "jcond.h"
-#include "jscan.h"
 #include "jvalid.h"
 
 #define JSONRPC_MIN_BUCKETS 16

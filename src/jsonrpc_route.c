@@ -23,7 +23,6 @@
 
 #include "access_log.h"
 #include "body.h"
-#include "envelope.h"
 #include "exchange.h"
 #include "fetch.h"
 #include "jsonrpc.h"
