@@ -122,6 +122,19 @@ http_lower_eq(const char *s, const char *lower, size_t n)
 	return 1;
 }
 
+/* The value of a hex digit, or -1. */
+static inline int
+http_hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 /* s[0..len) is the lowercase literal lit, ignoring case. */
 #define HTTP_IEQ(s, len, lit) \
 	((len) == sizeof(lit) - 1 && http_lower_eq((s), (lit), sizeof(lit) - 1))

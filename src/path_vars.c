@@ -10,18 +10,6 @@
 
 #define PATH_VARS_KEEP 1024             /* bytes of values kept between requests */
 
-static int
-path_vars_hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* s[0..len) percent-decoded into out (room for len bytes); a '%' not followed by two hex
  * digits stays as it is.  Returns the length. */
 static size_t
@@ -31,8 +19,8 @@ path_vars_decode(const char *s, size_t len, char *out)
 	int hi, lo;
 
 	while (i < len) {
-		if (s[i] == '%' && i + 2 < len && (hi = path_vars_hex(s[i + 1])) >= 0 &&
-		    (lo = path_vars_hex(s[i + 2])) >= 0) {
+		if (s[i] == '%' && i + 2 < len && (hi = http_hex_value(s[i + 1])) >= 0 &&
+		    (lo = http_hex_value(s[i + 2])) >= 0) {
 			out[n++] = (char)(hi << 4 | lo);
 			i += 3;
 		} else {

@@ -811,6 +811,24 @@ proxy_kept_request_headers(struct client *c, struct rewrite_vars *vars)
 		body_vars_headers(vars, req);
 }
 
+/* The target to send upstream (the route's strip_prefix applied) in the worker's buffer: its
+ * length, or -1 without memory. */
+static int
+proxy_rewrite_target(struct client *c, const struct http_request *req)
+{
+	struct worker *w = c->w;
+
+	if (w->target_cap < req->target.len + 2) {
+		char *grown = realloc(w->target_buf, req->target.len + 2);
+		if (grown == NULL)
+			return -1;
+		w->target_buf = grown;
+		w->target_cap = req->target.len + 2;
+	}
+	return route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
+	    req->query.len, w->target_buf, w->target_cap);
+}
+
 /* Write the head to send upstream for req into up_head, once for every try. */
 static int
 proxy_build_upstream_head(struct client *c, struct http_request *req)
@@ -829,16 +847,7 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	if (c->rq->up_head == NULL && (c->rq->up_head = evbuffer_new()) == NULL)
 		return -1;
 	evbuffer_drain(c->rq->up_head, evbuffer_get_length(c->rq->up_head));
-	if (w->target_cap < req->target.len + 2) {
-		char *grown = realloc(w->target_buf, req->target.len + 2);
-		if (grown == NULL)
-			return -1;
-		w->target_buf = grown;
-		w->target_cap = req->target.len + 2;
-	}
-	n = route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
-	    req->query.len, w->target_buf, w->target_cap);
-	if (n < 0)
+	if ((n = proxy_rewrite_target(c, req)) < 0)
 		return -1;
 	fw.client_addr = c->addr;
 	fw.tls = c->conn.ssl != NULL;
@@ -2502,16 +2511,7 @@ proxy_jsonrpc_head_cb(void *arg, const struct config_upstream *up, struct evbuff
 	proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
 	proxy_remove_header(req->headers, &req->nheaders, "accept-encoding");
 	proxy_remove_header(req->headers, &req->nheaders, "expect");
-	if (w->target_cap < req->target.len + 2) {
-		char *grown = realloc(w->target_buf, req->target.len + 2);
-		if (grown == NULL)
-			return -1;
-		w->target_buf = grown;
-		w->target_cap = req->target.len + 2;
-	}
-	n = route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
-	    req->query.len, w->target_buf, w->target_cap);
-	if (n < 0)
+	if ((n = proxy_rewrite_target(c, req)) < 0)
 		return -1;
 	memset(&fw, 0, sizeof(fw));
 	fw.client_addr = c->addr;

@@ -253,18 +253,6 @@ template_put(struct template_out *o, char c)
 	o->buf[o->n++] = c;
 }
 
-static int
-template_hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* The byte at s[*i] of a percent-encoded value (form: '+' is a space), advancing *i. */
 static unsigned char
 template_decoded(const char *s, size_t len, size_t *i, int form)
@@ -272,7 +260,7 @@ template_decoded(const char *s, size_t len, size_t *i, int form)
 	int hi, lo;
 
 	if (s[*i] == '%' && *i + 2 < len &&
-	    (hi = template_hex(s[*i + 1])) >= 0 && (lo = template_hex(s[*i + 2])) >= 0) {
+	    (hi = http_hex_value(s[*i + 1])) >= 0 && (lo = http_hex_value(s[*i + 2])) >= 0) {
 		*i += 3;
 		return (unsigned char)(hi << 4 | lo);
 	}
