@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -3607,14 +3608,24 @@ config_check_pid_file(struct config_parse *ctx, const char *path, const char *us
     yaml_mark_t mark)
 {
 	const char *slash;
-	char *dir;
+	char dir[PATH_MAX];
 	int as_user;
 
 	if (path == NULL)
 		return;
+	/* On the stack: a check as the user runs in a child that leaves by _exit, and must
+	 * leave no heap block behind it (valgrind counts the child's too). */
 	slash = strrchr(path, '/');
-	dir = slash == NULL ? config_xstrdup(".") : slash == path ? config_xstrdup("/") :
-	    config_xasprintf("%.*s", (int)(slash - path), path);
+	if (slash == NULL)
+		strcpy(dir, ".");
+	else if (slash == path)
+		strcpy(dir, "/");
+	else if ((size_t)(slash - path) < sizeof(dir))
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	else {
+		config_file_error(ctx, mark, "pid_file", "the path is too long");
+		return;
+	}
 	if (config_may_write_dir(dir, user, &as_user) < 0) {
 		if (as_user)
 			config_file_error(ctx, mark, "pid_file", "user %s cannot create files in %s: "
@@ -3623,7 +3634,6 @@ config_check_pid_file(struct config_parse *ctx, const char *path, const char *us
 			config_file_error(ctx, mark, "pid_file", "cannot create files in %s: %s", dir,
 			    strerror(errno));
 	}
-	free(dir);
 }
 
 int
