@@ -243,6 +243,8 @@ jcond_scalar_eq(const struct jcond_scalar *s, const char *json, size_t len, int 
 
 	if (len == 0)
 		return 0;
+	if (s->text == NULL && s->len == len && memcmp(s->json, json, len) == 0)
+		return 1;               /* the common case: written the same way */
 	if (s->text != NULL) {
 		if (json[0] == '"')
 			return envelope_string_eq(json, len, s->text, s->text_len);

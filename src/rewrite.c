@@ -409,10 +409,46 @@ rewrite_object(struct rewrite_ctx *ctx, int idx)
 	return 0;
 }
 
+/*
+ * A quoted key against a name, as envelope_string_eq, the common cases first: an escape only
+ * makes a key longer than the text it spells, and a key without one is that text, so most
+ * keys are told apart by their length or first byte.
+ */
+static inline int
+rewrite_key_eq(const char *key, size_t keylen, const char *name, size_t len)
+{
+	size_t i;
+
+	if (keylen < len + 2)
+		return 0;
+	if (len > 0 && key[1] != name[0] && key[1] != '\\')
+		return 0;
+	if (keylen > len + 2)
+		return envelope_string_eq(key, keylen, name, len);
+	/* Keys are short: a loop beats two library calls. */
+	for (i = 0; i < len; i++)
+		if (key[i + 1] != name[i] || name[i] == '\\')
+			return 0;
+	return 1;
+}
+
 static int
 rewrite_key_is(const struct rw_member *m, const struct rewrite_key *k)
 {
-	return envelope_string_eq(m->key, m->keylen, k->name, k->len);
+	return rewrite_key_eq(m->key, m->keylen, k->name, k->len);
+}
+
+/* The member of object node called name, the last of duplicate keys as JSON parsers take;
+ * -1 when there is none. */
+static int
+rewrite_member_named(const struct rewrite_ctx *ctx, int node, const char *name, size_t len)
+{
+	int m, found = -1;
+
+	for (m = ctx->nodes[node].head; m >= 0; m = ctx->members[m].next)
+		if (rewrite_key_eq(ctx->members[m].key, ctx->members[m].keylen, name, len))
+			found = m;
+	return found;
 }
 
 /*
@@ -422,14 +458,11 @@ rewrite_key_is(const struct rw_member *m, const struct rewrite_key *k)
 static int
 rewrite_child(struct rewrite_ctx *ctx, int node, const char *name, size_t len)
 {
-	int m, found = -1, r;
+	int found, r;
 
 	if ((r = rewrite_object(ctx, node)) != 0)
 		return r < 0 ? -1 : -2;
-	for (m = ctx->nodes[node].head; m >= 0; m = ctx->members[m].next)
-		if (envelope_string_eq(ctx->members[m].key, ctx->members[m].keylen, name, len))
-			found = m;
-	if (found < 0)
+	if ((found = rewrite_member_named(ctx, node, name, len)) < 0)
 		return -2;
 	return rewrite_member_node(ctx, node, found) < 0 ? -1 : ctx->members[found].value;
 }
@@ -478,16 +511,32 @@ rewrite_lookup_cb(void *arg, const struct jcond_seg *path, size_t nseg, const ch
 {
 	struct rewrite_look *lk = arg;
 	struct rewrite_ctx *ctx = lk->ctx;
-	int node = lk->root, next;
+	const struct rw_member *m;
+	int node = lk->root, mi, r;
 	size_t i;
 
 	*type = 0;
-	for (i = 0; i < nseg; i++, node = next) {
-		if ((next = rewrite_child(ctx, node, path[i].name, path[i].len)) == -1)
+	for (i = 0; i < nseg; i++) {
+		if ((r = rewrite_object(ctx, node)) < 0)
 			return -1;
-		if (next >= 0)
+		if (r == 0) {
+			if ((mi = rewrite_member_named(ctx, node, path[i].name, path[i].len)) < 0)
+				return 0;
+			m = &ctx->members[mi];
+			if (m->value < 0 && i + 1 == nseg) {
+				/* The input's value: read in place, no node made for it. */
+				*json = m->vsrc;
+				*len = m->vlen;
+				*type = m->vtype;
+				return 0;
+			}
+			if (m->value < 0 && m->vtype != ENVELOPE_OBJECT)
+				return 0;       /* nothing to look into */
+			if ((node = rewrite_member_node(ctx, node, mi)) < 0)
+				return -1;
 			continue;
-		/* Not an input object: a literal a set op put there holds the rest, or nothing. */
+		}
+		/* Not an object: a literal a set op put there holds the rest, or nothing. */
 		if (ctx->nodes[node].kind != RW_LIT && ctx->nodes[node].kind != RW_CTXLIT)
 			return 0;
 		if (ctx->scratch == NULL &&
