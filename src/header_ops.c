@@ -14,9 +14,6 @@
 #include "route.h"
 
 #define HEADER_OPS_TIME_LEN (sizeof("1970-01-01T00:00:00+00:00") - 1)
-/* A name's bit in drop_bits: its length and last letter, so that few names need a compare. */
-#define HEADER_OPS_BIT(name, len) \
-	(1ULL << (((len) * 7 + http_lc((unsigned char)(name)[(len) - 1])) & 63))
 
 /* The request variables a value may be, as `set` of the envelope ops knows them. */
 static const struct {
@@ -148,6 +145,27 @@ header_ops_op_free(struct header_op *op)
 	free(op->name);
 	free(op->lower);
 	free(op->value);
+	free(op->line);
+}
+
+/* The op's line: all of it for a text, the name and ": " before a variable's value. */
+static int
+header_ops_line(struct header_op *op)
+{
+	size_t n = op->len + 2;
+
+	if (op->var == REWRITE_VAR_NONE)
+		n += op->value_len + 2;
+	if ((op->line = malloc(n)) == NULL)
+		return -1;
+	memcpy(op->line, op->name, op->len);
+	memcpy(op->line + op->len, ": ", 2);
+	if (op->var == REWRITE_VAR_NONE) {
+		memcpy(op->line + op->len + 2, op->value, op->value_len);
+		memcpy(op->line + n - 2, "\r\n", 2);
+	}
+	op->line_len = n;
+	return 0;
 }
 
 const char *
@@ -185,7 +203,7 @@ header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
 	if (kind != HEADER_OP_ADD) {
 		/* The drop list shares nothing with out: its own copies. */
 		drop = (struct header_op){ strdup(name), strdup(op.lower), len, REWRITE_VAR_NONE,
-		    NULL, 0 };
+		    NULL, 0, NULL, 0 };
 		if (drop.name == NULL || drop.lower == NULL ||
 		    header_ops_append(&ops->drop, &ops->ndrop, &drop) < 0) {
 			header_ops_op_free(&drop);
@@ -205,10 +223,11 @@ header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
 		return NULL;
 	}
 	ops->vars |= 1u << op.var;
-	if (header_ops_append(&ops->out, &ops->nout, &op) < 0) {
+	if (header_ops_line(&op) < 0 || header_ops_append(&ops->out, &ops->nout, &op) < 0) {
 		header_ops_op_free(&op);
 		return "out of memory";
 	}
+	ops->out_fixed += op.line_len + (op.var != REWRITE_VAR_NONE ? 2 : 0);
 	return NULL;
 }
 
@@ -240,14 +259,13 @@ header_ops_free(struct header_ops *ops)
 }
 
 int
-header_ops_drops(const struct header_ops *ops, struct http_str name)
+header_ops_drops_named(const struct header_ops *ops, struct http_str name)
 {
-	return name.len != 0 && (ops->drop_bits & HEADER_OPS_BIT(name.p, name.len)) != 0 &&
-	    header_ops_find(ops->drop, ops->ndrop, name.p, name.len) != NULL;
+	return header_ops_find(ops->drop, ops->ndrop, name.p, name.len) != NULL;
 }
 
 /* The value of a variable for this request into *v; 0: a request header it does not carry. */
-static int
+static inline int
 header_ops_var(const struct header_op *op, const struct rewrite_vars *vars,
     struct rewrite_str *v)
 {
@@ -276,17 +294,16 @@ size_t
 header_ops_size(const struct header_ops *ops, const struct rewrite_vars *vars)
 {
 	struct rewrite_str v;
-	size_t i, size = 0;
+	size_t i, size = ops->out_fixed;
 
+	if (ops->vars == 1u << REWRITE_VAR_NONE)
+		return size;
 	for (i = 0; i < ops->nout; i++) {
 		const struct header_op *op = &ops->out[i];
 
-		size += op->len + 4;
-		if (op->var == REWRITE_VAR_NONE)
-			size += op->value_len;
-		else if (op->var == REWRITE_VAR_TIME_ISO8601)
+		if (op->var == REWRITE_VAR_TIME_ISO8601)
 			size += HEADER_OPS_TIME_LEN;
-		else if (header_ops_var(op, vars, &v))
+		else if (op->var != REWRITE_VAR_NONE && header_ops_var(op, vars, &v))
 			size += v.len;
 	}
 	return size;
@@ -312,9 +329,11 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 		    op->var != REWRITE_VAR_PATH;
 
 		if (op->var == REWRITE_VAR_NONE) {
-			text.p = op->value;
-			text.len = op->value_len;
-		} else if (op->var == REWRITE_VAR_TIME_ISO8601) {
+			memcpy(w, op->line, op->line_len);
+			w += op->line_len;
+			continue;
+		}
+		if (op->var == REWRITE_VAR_TIME_ISO8601) {
 			t = (time_t)vars->now;
 			gmtime_r(&t, &tm);
 			text.len = strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%S+00:00", &tm);
@@ -325,10 +344,8 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 		} else {
 			continue;       /* a header, field or capture the request does not have */
 		}
-		memcpy(w, op->name, op->len);
-		w += op->len;
-		*w++ = ':';
-		*w++ = ' ';
+		memcpy(w, op->line, op->line_len);
+		w += op->line_len;
 		if (checked) {
 			memcpy(w, text.p, text.len);
 			w += text.len;

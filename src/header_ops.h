@@ -28,6 +28,8 @@ struct header_op {
 	char *value;                    /* the text, or the NAME of $header.NAME, $json.NAME or
 	                                 * $path.NAME */
 	size_t value_len;
+	char *line;                     /* out: "Name: value\r\n" for a text, "Name: " for a */
+	size_t line_len;                /* variable, made at load */
 };
 
 struct header_ops {
@@ -36,9 +38,14 @@ struct header_ops {
 	uint64_t drop_bits;             /* a bit of each name: most others need no compare */
 	struct header_op *out;          /* set, then add: written after the headers passed on */
 	size_t nout;
+	size_t out_fixed;               /* bytes of the out lines but the variables' values */
 	unsigned own;                   /* HEADER_OPS_* */
 	unsigned vars;                  /* 1 << REWRITE_VAR_* for each variable a value uses */
 };
+
+/* A name's bit in drop_bits: its length and last letter, so that few names need a compare. */
+#define HEADER_OPS_BIT(name, len) \
+	(1ULL << (((len) * 7 + http_lc((unsigned char)(name)[(len) - 1])) & 63))
 
 struct route_pattern;
 
@@ -57,8 +64,18 @@ void header_ops_names(const struct header_ops *ops, enum rewrite_var var,
     void (*fn)(void *arg, const char *name, size_t len), void *arg);
 void header_ops_free(struct header_ops *ops);
 
-/* 1 when a received header of this name is not passed on (set or removed). */
-int header_ops_drops(const struct header_ops *ops, struct http_str name);
+/* 1 when ops drop a received header of this name (set or removed); see header_ops_drops. */
+int header_ops_drops_named(const struct header_ops *ops, struct http_str name);
+
+/* 1 when a received header of this name is not passed on (set or removed).  Called for every
+ * header passed on: most names are told apart by their bit, without a call. */
+static inline int
+header_ops_drops(const struct header_ops *ops, struct http_str name)
+{
+	return name.len != 0 && (ops->drop_bits & HEADER_OPS_BIT(name.p, name.len)) != 0 &&
+	    header_ops_drops_named(ops, name);
+}
+
 /* Bytes header_ops_put may write at most with these variables. */
 size_t header_ops_size(const struct header_ops *ops, const struct rewrite_vars *vars);
 /* Write the set and add headers ("Name: value\r\n" each) at w; returns the end. */
