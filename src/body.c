@@ -553,7 +553,11 @@ body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
 	return 0;
 }
 
-/* Where the rewritten spans go: long spans of the input by reference, the rest copied. */
+/*
+ * Where the rewritten spans go: long spans of the input by reference, the rest copied.  The
+ * counters say where the bytes come from, not how they go out: spliced, the input's bytes
+ * passed on as they are; copied, the bytes the ops wrote.
+ */
 struct body_out {
 	struct evbuffer *out;
 	struct body_block *in;
@@ -572,18 +576,19 @@ body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
 		const struct rewrite_span *s = &spans[i];
 		int inside = s->p >= in->data && s->p + s->len <= in->data + o->len;
 
+		if (inside)
+			o->res->spliced += s->len;
+		else
+			o->res->copied += s->len;
 		if (inside && s->len >= BODY_REFERENCE_MIN) {
 			in->refs++;
 			if (evbuffer_add_reference(o->out, s->p, s->len, body_block_cleanup_cb,
-			    in) == 0) {
-				o->res->spliced += s->len;
+			    in) == 0)
 				continue;
-			}
 			in->refs--;
 		}
 		if (evbuffer_add(o->out, s->p, s->len) != 0)
 			return -1;
-		o->res->copied += s->len;
 	}
 	return 0;
 }

@@ -47,8 +47,8 @@ struct body_result {
 	int encoding;                   /* because of a Content-Encoding it cannot decode */
 	int invalid;                    /* because the body is not JSON */
 	int inflated;                   /* the output is identity-coded: drop Content-Encoding */
-	size_t spliced;                 /* output bytes that are references into the input */
-	size_t copied;                  /* output bytes copied (generated JSON, short spans) */
+	size_t spliced;                 /* output bytes that are the input's, as they came */
+	size_t copied;                  /* output bytes the ops wrote: keys, values, separators */
 };
 
 /*

@@ -62,9 +62,11 @@ struct worker;
 	    "Bodies on routes with envelope ops, by route, direction, result and (unless applied) " \
 	    "reason.", "route,direction,result,reason") \
 	X(BYTES_SPLICED, "jsongate_bytes_spliced_total", "counter", \
-	    "Rewritten body bytes sent as references to the received bytes.", "") \
+	    "Bytes of bodies rewritten by envelope ops that are the received body's, passed on " \
+	    "unchanged (after inflating).", "") \
 	X(BYTES_COPIED, "jsongate_bytes_copied_total", "counter", \
-	    "Rewritten body bytes that had to be copied.", "") \
+	    "Bytes of bodies rewritten by envelope ops that the ops wrote: new keys and values, " \
+	    "separators.", "") \
 	X(CONNECTIONS, "jsongate_connections", "gauge", \
 	    "Client connections: active (serving a request) or idle (keep-alive).", "state") \
 	X(CONNECTIONS_ACCEPTED, "jsongate_connections_accepted_total", "counter", \
@@ -222,7 +224,7 @@ void metrics_client_active(struct worker *w, int delta);
 void metrics_envelope(struct worker *w, const struct config_route *route,
     enum metrics_direction direction, enum metrics_envelope_result result,
     enum metrics_envelope_reason reason);
-/* Rewritten body bytes: sent as references (spliced) and copied. */
+/* Bytes of a rewritten body: the received body's (spliced) and the ops' own (copied). */
 void metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied);
 
 /* Main thread. */

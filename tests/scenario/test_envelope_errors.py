@@ -263,11 +263,26 @@ def envelope_metrics_exact(env):
             prefix + '/bad': http_response(200, b'{"data":'),
         })
     table['/req'] = lambda q: http_response(200, b'{"got":%d}' % len(q.body))
+    # unwrap of a key the body lacks: the ops cannot apply (op_error)
+    table['/pass-miss'] = table['/fail-miss'] = http_response(200, b'{"code":0,"msg":"ok"}')
+    # error_response: answers outside response_on get their own ops
+    table.update({
+        '/errs/ok': http_response(200, b'{"data":1}'),
+        '/errs/500': http_response(500, b'{"code":9}'),
+        '/errs/html': http_response(500, b'<h1>oops</h1>', content_type='text/html'),
+        '/errs-miss/500': http_response(500, b'{"code":9}'),
+    })
     up = served(env, table)
     gw = start(env, up,
                route('resp', '/resp', response='[ {unwrap: data} ]'),
                route('strict', '/strict', response='[ {unwrap: data} ]', on_error='fail'),
                route('req', '/req', request='[ {unwrap: data} ]', on_error='fail'),
+               route('pass-miss', '/pass-miss', response='[ {unwrap: data} ]'),
+               route('fail-miss', '/fail-miss', response='[ {unwrap: data} ]', on_error='fail'),
+               route('errs-miss', '/errs-miss', response='[ {unwrap: data} ]',
+                     error_response='[ {unwrap: detail} ]'),
+               route('errs', '/errs', response='[ {unwrap: data} ]',
+                     error_response='[ {wrap: error} ]'),
                admin=True, limits={'max_body': '4k'})
     c = env.client(gw.port)
     for prefix in ('/resp', '/strict'):
@@ -276,6 +291,22 @@ def envelope_metrics_exact(env):
             env.check('%s/%s answered' % (prefix, what), r is not None and r.status, r)
     env.eq('/resp/ok rewritten', get(c, '/resp/ok').body, inner)
     env.eq('/strict/bad fails', get(c, '/strict/bad').status, 502)
+    r = get(c, '/pass-miss')
+    env.eq('unwrap of a missing key under pass: the answer untouched', (r.status, r.body),
+           (200, b'{"code":0,"msg":"ok"}'))
+    r = get(c, '/fail-miss', headers=[('X-Request-Id', 'rq-miss')])
+    env.gateway_error('unwrap of a missing key under fail', r, 502, 'upstream_invalid',
+                      'response body not rewritten: unwrap: key not found', close=False,
+                      request_id='rq-miss')
+    env.eq('error_response: a 2xx gets response', get(c, '/errs/ok').body, b'1')
+    r = get(c, '/errs/500')
+    env.eq('error_response: a 500 gets error_response', (r.status, r.body),
+           (500, b'{"error":{"code":9}}'))
+    env.eq('error_response: a 500 that is not JSON passes', get(c, '/errs/html').body,
+           b'<h1>oops</h1>')
+    r = get(c, '/errs-miss/500')
+    env.eq('error_response that cannot apply, under pass: the answer untouched',
+           (r.status, r.body), (500, b'{"code":9}'))
 
     def post(body, ctype='application/json', headers=(), client=None):
         return (client or c).request('POST', '/req', [('Host', 'a'), ('Content-Type', ctype)] +
@@ -314,21 +345,93 @@ def envelope_metrics_exact(env):
         'jsongate_envelope_total{route="req",direction="request",result="failed",reason="over_limit"} 2',
         'jsongate_envelope_total{route="req",direction="request",result="passed",reason="empty"} 1',
         'jsongate_envelope_total{route="req",direction="request",result="passed",reason="not_json"} 1',
+        'jsongate_envelope_total{route="pass-miss",direction="response",result="passed",reason="op_error"} 1',
+        'jsongate_envelope_total{route="fail-miss",direction="response",result="failed",reason="op_error"} 1',
+        'jsongate_envelope_total{route="errs",direction="response",result="applied"} 2',
+        'jsongate_envelope_total{route="errs",direction="response",result="passed",reason="not_json"} 1',
+        'jsongate_envelope_total{route="errs-miss",direction="response",result="passed",reason="op_error"} 1',
     ]))
-    # Two /resp/ok and one /strict/ok: the 3002-byte value is a reference each time; the
-    # request's {"x":1} is short and copied.
+    # Spliced: the 3006-byte value of two /resp/ok and one /strict/ok, the request's {"x":1},
+    # the 1 of /errs/ok and the {"code":9} /errs/500 wraps.  Copied: that wrap's {"error": }.
     env.eq('bytes spliced and copied, responses and requests alike', scrape(gw, 'jsongate_bytes_'),
-           ['jsongate_bytes_copied_total 7', 'jsongate_bytes_spliced_total %d' % (3 * len(inner))])
-    # Of the 502s of /strict, the invalid JSON (twice) is an invalid answer of the server; the
-    # ones over max_body or in a coding jsongate does not decode are good answers it refused.
-    # The refused requests never went upstream.
+           ['jsongate_bytes_copied_total %d' % len(b'{"error":}'),
+            'jsongate_bytes_spliced_total %d' % (3 * len(inner) + len(b'{"x":1}') + len(b'1') +
+                                                 len(b'{"code":9}'))])
+    # Of the 502s of /strict, the invalid JSON (twice) is an invalid answer of the server, and
+    # so is the one of /fail-miss, which the ops could not apply to; the ones over max_body or
+    # in a coding jsongate does not decode are good answers it refused.  The refused requests
+    # never went upstream.
     env.eq('upstream requests: only the invalid answers blamed on the server',
            scrape(gw, 'jsongate_upstream_requests_total'),
-           ['jsongate_upstream_requests_total{upstream="app",server="%s",outcome="invalid"} 2'
+           ['jsongate_upstream_requests_total{upstream="app",server="%s",outcome="invalid"} 3'
             % up.address,
-            'jsongate_upstream_requests_total{upstream="app",server="%s",outcome="ok"} 17'
+            'jsongate_upstream_requests_total{upstream="app",server="%s",outcome="ok"} 22'
             % up.address])
-    env.eq('the upstream got 19 requests', len(up.requests), 19)
+    env.eq('the upstream got 25 requests', len(up.requests), 25)
+
+
+def byte_counters(gw):
+    """(spliced, copied) from /metrics."""
+    values = dict(l.split(' ') for l in scrape(gw, 'jsongate_bytes_'))
+    return (int(values['jsongate_bytes_spliced_total']), int(values['jsongate_bytes_copied_total']))
+
+
+@T.case
+def bytes_spliced_and_copied_per_body(env):
+    """Spliced: the received body's bytes passed on as they came, short or long, whether sent
+    by reference or copied; copied: the bytes the ops wrote.  The two add up to the body
+    sent."""
+    import gzip
+    long_value = b'"' + b'v' * 3000 + b'"'
+    up = served(env, {
+        '/unwrap/small': http_response(200, b'{"code":0,"data":{"id":1}}'),
+        '/unwrap/long': http_response(200, b'{"code":0,"data":' + long_value + b'}'),
+        '/unwrap/gzip': http_response(200, gzip.compress(b'{"data":{"id":2}}', mtime=0),
+                                      headers=[('Content-Encoding', 'gzip')]),
+        '/unwrap/missing': http_response(200, b'{"code":0}'),
+        '/shape': http_response(200, b'{"code":0,"msg":"ok","data":1,"debug":{"t":1}}'),
+        '/set': http_response(200, b'{"code":0,"msg":"ok","data":{"id":1}}'),
+        '/when': http_response(200, b'{"code":7, "data":2}\n'),
+        '/req': lambda q: http_response(200, b'{"got":%s}' % q.body),
+    })
+    gw = start(env, up,
+               route('unwrap', '/unwrap', response='[ {unwrap: data} ]'),
+               route('shape', '/shape',
+                     response='[ {drop: [debug]}, {rename: {msg: message}}, {set: {gw: j}} ]'),
+               route('set', '/set', response='[ {set: {gw: j}} ]'),
+               route('when', '/when', response='[ {unwrap: data, when: {field: code, equals: 0}} ]'),
+               route('req', '/req', request='[ {set: {b: 2}} ]'),
+               admin=True)
+    c = env.client(gw.port)
+    cases = [
+        # target, body sent to the client, (spliced, copied)
+        ('/unwrap/small', b'{"id":1}', (8, 0)),
+        ('/unwrap/long', long_value, (len(long_value), 0)),
+        ('/unwrap/gzip', b'{"id":2}', (8, 0)),          # counted once inflated
+        ('/unwrap/missing', b'{"code":0}', (0, 0)),     # not rewritten: on_error pass
+        # {  "code":0  ,"message":  "ok"  ,  "data":1  ,"gw":  "j"  }
+        ('/shape', b'{"code":0,"message":"ok","data":1,"gw":"j"}', (8 + 4 + 8, 1 + 11 + 1 + 6 + 3 + 1)),
+        # jsongate.yaml(5)'s example: all but the braces received spliced, neighbours as one
+        ('/set', b'{"code":0,"msg":"ok","data":{"id":1},"gw":"j"}', (35, 11)),
+        # the op does not run: the body as received, whitespace and all
+        ('/when', b'{"code":7, "data":2}\n', (21, 0)),
+    ]
+    for target, body, counted in cases:
+        before = byte_counters(gw)
+        r = get(c, target)
+        after = byte_counters(gw)
+        env.eq('%s: the body sent' % target, (r.status, r.body), (200, body))
+        env.eq('%s: bytes spliced and copied' % target,
+               (after[0] - before[0], after[1] - before[1]), counted)
+    before = byte_counters(gw)
+    r = c.request('POST', '/req', [('Host', 'a'), ('Content-Type', 'application/json')],
+                  b'{"a":1}')
+    after = byte_counters(gw)
+    # {  "a":1  ,"b":  2  }
+    env.eq('request: the body sent upstream', (r.status, up.requests[-1].body),
+           (200, b'{"a":1,"b":2}'))
+    env.eq('request: bytes spliced and copied', (after[0] - before[0], after[1] - before[1]),
+           (5, 1 + 5 + 1 + 1))
 
 
 T.run()
