@@ -3,7 +3,8 @@ add and remove (names case-insensitive, values literal or request
 variables), applied after jsongate's own header rules, on streamed,
 rewritten and untouched answers alike, never on gateway errors; a route
 without them unchanged; hop-by-hop and framing headers refused by -t with
-FILE:LINE:COL."""
+FILE:LINE:COL; and headers jsongate itself passes on or rewrites (Expect,
+Accept-Encoding, Content-Encoding and Vary)."""
 
 import os
 import sys
@@ -146,6 +147,43 @@ def hop_by_hop_headers_refused_by_t(env):
         "framing, which jsongate writes itself" % path,
         "%s:9:17: routes[0].response_headers.remove: cannot remove 'Keep-Alive': a hop-by-hop "
         "header, which jsongate removes and manages itself" % path])
+
+
+@T.case
+def headers_jsongate_rewrites(env):
+    """jsongate.yaml(5), HEADERS: Expect passed on, Accept-Encoding reduced on a route with
+    response ops, an inflated answer's Content-Encoding replaced by compress: gzip's."""
+    import gzip
+    import zlib
+
+    def respond(req):
+        if req.target == '/ops/gz':
+            return http_response(200, gzip.compress(b'{"data":{"id":1}}', mtime=0),
+                                 [('Content-Encoding', 'gzip'), ('Vary', 'Accept')])
+        return http_response(200, b'{"data":{"id":1}}')
+    up = env.scripted([], answer(respond))
+    gw = start(env, up, route('plain', '/plain'),
+               route('ops', '/ops', response='[ {unwrap: data} ]', compress='gzip'))
+    c = env.client(gw.port)
+    r = c.request('POST', '/plain/x', [('Host', 'a'), ('Expect', '100-continue'),
+                                       ('Accept-Encoding', 'br, gzip;q=0.5'),
+                                       ('X-Request-Id', 'h-1')], b'{}')
+    env.eq('pass-through: Expect and Accept-Encoding as sent', (r.status, up.requests[-1].headers), (200, [
+        ('Host', 'a'), ('Expect', '100-continue'), ('Accept-Encoding', 'br, gzip;q=0.5'),
+        ('X-Forwarded-For', '127.0.0.1'), ('X-Forwarded-Proto', 'http'), ('X-Request-Id', 'h-1'),
+        ('Content-Length', '2')]))
+    for sent, upstream_got in (('br, gzip;q=0.5', 'gzip;q=0.5'), ('br', 'identity')):
+        c.request('GET', '/ops/x', [('Host', 'a'), ('Accept-Encoding', sent)])
+        env.eq('response ops: Accept-Encoding %s goes upstream as %s' % (sent, upstream_got),
+               up.requests[-1].header('Accept-Encoding'), upstream_got)
+    r = c.request('GET', '/ops/gz', [('Host', 'a'), ('Accept-Encoding', 'gzip'),
+                                     ('X-Request-Id', 'h-2')])
+    body = zlib.decompress(r.body, 16 + 15) if r.body[:2] == b'\x1f\x8b' else r.body
+    env.eq('inflated, rewritten, compressed again: the upstream\'s Content-Encoding replaced',
+           (r.status, body, r.headers), (200, b'{"id":1}', [
+               ('Content-Type', 'application/json'), ('Vary', 'Accept'), ('X-Request-Id', 'h-2'),
+               ('Content-Encoding', 'gzip'), ('Vary', 'Accept-Encoding'),
+               ('Content-Length', str(len(r.body)))]))
 
 
 T.run()
