@@ -1138,4 +1138,29 @@ def pass_through_route_next_to_ops_route(env):
     env.eq('ops route request body', up.requests[-1].body, b'{"x":1}')
 
 
+@T.case
+def failing_op_list_rolls_back_status_and_body(env):
+    """status_from and set applied, then unwrap of a missing key: none of it stays.  Under
+    on_error pass the client gets the upstream's status, headers and bytes; under fail, 502."""
+    sent = b'{"code":1,"msg":"conflict"} '
+    ops = '[ {status_from: {field: code, map: {1: 409}}}, {set: {seen: true}}, {unwrap: missing} ]'
+    up = served(env, {'/pass/x': http_response(200, sent, [('X-Up', '1')]),
+                      '/fail/x': http_response(200, sent, [('X-Up', '1')]),
+                      '/pass/ok': http_response(200, b'{"code":1,"missing":{"id":2}}')})
+    gw = start(env, up, route('pass', '/pass', ops), route('fail', '/fail', ops, on_error='fail'))
+    c = env.client(gw.port)
+    r = get(c, '/pass/ok')
+    env.eq('the same ops, all applying: 409 and the value', (r.status, r.body), (409, b'{"id":2}'))
+    r = get(c, '/pass/x', [('X-Request-Id', 'rb-1')])
+    env.eq('pass: the upstream\'s status, headers and body, untouched', (r.head, r.body), (
+        want_head(200, 'OK', [('Content-Type', 'application/json'), ('X-Up', '1')], 'rb-1',
+                  len(sent)), sent))
+    r = get(c, '/fail/x', [('X-Request-Id', 'rb-2')])
+    env.gateway_error('fail: 502, not the 409 status_from chose', r, 502, 'upstream_invalid',
+                      'response body not rewritten: unwrap: key not found', close=False,
+                      request_id='rb-2')
+    r = get(c, '/pass/ok')
+    env.eq('the connection still serves', (r.status, r.body), (409, b'{"id":2}'))
+
+
 T.run()
