@@ -153,6 +153,16 @@ status_kb() {
 	awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status
 }
 
+# VmRSS summed over processes (nginx: master and worker), in kB.
+rss_kb_sum() {
+	local pid total=0 kb
+	for pid in "$@"; do
+		kb=$(status_kb "$pid" VmRSS)
+		total=$((total + ${kb:-0}))
+	done
+	printf '%s\n' "$total"
+}
+
 is_uint() { case "$1" in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 
 # wrk's latency (e.g. 312.00us, 1.23ms, 2.01s) in microseconds.

@@ -566,7 +566,8 @@ idle_test() { # idle_test NAME
 	python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$size.json" "$DATADIR/$size.json" \
 		"$(variant_field "$name" 4 pass)" "$(variant_field "$name" 5 bytes)" ||
 		die "$name does not answer $size.json as expected"
-	IDLE_BASE[$name]=$(status_kb "$PROXY_MEM_PID" VmRSS)
+	# Every process of the proxy counts (nginx: master and worker), as it does for CPU.
+	IDLE_BASE[$name]=$(rss_kb_sum $PROXY_CPU_PIDS)
 	out=$RUNDIR/idle-$name.txt
 	start_bg "$out" taskset -c "$LOAD_CPU" python3 "$BENCH_DIR/client.py" idle \
 		"$PROXY_PORT" "/$size.json" "$IDLE_CLIENTS" 300
@@ -583,7 +584,7 @@ idle_test() { # idle_test NAME
 	# Let the proxy finish any deferred work on the last connections.
 	sleep 1
 	kill -0 "$pid" 2>/dev/null || die "$name closed idle connections: $(cat "$out")"
-	IDLE_RSS[$name]=$(status_kb "$PROXY_MEM_PID" VmRSS)
+	IDLE_RSS[$name]=$(rss_kb_sum $PROXY_CPU_PIDS)
 	IDLE_FDS[$name]=$(find /proc/"$PROXY_MEM_PID"/fd -mindepth 1 -maxdepth 1 | wc -l)
 	stop_pid "$pid"
 	stop_pid "$PROXY_MAIN"
@@ -666,11 +667,13 @@ report() {
 		printf '\nCPU per request, ratio of the medians (below 1.0: the first uses less CPU):\n\n%s' "$ratios"
 	fi
 	if [ "$IDLE_CLIENTS" -gt 0 ]; then
-		printf '\nRSS with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
+		printf '\nRSS of all the proxy'"'"'s processes with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
 		for name in $PROXIES; do
 			[ -n "${IDLE_RSS[$name]:-}" ] || continue
-			printf -- '- %s: %s (%s before the clients; %s open fds)\n' "$name" "$(fmt_mb "${IDLE_RSS[$name]}")" \
-				"$(fmt_mb "${IDLE_BASE[$name]}")" "${IDLE_FDS[$name]}"
+			printf -- '- %s: %s (%s before the clients, %s per client; %s open fds)\n' "$name" \
+				"$(fmt_mb "${IDLE_RSS[$name]}")" "$(fmt_mb "${IDLE_BASE[$name]}")" \
+				"$(awk -v a="${IDLE_RSS[$name]}" -v b="${IDLE_BASE[$name]}" -v n="$IDLE_CLIENTS" \
+					'BEGIN { printf "%.2f kB", (a - b) / n }')" "${IDLE_FDS[$name]}"
 		done
 	fi
 	local notes=""
