@@ -9,6 +9,9 @@
  * by the next hop.
  */
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "config.h"
 #include "http.h"
@@ -76,6 +79,25 @@ http_has_byte(uint64_t w, unsigned b)
 static inline const char *
 http_scan(const char *p, const char *end, unsigned cls, unsigned lo)
 {
+#ifdef __SSE2__
+	/* Sixteen bytes at a time while every byte is at least lo and not DEL. */
+	while (end - p >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+		__m128i low = _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8((char)(lo - 1))),
+		    _mm_set1_epi8((char)(lo - 1)));
+		unsigned m = (unsigned)_mm_movemask_epi8(
+		    _mm_or_si128(low, _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f))));
+
+		if (m == 0) {
+			p += 16;
+			continue;
+		}
+		p += __builtin_ctz(m);
+		if (!(http_ctype[(unsigned char)*p] & cls))
+			return p;
+		p++;
+	}
+#endif
 	for (;;) {
 		while (end - p >= 8) {
 			uint64_t w, m;
@@ -116,6 +138,30 @@ http_name_bytes(uint64_t w)
 static inline const char *
 http_scan_name(const char *p, const char *end)
 {
+#ifdef __SSE2__
+	/* Sixteen bytes at a time: letters (either case), digits and '-', what names are made
+	 * of nearly always; the first other byte is looked at alone. */
+	while (end - p >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+		__m128i letter = _mm_sub_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)), _mm_set1_epi8('a'));
+		__m128i digit = _mm_sub_epi8(v, _mm_set1_epi8('0'));
+		__m128i ok = _mm_or_si128(
+		    _mm_cmpeq_epi8(_mm_min_epu8(letter, _mm_set1_epi8(25)), letter),
+		    _mm_cmpeq_epi8(_mm_min_epu8(digit, _mm_set1_epi8(9)), digit));
+		unsigned m;
+
+		ok = _mm_or_si128(ok, _mm_cmpeq_epi8(v, _mm_set1_epi8('-')));
+		m = ~(unsigned)_mm_movemask_epi8(ok) & 0xffff;
+		if (m == 0) {
+			p += 16;
+			continue;
+		}
+		p += __builtin_ctz(m);
+		if (!(http_ctype[(unsigned char)*p] & C_TCHAR))
+			return p;
+		p++;
+	}
+#endif
 	for (;;) {
 #ifdef HTTP_SWAR_FIRST
 		while (end - p >= 8) {
