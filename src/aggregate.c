@@ -977,9 +977,9 @@ agg_merge_flat(struct aggregate *a, int partial)
 
 /*
  * The route's response ops on the merged envelope: 0 with the body to send in *body and
- * *status, or -1 after filling in the error.  A merged body over limits.max_body is an error
- * whatever on_error says: pass falls back to a body received, and there is none, only the
- * one jsongate would build.  Ops that fail follow on_error.
+ * *status, or -1 after filling in the error.  A merged body over limits.max_body, as a
+ * body the ops cannot take, follows on_error: pass sends it as merged, without the ops (as
+ * a proxied route sends an answer over the limit untouched), fail answers 502.
  */
 static int
 agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
@@ -990,6 +990,7 @@ agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
+	int fail = route->on_error == ON_ERROR_FAIL;
 
 	*body = a->merged;
 	*status = 200;
@@ -997,9 +998,9 @@ agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 		snprintf(a->message, sizeof(a->message), "the merged body exceeds limits.max_body");
 		log_warnx("route %s: %s (request %s)", route->name, a->message, a->request_id);
 		if (route->response != NULL)
-			metrics_envelope(a->w, route, METRICS_RESPONSE, METRICS_FAILED,
-			    METRICS_REASON_OVER_LIMIT);
-		return -1;
+			metrics_envelope(a->w, route, METRICS_RESPONSE,
+			    fail ? METRICS_FAILED : METRICS_PASSED, METRICS_REASON_OVER_LIMIT);
+		return fail ? -1 : 0;
 	}
 	if (route->response == NULL)
 		return 0;
@@ -1017,10 +1018,9 @@ agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 	evbuffer_drain(out, evbuffer_get_length(out));
 	snprintf(a->message, sizeof(a->message), "merged body not rewritten: %s", res.error);
 	log_warnx("route %s: %s (request %s)", route->name, a->message, a->request_id);
-	metrics_envelope(a->w, route, METRICS_RESPONSE,
-	    route->on_error == ON_ERROR_FAIL ? METRICS_FAILED : METRICS_PASSED,
+	metrics_envelope(a->w, route, METRICS_RESPONSE, fail ? METRICS_FAILED : METRICS_PASSED,
 	    METRICS_REASON_OP_ERROR);
-	return route->on_error == ON_ERROR_PASS ? 0 : -1;
+	return fail ? -1 : 0;
 }
 
 static void

@@ -435,16 +435,16 @@ def route_ops_that_fail_follow_on_error(env):
 
 
 @T.case
-def a_merged_body_over_max_body_fails(env):
-    """Each answer fits in limits.max_body, the merged body does not: 502, with or without
-    route ops, whatever on_error says (there is no received body to pass)."""
+def a_merged_body_over_max_body_follows_on_error(env):
+    """Each answer fits in limits.max_body, the merged body does not: on_error: fail
+    answers 502; on_error: pass (the default) sends the merged body as merged, without the
+    route's ops, with its Content-Length."""
     up = env.scripted(default=json_answer(b'{"x":1}'))
     two = {'a': {'upstream': 'app', 'path': '/a'}, 'b': {'upstream': 'app', 'path': '/b'}}
-    for what, route in (('no route ops', {}),
-                        ('no route ops, on_error: fail', {'on_error': 'fail'}),
+    merged = b'{"a":{"x":1},"b":{"x":1}}'
+    for what, route in (('no route ops, on_error: fail', {'on_error': 'fail'}),
                         ('route ops, on_error: fail', {'response': [{'wrap': 'r'}],
-                                                       'on_error': 'fail'}),
-                        ('route ops, on_error: pass', {'response': [{'wrap': 'r'}]})):
+                                                       'on_error': 'fail'})):
         conf = aggregated(two, {'app': [up.address]}, **route)
         conf['limits'] = {'max_body': 24}
         gw = env.daemon(conf)
@@ -453,11 +453,28 @@ def a_merged_body_over_max_body_fails(env):
                           'the merged body exceeds limits.max_body', False, request_id='mb')
         env.check(what + ': logged', gw.wait_log(r'route agg: the merged body exceeds '
                                                  r'limits.max_body \(request mb\)'))
-    conf = aggregated(two, {'app': [up.address]})
+    for what, route in (('no route ops, on_error: pass', {}),
+                        ('route ops, on_error: pass', {'response': [{'wrap': 'r'}]})):
+        conf = aggregated(two, {'app': [up.address]}, **route)
+        conf['limits'] = {'max_body': 24}
+        aport = with_admin(conf)
+        gw = env.daemon(conf)
+        c = env.client(gw.port)
+        r = get(env, gw, headers=[('X-Request-Id', 'mp')], client=c)
+        env.eq(what + ': the merged body as merged, untouched by the ops', r.body, merged)
+        env.eq(what + ': head, exact', r.head, head_of(len(merged), 'mp'))
+        env.check(what + ': logged', gw.wait_log(r'route agg: the merged body exceeds '
+                                                 r'limits.max_body \(request mp\)'))
+        env.eq(what + ': the connection stays', get(env, gw, client=c).body, merged)
+        if route:
+            env.eq(what + ': counted as passed for over_limit', scrape(aport).get((
+                'jsongate_envelope_total', (('direction', 'response'), ('reason', 'over_limit'),
+                                            ('result', 'passed'), ('route', 'agg')))), 2)
+    conf = aggregated(two, {'app': [up.address]}, response=[{'wrap': 'r'}], on_error='fail')
     conf['limits'] = {'max_body': 25}
     gw = env.daemon(conf)
-    env.eq('a merged body of exactly limits.max_body goes out', get(env, gw).body,
-           b'{"a":{"x":1},"b":{"x":1}}')
+    env.eq('a merged body of exactly limits.max_body goes through the ops',
+           get(env, gw).body, b'{"r":' + merged + b'}')
 
 
 @T.case
