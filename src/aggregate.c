@@ -27,6 +27,7 @@
 #include "envelope.h"
 #include "exchange.h"
 #include "fetch.h"
+#include "header_ops.h"
 #include "jvalid.h"
 #include "log.h"
 #include "merge.h"
@@ -316,10 +317,12 @@ agg_as_string(struct evbuffer *out, const char *data, size_t len)
 	evbuffer_add(out, "\"", 1);
 }
 
-/* The variables of ops for this request; $upstream is the server that answered, if any. */
+/* The variables (1 << REWRITE_VAR_* in uses) of ops for this request; $upstream is the
+ * server that answered, if any; $header.NAME reads req, or the request head kept when req is
+ * NULL. */
 static void
-agg_vars(struct aggregate *a, const struct rewrite_program *prog, const struct config_server *srv,
-    struct rewrite_vars *vars, struct body_tls_text *tls_text)
+agg_vars(struct aggregate *a, unsigned uses, const struct config_server *srv,
+    const struct http_request *req, struct rewrite_vars *vars, struct body_tls_text *tls_text)
 {
 	size_t len;
 
@@ -330,13 +333,21 @@ agg_vars(struct aggregate *a, const struct rewrite_program *prog, const struct c
 	vars->upstream.len = strlen(vars->upstream.p);
 	vars->remote_addr = (struct rewrite_str){ a->remote_addr, strlen(a->remote_addr) };
 	vars->now = (long long)time(NULL);
-	body_tls_vars(prog != NULL ? prog->vars : 0, a->client, vars, tls_text);
+	body_tls_vars(uses, a->client, vars, tls_text);
 	path_vars_vars(a->path, vars);
-	if (body_needs_headers(prog) && (len = evbuffer_get_length(a->head)) != 0) {
-		if (http_parse_request((const char *)evbuffer_pullup(a->head, (ev_ssize_t)len), len,
-		    &a->w->req) > 0)
-			body_vars_headers(vars, &a->w->req);
-	}
+	if (req == NULL && (uses & (1u << REWRITE_VAR_HEADER)) &&
+	    (len = evbuffer_get_length(a->head)) != 0 &&
+	    http_parse_request((const char *)evbuffer_pullup(a->head, (ev_ssize_t)len), len,
+	    &a->w->req) > 0)
+		req = &a->w->req;
+	if (req != NULL)
+		body_vars_headers(vars, req);
+}
+
+static unsigned
+agg_prog_vars(const struct rewrite_program *prog)
+{
+	return prog != NULL ? prog->vars : 0;
 }
 
 /* The value in one block of its own (a flat merge or a field read needs it whole): what
@@ -451,7 +462,8 @@ agg_settle(struct agg_backend *b)
 		b->val = data + vs;
 		b->len = end - vs;
 		if (bc->response != NULL) {
-			agg_vars(a, bc->response, fetch_server(f), &vars, &tls_text);
+			agg_vars(a, agg_prog_vars(bc->response), fetch_server(f), NULL, &vars,
+			    &tls_text);
 			if (body_apply_block(a->w->bodies, cfg, a->route, bc->response,
 			    BODY_CODING_IDENTITY, b->vblk, len, &vars, b->out, &res) == 0) {
 				metrics_bytes(a->w, res.spliced, res.copied);
@@ -615,8 +627,40 @@ agg_values(struct aggregate *a, const struct http_request *req)
 }
 
 /*
+ * The route's request_headers set and add, but for the names the backend's headers give:
+ * a backend's own headers are the more specific.
+ */
+static void
+agg_put_route_headers(struct aggregate *a, const struct config_backend *cfg,
+    const struct http_request *req, struct evbuffer *out)
+{
+	const struct header_ops *ops = a->route->request_headers;
+	struct header_ops one;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	struct evbuffer_iovec v;
+	size_t i;
+
+	if (ops == NULL || ops->nout == 0)
+		return;
+	agg_vars(a, ops->vars, NULL, req, &vars, &tls_text);
+	one = *ops;
+	one.nout = 1;
+	for (i = 0; i < ops->nout; i++) {
+		if (agg_sets_header(cfg, ops->out[i].lower))
+			continue;
+		one.out = &ops->out[i];
+		if (evbuffer_reserve_space(out, (ev_ssize_t)header_ops_size(&one, &vars), &v, 1) < 1)
+			return;
+		v.iov_len = (size_t)(header_ops_put(v.iov_base, &one, &vars) - (char *)v.iov_base);
+		evbuffer_commit_space(out, &v, 1);
+	}
+}
+
+/*
  * The backend's request: its method and target, Host (the upstream's host_header, else the
- * client's), the gateway's own headers and the configured ones.  Returns 0, or a
+ * client's), the gateway's own headers, the route's request_headers and the backend's
+ * headers (a name in the backend's headers is theirs alone).  Returns 0, or a
  * template_error with the reason in err.  *target_len is the target's length.
  */
 static int
@@ -624,6 +668,8 @@ agg_build_request(struct aggregate *a, struct agg_backend *b, const struct http_
     size_t *target_len, char *err, size_t errcap)
 {
 	const struct config_backend *cfg = b->cfg;
+	const struct header_ops *ops = a->route->request_headers;
+	unsigned taken = ops != NULL ? ops->own : 0;    /* own headers the route's ops set */
 	struct evbuffer *out = b->f.request;
 	struct http_str host = req->host, xff;
 	struct template_values v = agg_values(a, req);
@@ -650,12 +696,12 @@ agg_build_request(struct aggregate *a, struct agg_backend *b, const struct http_
 		agg_add_str(out, host);
 		agg_add_lit(out, "\r\n");
 	}
-	if (!agg_sets_header(cfg, "x-request-id")) {
+	if (!agg_sets_header(cfg, "x-request-id") && !(taken & HEADER_OPS_REQUEST_ID)) {
 		agg_add_lit(out, "X-Request-Id: ");
 		evbuffer_add(out, a->request_id, strlen(a->request_id));
 		agg_add_lit(out, "\r\n");
 	}
-	if (!agg_sets_header(cfg, "x-forwarded-for")) {
+	if (!agg_sets_header(cfg, "x-forwarded-for") && !(taken & HEADER_OPS_XFF)) {
 		agg_add_lit(out, "X-Forwarded-For: ");
 		xff = http_find_header(req->headers, req->nheaders, "x-forwarded-for");
 		if (xff.len != 0) {
@@ -665,12 +711,13 @@ agg_build_request(struct aggregate *a, struct agg_backend *b, const struct http_
 		evbuffer_add(out, a->remote_addr, strlen(a->remote_addr));
 		agg_add_lit(out, "\r\n");
 	}
-	if (!agg_sets_header(cfg, "x-forwarded-proto")) {
+	if (!agg_sets_header(cfg, "x-forwarded-proto") && !(taken & HEADER_OPS_XFP)) {
 		if (a->tls)
 			agg_add_lit(out, "X-Forwarded-Proto: https\r\n");
 		else
 			agg_add_lit(out, "X-Forwarded-Proto: http\r\n");
 	}
+	agg_put_route_headers(a, cfg, req, out);
 	for (i = 0; i < cfg->nheaders; i++) {
 		evbuffer_add(out, cfg->headers[i].name, strlen(cfg->headers[i].name));
 		agg_add_lit(out, ": ");
@@ -1004,7 +1051,7 @@ agg_route_ops(struct aggregate *a, struct evbuffer **body, int *status)
 	}
 	if (route->response == NULL)
 		return 0;
-	agg_vars(a, route->response, NULL, &vars, &tls_text);
+	agg_vars(a, agg_prog_vars(route->response), NULL, NULL, &vars, &tls_text);
 	if (body_apply(a->w->bodies, cfg, route, route->response, BODY_CODING_IDENTITY,
 	    a->merged, &vars, out, &res) == 0) {
 		metrics_envelope(a->w, route, METRICS_RESPONSE, METRICS_APPLIED,

@@ -3374,6 +3374,13 @@ config_check_aggregated(struct config_parse *ctx, const yaml_node_t *item,
 		    "client's request", forwarding[i]);
 		config_where_pop(ctx, saved);
 	}
+	if (route->request_headers != NULL &&
+	    (route->request_headers->vars & (1u << REWRITE_VAR_JSON))) {
+		saved = config_where_key(ctx, "request_headers");
+		config_error(ctx, config_map_get(ctx, item, "request_headers"), "$json.PATH cannot "
+		    "go with backends: an aggregated route reads no request body");
+		config_where_pop(ctx, saved);
+	}
 	if (route->errors_key != NULL) {
 		struct config_backend key = { .name = route->errors_key };
 

@@ -277,6 +277,52 @@ def path_templates_and_variables(env):
 
 
 @T.case
+def route_request_headers_go_to_every_backend(env):
+    """The route's request_headers apply to every backend request, after the gateway's own
+    headers and before the backend's headers, which win for the names they give."""
+    one = env.scripted(default=json_answer(b'{"id":"u1"}'))
+    two = env.scripted(default=json_answer(b'[]'))
+    conf = upstream_config('127.0.0.1:1', routes=[{
+        'name': 'dash', 'match': {'path': '/d/{id}'},
+        'request_headers': {
+            'set': {'X-Uid': '$path.id', 'X-Tenant': '$header.x-tenant',
+                    'X-Forwarded-For': '$remote_addr', 'X-Shared': 'route'},
+            'add': {'X-Route': '$route', 'X-Own': 'route'},
+            'remove': ['X-Forwarded-Proto', 'X-Kept']},
+        'backends': {
+            'a': {'upstream': 'one', 'path': '/a'},
+            'b': {'upstream': 'two', 'path': '/b/${path.id}',
+                  'headers': {'X-Shared': 'b-${header.x-tenant}', 'x-own': 'b', 'X-Kept': 'b',
+                              'X-Forwarded-Proto': 'own'}},
+            'c': {'upstream': 'two', 'path': '/c/${backend.a.id}', 'after': 'a'}}}])
+    conf['upstreams'] = {'one': {'servers': [one.address]}, 'two': {'servers': [two.address]}}
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = c.request('GET', '/d/a%20b%0D%0Ac', [('Host', 'api.test'), ('X-Request-Id', 'rh-1'),
+                                             ('X-Tenant', 'Acme'), ('X-Forwarded-For', '10.1.1.1')])
+    env.eq('answered', (r.status, r.body), (200, b'{"a":{"id":"u1"},"b":[],"c":[]}'))
+    route_part = (b'X-Uid: a bc\r\nX-Tenant: Acme\r\nX-Forwarded-For: 127.0.0.1\r\n'
+                  b'X-Shared: route\r\nX-Route: dash\r\nX-Own: route\r\n')
+    env.eq('a: the gateway\'s headers the ops do not take over, then the ops (a capture\'s '
+           'controls left out)', one.requests[0].raw,
+           b'GET /a HTTP/1.1\r\nHost: api.test\r\nX-Request-Id: rh-1\r\n' + route_part +
+           b'\r\n')
+    asked = {q.target.split('/')[1]: q.raw for q in two.requests}
+    env.eq('b: its own headers win, the route\'s ops of those names left out', asked.get('b'),
+           b'GET /b/a%20b%0D%0Ac HTTP/1.1\r\nHost: api.test\r\nX-Request-Id: rh-1\r\n'
+           b'X-Uid: a bc\r\nX-Tenant: Acme\r\nX-Forwarded-For: 127.0.0.1\r\nX-Route: dash\r\n'
+           b'X-Shared: b-Acme\r\nx-own: b\r\nX-Kept: b\r\nX-Forwarded-Proto: own\r\n\r\n')
+    env.eq('c, started once a answered: the client\'s headers read again', asked.get('c'),
+           b'GET /c/u1 HTTP/1.1\r\nHost: api.test\r\nX-Request-Id: rh-1\r\n' + route_part +
+           b'\r\n')
+    r = c.request('GET', '/d/7', [('Host', 'api.test'), ('X-Request-Id', 'rh-2')])
+    env.eq('a header the request does not carry: left out', one.requests[1].raw,
+           b'GET /a HTTP/1.1\r\nHost: api.test\r\nX-Request-Id: rh-2\r\nX-Uid: 7\r\n'
+           b'X-Forwarded-For: 127.0.0.1\r\nX-Shared: route\r\nX-Route: dash\r\n'
+           b'X-Own: route\r\n\r\n')
+
+
+@T.case
 def path_captures_stay_inside_the_backend_path(env):
     """A %2F in a capture stays %2F in a backend path; a capture holding a dot segment
     ("." or "..", encoded or not, around a %2F too) is a bad request, no backend asked."""
