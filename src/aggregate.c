@@ -41,6 +41,9 @@
 #include "upstream.h"
 #include "upstream_state.h"
 
+/* The most a decoded field kept for the next request may hold. */
+#define AGG_WARM_BYTES (64 * 1024)
+
 enum agg_state { AGG_IDLE, AGG_RUNNING, AGG_OK, AGG_FAILED };
 
 struct agg_backend {
@@ -482,9 +485,12 @@ agg_settle(struct agg_backend *b)
 		agg_invalid(b, GW_UPSTREAM_INVALID, "does not fit in memory");
 		return;
 	}
-	if (a->route->merge == MERGE_FLAT && merge_add(a->flat, (size_t)(bc - a->route->backends),
-	    b->val, b->len, cfg->limits.max_depth) < 0) {
-		agg_invalid(b, GW_UPSTREAM_INVALID, "is not an object, which a flat merge takes");
+	if (a->route->merge == MERGE_FLAT && (r = merge_add(a->flat,
+	    (size_t)(bc - a->route->backends), b->val, b->len, cfg->limits.max_depth,
+	    cfg->limits.max_members)) != 0) {
+		agg_invalid(b, GW_UPSTREAM_INVALID, "%s", r == MERGE_ERR_MEMBERS ? "has more members "
+		    "than limits.max_members, which a flat merge takes" : r == MERGE_ERR_MEMORY ?
+		    "does not fit in memory" : "is not an object, which a flat merge takes");
 		return;
 	}
 	b->state = AGG_OK;
@@ -524,6 +530,27 @@ agg_not_sent(struct agg_backend *b, enum gateway_error err, const char *message)
 	agg_failed(b);
 }
 
+/* A key looked for in an answer's object, and its member: the last of duplicate keys wins,
+ * as in most JSON parsers. */
+struct agg_lookup {
+	const char *key;
+	size_t len;
+	struct envelope_member found;
+	int hit;
+};
+
+static int
+agg_lookup_cb(void *arg, const struct envelope_member *m)
+{
+	struct agg_lookup *l = arg;
+
+	if (envelope_string_eq(m->key, m->keylen, l->key, l->len)) {
+		l->found = *m;
+		l->hit = 1;
+	}
+	return 0;
+}
+
 /* ${backend.NAME.FIELD}: a member (dotted path) of the answer of a backend waited for, as
  * text: a string decoded, a number or literal as it stands. */
 static int
@@ -532,38 +559,40 @@ agg_field_cb(void *arg, unsigned backend, const char *field, size_t len, struct 
 {
 	struct aggregate *a = arg;
 	const struct agg_backend *b = a->b[backend];
-	const struct envelope_member *m;
+	struct agg_lookup l;
 	const char *data = b->val, *dot, *end = field + len;
-	size_t n = b->len, vend, i;
+	size_t n = b->len, vend;
 	unsigned char type = data[0] == '{' ? ENVELOPE_OBJECT : ENVELOPE_PRIMITIVE;
 	size_t dl;
+	int r = 0;
 
 	*why = a->why;
+	a->env.member_cb = agg_lookup_cb;
+	a->env.member_arg = &l;
+	a->env.max_members = agg_cfg(a)->limits.max_members;
 	for (;;) {
 		dot = memchr(field, '.', (size_t)(end - field));
 		if (dot == NULL)
 			dot = end;
-		if (type != ENVELOPE_OBJECT ||
-		    envelope_parse(&a->env, data, n, 0, agg_cfg(a)->limits.max_depth, &vend) != 0) {
-			snprintf(a->why, sizeof(a->why), "the answer of backend %s has no object "
-			    "where %.*s is", b->cfg->name, (int)(dot - field), field);
+		l.key = field;
+		l.len = (size_t)(dot - field);
+		l.hit = 0;
+		if (type != ENVELOPE_OBJECT || (r = envelope_parse(&a->env, data, n, 0,
+		    agg_cfg(a)->limits.max_depth, &vend)) != 0) {
+			snprintf(a->why, sizeof(a->why), r == ENVELOPE_ERR_MEMBERS ? "the answer of "
+			    "backend %s has more members than limits.max_members (looking for %.*s)" :
+			    "the answer of backend %s has no object where %.*s is", b->cfg->name,
+			    (int)l.len, field);
 			return -1;
 		}
-		/* The last of duplicate keys wins, as in most JSON parsers. */
-		for (i = a->env.nmembers, m = NULL; i-- > 0;)
-			if (envelope_string_eq(a->env.members[i].key, a->env.members[i].keylen,
-			    field, (size_t)(dot - field))) {
-				m = &a->env.members[i];
-				break;
-			}
-		if (m == NULL) {
+		if (!l.hit) {
 			snprintf(a->why, sizeof(a->why), "the answer of backend %s has no %.*s",
-			    b->cfg->name, (int)(dot - field), field);
+			    b->cfg->name, (int)l.len, field);
 			return -1;
 		}
-		data = m->val;
-		n = m->vallen;
-		type = m->type;
+		data = l.found.val;
+		n = l.found.vallen;
+		type = l.found.type;
 		if (dot == end)
 			break;
 		field = dot + 1;
@@ -1179,6 +1208,13 @@ aggregate_end(struct aggregate *a)
 
 	event_del(a->finish_ev);
 	evtimer_del(a->timer);
+	/* What one large answer grew is given back, not kept for the next request. */
+	merge_release(a->flat);
+	if (a->scratch_cap > AGG_WARM_BYTES) {
+		free(a->scratch);
+		a->scratch = NULL;
+		a->scratch_cap = 0;
+	}
 	evbuffer_drain(a->merged, evbuffer_get_length(a->merged));
 	evbuffer_drain(a->head, evbuffer_get_length(a->head));
 	a->wr = NULL;

@@ -7,14 +7,15 @@
 
 #include "envelope.h"
 
-/* A top-level member of an object. */
+/* What one merge may keep of its arrays for the next (more is freed by merge_release). */
+#define MERGE_WARM_BYTES (256 * 1024)
+
+/* A top-level member of an object: 24 bytes, as each answer may have max_members. */
 struct merge_member {
 	const char *key;                /* the key as written, quotes included ... */
-	size_t keylen;
 	const char *end;                /* ... to the end of its value */
-	uint64_t hash;                  /* of the decoded key */
-	unsigned escaped : 1;           /* the key holds escapes */
-	unsigned keep : 1;              /* no later member has an equal key */
+	uint32_t keylen;                /* 0 once merge_decide left the member out */
+	uint32_t hash;                  /* of the decoded key */
 };
 
 struct merge_source {
@@ -35,13 +36,18 @@ struct merge {
 	int reserved;                   /* the last member is the reserved key */
 };
 
+static int merge_member_cb(void *arg, const struct envelope_member *em);
+
 struct merge *
 merge_new(void)
 {
 	struct merge *m = calloc(1, sizeof(*m));
 
-	if (m != NULL)
+	if (m != NULL) {
 		envelope_init(&m->env);
+		m->env.member_cb = merge_member_cb;
+		m->env.member_arg = m;
+	}
 	return m;
 }
 
@@ -58,18 +64,42 @@ merge_free(struct merge *m)
 	free(m);
 }
 
+/* Room for need elements in *arrp, doubling: 0, or -1 without memory. */
 static int
 merge_grow(void *arrp, size_t *cap, size_t need, size_t size)
 {
 	void *grown;
+	size_t n = *cap != 0 ? *cap : 16;
 
 	if (need <= *cap)
 		return 0;
-	if ((grown = realloc(*(void **)arrp, need * size)) == NULL)
+	while (n < need)
+		n *= 2;
+	if ((grown = realloc(*(void **)arrp, n * size)) == NULL)
 		return -1;
 	*(void **)arrp = grown;
-	*cap = need;
+	*cap = n;
 	return 0;
+}
+
+/* Free *arrp when it holds more than MERGE_WARM_BYTES. */
+static void
+merge_shrink(void *arrp, size_t *cap, size_t size)
+{
+	if (*cap * size <= MERGE_WARM_BYTES)
+		return;
+	free(*(void **)arrp);
+	*(void **)arrp = NULL;
+	*cap = 0;
+}
+
+void
+merge_release(struct merge *m)
+{
+	merge_shrink(&m->members, &m->cap, sizeof(*m->members));
+	merge_shrink(&m->table, &m->table_cap, sizeof(*m->table));
+	merge_shrink(&m->scratch, &m->scratch_cap, 1);
+	m->n = 0;
 }
 
 int
@@ -84,51 +114,74 @@ merge_reset(struct merge *m, size_t nsources)
 	return 0;
 }
 
+static int
+merge_escaped(const struct merge_member *mb)
+{
+	return memchr(mb->key, '\\', mb->keylen) != NULL;
+}
+
 /* A hash of the key's decoded text (escapes never change it). */
 static int
 merge_hash(struct merge *m, struct merge_member *mb)
 {
 	const unsigned char *p = (const unsigned char *)mb->key + 1;
-	uint64_t h = 1469598103934665603ULL;
+	uint32_t h = 2166136261u;
 	size_t n = mb->keylen - 2, i;
 
-	mb->escaped = memchr(mb->key, '\\', mb->keylen) != NULL;
-	if (mb->escaped) {
+	if (merge_escaped(mb)) {
 		if (merge_grow(&m->scratch, &m->scratch_cap, mb->keylen, 1) < 0 ||
 		    envelope_string_decode(mb->key, mb->keylen, m->scratch, &n) < 0)
 			return -1;
 		p = (const unsigned char *)m->scratch;
 	}
 	for (i = 0; i < n; i++)
-		h = (h ^ p[i]) * 1099511628211ULL;
+		h = (h ^ p[i]) * 16777619u;
 	mb->hash = h;
 	return 0;
 }
 
-int
-merge_add(struct merge *m, size_t source, const char *obj, size_t len, unsigned max_depth)
+/* A top-level member of the object being added: 0, or 1 (the parse stops) without memory
+ * (a key of 4 GB or more counts as that). */
+static int
+merge_member_cb(void *arg, const struct envelope_member *em)
 {
-	const struct envelope_member *em;
+	struct merge *m = arg;
 	struct merge_member *mb;
-	size_t i, end;
 
-	if (len == 0 || obj[0] != '{' || envelope_parse(&m->env, obj, len, 0, max_depth,
-	    &end) != 0 || end != len)
-		return -1;
-	if (merge_grow(&m->members, &m->cap, m->n + m->env.nmembers + 1, sizeof(*m->members)) < 0)
-		return -1;
-	m->sources[source].first = m->n;
-	m->sources[source].n = m->env.nmembers;
-	m->sources[source].added = 1;
-	for (i = 0; i < m->env.nmembers; i++) {
-		em = &m->env.members[i];
-		mb = &m->members[m->n++];
-		mb->key = em->key;
-		mb->keylen = em->keylen;
-		mb->end = em->val + em->vallen;
-		if (merge_hash(m, mb) < 0)
-			return -1;
+	if (em->keylen > UINT32_MAX ||
+	    merge_grow(&m->members, &m->cap, m->n + 1, sizeof(*m->members)) < 0)
+		return 1;
+	mb = &m->members[m->n];
+	mb->key = em->key;
+	mb->keylen = (uint32_t)em->keylen;
+	mb->end = em->val + em->vallen;
+	if (merge_hash(m, mb) < 0)
+		return 1;
+	m->n++;
+	return 0;
+}
+
+int
+merge_add(struct merge *m, size_t source, const char *obj, size_t len, unsigned max_depth,
+    size_t max_members)
+{
+	size_t first = m->n, end;
+	int r;
+
+	if (len == 0 || obj[0] != '{')
+		return MERGE_ERR_NOT_OBJECT;
+	m->env.max_members = max_members;
+	r = envelope_parse(&m->env, obj, len, 0, max_depth, &end);
+	if (r == 0 && end != len)
+		r = ENVELOPE_ERR_SYNTAX;
+	if (r != 0) {
+		m->n = first;           /* the members of this object go */
+		return r == ENVELOPE_ERR_MEMBERS ? MERGE_ERR_MEMBERS :
+		    r == ENVELOPE_ERR_NOMEM || r > 0 ? MERGE_ERR_MEMORY : MERGE_ERR_NOT_OBJECT;
 	}
+	m->sources[source].first = first;
+	m->sources[source].n = m->n - first;
+	m->sources[source].added = 1;
 	return 0;
 }
 
@@ -137,11 +190,12 @@ merge_reserve(struct merge *m, const char *key, size_t len)
 {
 	struct merge_member *mb;
 
-	if (merge_grow(&m->members, &m->cap, m->n + 1, sizeof(*m->members)) < 0)
+	if (len > UINT32_MAX ||
+	    merge_grow(&m->members, &m->cap, m->n + 1, sizeof(*m->members)) < 0)
 		return -1;
 	mb = &m->members[m->n];
 	mb->key = key;
-	mb->keylen = len;
+	mb->keylen = (uint32_t)len;
 	mb->end = key + len;
 	m->reserved = 1;
 	return merge_hash(m, mb);
@@ -152,17 +206,19 @@ static int
 merge_key_eq(struct merge *m, const struct merge_member *x, const struct merge_member *y)
 {
 	const struct merge_member *t;
+	int xe = merge_escaped(x), ye = merge_escaped(y);
 	size_t n;
 
-	if (!x->escaped && !y->escaped)
+	if (!xe && !ye)
 		return x->keylen == y->keylen && memcmp(x->key, y->key, x->keylen) == 0;
-	if (!x->escaped) {
+	if (!xe) {
 		t = x;
 		x = y;
 		y = t;
+		ye = 0;
 	}
 	/* x holds escapes: compare it with y's decoded text */
-	if (!y->escaped)
+	if (!ye)
 		return envelope_string_eq(x->key, x->keylen, y->key + 1, y->keylen - 2);
 	if (merge_grow(&m->scratch, &m->scratch_cap, y->keylen, 1) < 0)
 		return 0;
@@ -186,7 +242,8 @@ merge_insert(struct merge *m, size_t i, size_t mask)
 	return 1;
 }
 
-/* Walk from the last member back: the first of each key met is the one that stays. */
+/* Walk from the last member back: the first of each key met is the one that stays, the
+ * others are left out (their keylen set to 0). */
 static int
 merge_decide(struct merge *m)
 {
@@ -203,7 +260,8 @@ merge_decide(struct merge *m)
 	for (s = m->nsources; s-- > 0;) {
 		src = &m->sources[s];
 		for (k = src->n; src->added && k-- > 0;)
-			m->members[src->first + k].keep = merge_insert(m, src->first + k, cap - 1);
+			if (!merge_insert(m, src->first + k, cap - 1))
+				m->members[src->first + k].keylen = 0;
 	}
 	return 0;
 }
@@ -223,7 +281,7 @@ merge_spans(struct merge *m, merge_emit_fn emit, void *arg)
 		src = &m->sources[s];
 		end = src->added ? src->first + src->n : src->first;
 		for (k = src->first; k < end; k = j) {
-			for (j = k; j < end && mb[j].keep; j++)
+			for (j = k; j < end && mb[j].keylen != 0; j++)
 				;
 			if (j == k) {
 				j++;

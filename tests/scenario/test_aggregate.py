@@ -444,6 +444,131 @@ def flat_merge_later_backend_wins(env):
 
 
 @T.case
+def flat_merge_members_are_bounded(env):
+    """limits.max_members bounds the top-level members of each answer a flat merge takes
+    (and of each object a ${backend...} field is looked for in): an answer over it fails its
+    backend, whatever its on_error, as an answer over limits.max_body does."""
+    three = b'{"a":{"x":1,"y":2,"z":3,"w":4},"b":2,"c":3}'
+    four = b'{"d":1,"e":2,"f":3,"g":4}'
+    a = env.scripted(default=json_answer(three))
+    b = env.scripted(default=json_answer(four))
+    conf = aggregated({'a': {'upstream': 'a', 'path': '/a'},
+                       'b': {'upstream': 'b', 'path': '/b', 'on_error': 'pass'}},
+                      {'a': [a.address], 'b': [b.address]}, merge='flat')
+    conf['limits'] = {'max_members': 3}
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'mm-1')])
+    why = 'the answer of upstream b has more members than limits.max_members, which a flat merge takes'
+    env.gateway_error('4 members, required (on_error: pass changes nothing)', r, 502,
+                      'upstream_invalid', 'backend b: ' + why, False, request_id='mm-1')
+    env.check('logged', gw.wait_log(r'route agg: backend b: %s \(request mm-1\)' % why))
+    conf['routes'][0]['backends']['b']['required'] = False
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'mm-2')])
+    want = (three[:-1] + b',"errors":{"b":{"error":"upstream_invalid","message":"%s"}}}'
+            % why.encode())
+    env.eq('optional: a partial answer without it, 3 members (nested ones not counted) kept',
+           (r.body, r.head), (want, partial_head(len(want), 'mm-2')))
+    conf['routes'][0]['merge'] = 'keyed'
+    gw = env.daemon(conf)
+    env.eq('a keyed merge tokenizes no members: no bound', get(env, gw).body,
+           b'{"a":' + three + b',"b":' + four + b'}')
+    conf['routes'][0]['backends'] = {
+        'b': {'upstream': 'b', 'path': '/b'},
+        'x': {'upstream': 'a', 'path': '/x/${backend.b.d}', 'after': 'b'}}
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'mm-3')])
+    env.gateway_error('a field looked for in an answer over the bound', r, 502, 'upstream_invalid',
+                      'backend x: ${backend.b.d}: the answer of backend b has more members than '
+                      'limits.max_members (looking for d)', False, request_id='mm-3')
+
+
+def flat_members(n, width):
+    """An object of n members "kNNNNNNN":"xx...", each 14 + width bytes."""
+    return b'{' + b','.join(b'"k%07d":"%s"' % (i, b'x' * width) for i in range(n)) + b'}'
+
+
+@T.case
+def flat_merge_memory_is_bounded(env):
+    """Peak RSS (VmHWM) of a flat merge of two 4 MB answers stays under 3 x max_body above
+    idle: 99,000 members each (within the default max_members: merged), then 340,000 short
+    ones each (over it: refused).  Then four such merges at once: each aggregate goes back to
+    the worker with what its merge grew given back, so RSS after them stays near idle (glibc
+    keeps some freed heap: under 2 x max_body)."""
+    mb = 1 << 20
+    within = flat_members(99000, 24)
+    other = within.replace(b'"k', b'"j')
+    over = flat_members(340000, 0)
+    answers = {'/1/within': within, '/2/within': other, '/1/over': over, '/2/over': over,
+               '/1/held': within, '/2/held': other}
+    release = threading.Event()
+
+    def by_path(req):
+        if req.target.endswith('/held'):
+            release.wait(30 * SLOW)
+        return http_response(200, answers.get(req.target, b'{"s":1}'))
+
+    up = env.scripted(default=answer(by_path))
+    conf = upstream_config('127.0.0.1:1', routes=[{
+        'name': 'agg', 'match': {'path': '/agg/{size}'}, 'merge': 'flat', 'backends': {
+            'one': {'upstream': 'app', 'path': '/1/${path.size}'},
+            'two': {'upstream': 'app', 'path': '/2/${path.size}'}}}])
+    conf['upstreams'] = {'app': {'servers': [up.address], 'keepalive': 8}}
+    conf['limits'] = {'max_body': '8m'}
+    gw = env.daemon(conf)
+    c = env.client(gw.port, timeout=60 * SLOW)
+    r = c.request('GET', '/agg/small', [('Host', 'a')])
+    env.eq('a small merge first', (r.status, r.body), (200, b'{"s":1}'))
+    idle = gw.rss()['VmRSS']
+    limit = 512 * 1024 if instrumented() else 3 * 8 * mb // 1024 + idle
+    want = within[:-1] + b',' + other[1:]
+    r = c.request('GET', '/agg/within', [('Host', 'a')], keep_body=False)
+    env.eq('within max_members: merged, %d bytes, byte-identical (crc32)' % len(want),
+           (r.status, r.body_len, r.body_crc), (200, len(want), zlib.crc32(want)))
+    peak = gw.rss()['VmHWM']
+    print('# within: idle %d kB, peak %d kB (%.2f x max_body above idle)'
+          % (idle, peak, (peak - idle) / 8192.0))
+    env.check('within: peak RSS %d kB within 3 x max_body + idle (%d kB)' % (peak, limit),
+              peak <= limit, peak)
+    r = c.request('GET', '/agg/over', [('Host', 'a'), ('X-Request-Id', 'over')])
+    env.gateway_error('over max_members', r, 502, 'upstream_invalid', None, False,
+                      request_id='over')
+    env.check('the first to answer is the one refused', re.fullmatch(
+        rb'.*"backend (one|two): the answer of upstream app has more members than '
+        rb'limits.max_members, which a flat merge takes".*', r.body), r.body[:300])
+    peak = gw.rss()['VmHWM']
+    print('# over: peak %d kB' % peak)
+    env.check('over: peak RSS %d kB within the same bound' % peak, peak <= limit, peak)
+
+    results = [None] * 4
+
+    def one(i):
+        try:
+            cl = Client(gw.port, timeout=60 * SLOW)
+            results[i] = cl.request('GET', '/agg/held', [('Host', 'a')], keep_body=False)
+            cl.close()
+        except (OSError, ProtocolError) as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    env.require('4 fan-outs in flight at once', wait_until(
+        lambda: sum(q.target.endswith('/held') for q in up.requests) == 8, 20 * SLOW))
+    release.set()
+    for t in threads:
+        t.join(60 * SLOW)
+    env.eq('four merges at once, each byte-identical',
+           [(r.status, r.body_crc) if isinstance(r, Response) else r for r in results],
+           [(200, zlib.crc32(want))] * 4)
+    r = c.request('GET', '/agg/small', [('Host', 'a')])
+    after = gw.rss()['VmRSS']
+    print('# after four at once: %d kB' % after)
+    env.check('what the merges grew is given back: RSS %d kB after, %d kB idle' % (after, idle),
+              after <= idle + (256 * 1024 if instrumented() else 2 * 8 * 1024), after)
+
+
+@T.case
 def ops_on_answers_and_on_the_merged_envelope(env):
     users = env.scripted(default=json_answer(
         b'{"code":0,"data":{"id":7,"name":"N\\u00e9"},"debug":{"t":1}}'))

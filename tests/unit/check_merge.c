@@ -1,5 +1,6 @@
 /* The flat merge: members side by side, a later (decoded-equal) key winning, spans out. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ merged(const char *const *objs, size_t n, const char *reserve, long *spans)
 	ck_assert_int_eq(merge_reset(m, n), 0);
 	for (i = 0; i < n; i++)
 		if (objs[i] != NULL)
-			ck_assert_int_eq(merge_add(m, i, objs[i], strlen(objs[i]), 100), 0);
+			ck_assert_int_eq(merge_add(m, i, objs[i], strlen(objs[i]), 100,
+			    SIZE_MAX), 0);
 	if (reserve != NULL)
 		ck_assert_int_eq(merge_reserve(m, reserve, strlen(reserve)), 0);
 	memset(&o, 0, sizeof(o));
@@ -92,10 +94,10 @@ START_TEST(test_not_objects)
 	struct merge *m = merge_new();
 
 	ck_assert_int_eq(merge_reset(m, 1), 0);
-	ck_assert_int_eq(merge_add(m, 0, "[1]", 3, 100), -1);
-	ck_assert_int_eq(merge_add(m, 0, "{\"a\":1} ", 8, 100), -1);
-	ck_assert_int_eq(merge_add(m, 0, "{\"a\":}", 6, 100), -1);
-	ck_assert_int_eq(merge_add(m, 0, "{\"a\":[[1]]}", 11, 2), -1);
+	ck_assert_int_eq(merge_add(m, 0, "[1]", 3, 100, 10), MERGE_ERR_NOT_OBJECT);
+	ck_assert_int_eq(merge_add(m, 0, "{\"a\":1} ", 8, 100, 10), MERGE_ERR_NOT_OBJECT);
+	ck_assert_int_eq(merge_add(m, 0, "{\"a\":}", 6, 100, 10), MERGE_ERR_NOT_OBJECT);
+	ck_assert_int_eq(merge_add(m, 0, "{\"a\":[[1]]}", 11, 2, 10), MERGE_ERR_NOT_OBJECT);
 	merge_free(m);
 }
 END_TEST
@@ -117,13 +119,63 @@ START_TEST(test_many)
 	objs[0] = obj;
 	objs[1] = "{\"k0\":0}";
 	ck_assert_int_eq(merge_reset(m, 2), 0);
-	ck_assert_int_eq(merge_add(m, 0, objs[0], n, 10), 0);
-	ck_assert_int_eq(merge_add(m, 1, objs[1], strlen(objs[1]), 10), 0);
+	ck_assert_int_eq(merge_add(m, 0, objs[0], n, 10, SIZE_MAX), 0);
+	ck_assert_int_eq(merge_add(m, 1, objs[1], strlen(objs[1]), 10, SIZE_MAX), 0);
 	memset(&o, 0, sizeof(o));
 	/* the second half of source 0 but k0 (a run from k1 on), then source 1 */
 	ck_assert_int_eq(merge_spans(m, emit_cb, &o) > 0, 1);
 	ck_assert(strncmp(o.buf, "0[\"k1\":2501,", 12) == 0);
 	ck_assert(strstr(o.buf, "\"k2499\":4999] 1[\"k0\":0]") != NULL);
+	merge_free(m);
+}
+END_TEST
+
+/* max_members bounds each object's top-level members; an object over it adds nothing, and
+ * the merge goes on with the others. */
+START_TEST(test_max_members)
+{
+	static struct out o;
+	struct merge *m = merge_new();
+	const char *three = "{\"a\":{\"x\":1,\"y\":2},\"b\":2,\"c\":3}";
+
+	ck_assert_int_eq(merge_reset(m, 3), 0);
+	ck_assert_int_eq(merge_add(m, 0, three, strlen(three), 10, 3), 0);
+	ck_assert_int_eq(merge_add(m, 1, "{\"d\":1,\"e\":2,\"f\":3,\"g\":4}", 25, 10, 3),
+	    MERGE_ERR_MEMBERS);
+	ck_assert_int_eq(merge_add(m, 2, "{\"c\":0,\"h\":1,\"a\":1", 18, 10, 3),
+	    MERGE_ERR_NOT_OBJECT);
+	ck_assert_int_eq(merge_add(m, 2, "{\"c\":0}", 7, 10, 3), 0);
+	memset(&o, 0, sizeof(o));
+	ck_assert_int_eq(merge_spans(m, emit_cb, &o), 2);
+	ck_assert_str_eq(o.buf, "0[\"a\":{\"x\":1,\"y\":2},\"b\":2] 2[\"c\":0]");
+	merge_release(m);
+	merge_free(m);
+}
+END_TEST
+
+/* A merge grown large gives its arrays back; the next one works as before. */
+START_TEST(test_release)
+{
+	static char obj[240000];
+	static struct out o;
+	struct merge *m = merge_new();
+	size_t n = 0, i;
+
+	n += (size_t)snprintf(obj + n, sizeof(obj) - n, "{");
+	for (i = 0; i < 20000; i++)
+		n += (size_t)snprintf(obj + n, sizeof(obj) - n, "%s\"k%zu\":1", i ? "," : "", i);
+	n += (size_t)snprintf(obj + n, sizeof(obj) - n, "}");
+	ck_assert_int_eq(merge_reset(m, 1), 0);
+	ck_assert_int_eq(merge_add(m, 0, obj, n, 10, SIZE_MAX), 0);
+	memset(&o, 0, sizeof(o));
+	ck_assert_int_eq(merge_spans(m, emit_cb, &o), 1);
+	merge_release(m);
+	ck_assert_int_eq(merge_reset(m, 2), 0);
+	ck_assert_int_eq(merge_add(m, 0, "{\"a\":1}", 7, 10, SIZE_MAX), 0);
+	ck_assert_int_eq(merge_add(m, 1, "{\"a\":2}", 7, 10, SIZE_MAX), 0);
+	memset(&o, 0, sizeof(o));
+	ck_assert_int_eq(merge_spans(m, emit_cb, &o), 1);
+	ck_assert_str_eq(o.buf, "1[\"a\":2]");
 	merge_free(m);
 }
 END_TEST
@@ -142,6 +194,8 @@ main(void)
 	tcase_add_test(tc, test_reserved_key);
 	tcase_add_test(tc, test_not_objects);
 	tcase_add_test(tc, test_many);
+	tcase_add_test(tc, test_max_members);
+	tcase_add_test(tc, test_release);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
