@@ -126,6 +126,30 @@ def head_answers_what_get_would(env):
 
 
 @T.case
+def backends_are_requested_at_once(env):
+    """Each upstream holds its answer until the three backend requests have all arrived: a
+    gateway that asked one after another would get 'together': false after 5 s."""
+    lock = threading.Lock()
+    seen = {'n': 0}
+    everyone = threading.Event()
+
+    def together(req):
+        with lock:
+            seen['n'] += 1
+            if seen['n'] == 3:
+                everyone.set()
+        return http_response(200, b'{"together":%s}' % (
+            b'true' if everyone.wait(5 * SLOW) else b'false'))
+
+    ups = [env.scripted(default=answer(together)) for _ in range(3)]
+    gw = env.daemon(aggregated({k: {'upstream': k, 'path': '/' + k} for k in 'abc'},
+                               {k: [u.address] for k, u in zip('abc', ups)}))
+    r = get(env, gw)
+    env.eq('every answer made once all three requests were in', r.body,
+           b'{"a":{"together":true},"b":{"together":true},"c":{"together":true}}')
+
+
+@T.case
 def backend_connections_are_reused(env):
     users = env.scripted(default=json_answer(b'{"u":1}'))
     orders = env.scripted(default=json_answer(b'[2]'))
@@ -918,6 +942,22 @@ def metrics_and_access_log_per_backend(env):
             for b in ('user', 'orders', 'slow')}
     env.eq('a latency histogram per backend, of the requests sent', hist,
            {'user': 3, 'orders': 2, 'slow': 3})
+
+    def buckets(backend):
+        return [m.get(('jsongate_backend_duration_seconds_bucket',
+                       (('backend', backend), ('le', le), ('route', 'dash'))))
+                for le in ('0.05', '10', '+Inf')]
+
+    def seconds(backend):
+        return m.get(('jsongate_backend_duration_seconds_sum',
+                      (('backend', backend), ('route', 'dash'))))
+    env.eq('slow: none within 50 ms (its timeout is 100 ms), all three within 10 s, cumulative',
+           buckets('slow'), [0, 3, 3])
+    env.check('slow: the sum is of seconds, each over 50 ms and under 10 s (%r)' % seconds('slow'),
+              3 * 0.05 < seconds('slow') < 3 * 10)
+    env.eq('user: all three within 10 s', buckets('user')[1:], [3, 3])
+    env.check('user: its sum below slow\'s (%r < %r)' % (seconds('user'), seconds('slow')),
+              seconds('user') < seconds('slow'))
     env.eq('backend exchanges count as upstream requests too', m.get((
         'jsongate_upstream_requests_total', (('outcome', 'ok'), ('server', users.address),
                                              ('upstream', 'users')))), 3)
