@@ -227,18 +227,28 @@ conn_reserve_input(struct conn *c, struct evbuffer_iovec vec[2], size_t *want)
 static int
 conn_fill(struct conn *c)
 {
-	struct evbuffer_iovec vec[2];
-	size_t want, room;
+	struct evbuffer_iovec vec[3];
+	size_t want, room, more;
 	ssize_t n;
 	int nvec, what = 0;
 
 	while (c->readable && !c->eof) {
 		if (c->sink != NULL) {
-			/* Straight into the owner's buffer: no evbuffer, no later copy. */
-			want = c->sink_left;
+			/* Straight into the owner's buffer: no evbuffer, no later copy.  Room in
+			 * the input after it makes a read that fills the sink a short one when
+			 * the socket had no more, so that no read is spent to learn it. */
 			vec[0].iov_base = c->sink;
-			vec[0].iov_len = want;
-			nvec = 1;
+			vec[0].iov_len = c->sink_left;
+			want = c->sink_left;
+			if ((nvec = conn_reserve_input(c, vec + 1, &more)) < 0)
+				return what | CONN_ERROR;
+			if (nvec > 0) {
+				room = c->read_max - evbuffer_get_length(c->in);
+				if (vec[1].iov_len > room)
+					vec[1].iov_len = room;
+				want += vec[1].iov_len;
+			}
+			nvec = nvec > 0 ? 2 : 1;
 		} else {
 			if ((nvec = conn_reserve_input(c, vec, &want)) == 0)
 				break;
@@ -259,6 +269,8 @@ conn_fill(struct conn *c)
 		n = readv(c->fd, (struct iovec *)vec, nvec);
 		if (n <= 0 && c->sink == NULL)
 			evbuffer_commit_space(c->in, vec, 0);
+		else if (n <= 0 && nvec == 2)
+			evbuffer_commit_space(c->in, vec + 1, 0);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				c->readable = 0;
@@ -274,10 +286,15 @@ conn_fill(struct conn *c)
 			return what | CONN_EOF;
 		}
 		if (c->sink != NULL) {
-			c->sink += n;
-			c->sink_left -= (size_t)n;
+			more = (size_t)n > c->sink_left ? (size_t)n - c->sink_left : 0;
+			c->sink += (size_t)n - more;
+			c->sink_left -= (size_t)n - more;
 			if (c->sink_left == 0)
 				c->sink = NULL;
+			if (nvec == 2) {
+				vec[1].iov_len = more;
+				evbuffer_commit_space(c->in, vec + 1, more != 0);
+			}
 		} else {
 			if ((size_t)n <= vec[0].iov_len) {
 				vec[0].iov_len = (size_t)n;

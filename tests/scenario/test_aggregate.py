@@ -217,6 +217,24 @@ def a_failing_backend_fails_the_route(env):
 
 
 @T.case
+def bytes_after_an_answer_end_its_connection(env):
+    """An answer read straight into its block (past the first 8 KB) with bytes after its
+    Content-Length in the same segment: the answer is its Content-Length, the rest is not
+    taken for the next answer, and the connection is not reused."""
+    body = b'{"k":"' + b'v' * 100000 + b'"}'
+    extra = http_response(200, b'{"next":true}')
+    up = env.scripted([answer(http_response(200, body) + extra),
+                       answer(http_response(200, body) + b'junk')],
+                      json_answer(b'{"fresh":1}'))
+    gw = env.daemon(aggregated({'x': {'upstream': 'app', 'path': '/x'}}, {'app': [up.address]}))
+    c = env.client(gw.port)
+    bodies = [get(env, gw, client=c).body for _ in range(3)]
+    env.eq('each answer its Content-Length, nothing of what came after',
+           bodies, [b'{"x":' + body + b'}', b'{"x":' + body + b'}', b'{"x":{"fresh":1}}'])
+    env.eq('a new connection after each', up.connections, 3)
+
+
+@T.case
 def long_answer_heads(env):
     body = b'{"k":"' + b'v' * 30000 + b'"}'
     long_head = http_response(200, body, [('X-Long', 'x' * 20000)])
