@@ -380,19 +380,6 @@ agg_contiguous(struct agg_backend *b)
 	return 0;
 }
 
-/* The answer's Content-Encoding. */
-static enum body_coding
-agg_coding(struct agg_backend *b)
-{
-	struct http_response *resp = &b->a->w->resp;
-	size_t len = evbuffer_get_length(b->f.head);
-
-	if (http_parse_response((const char *)evbuffer_pullup(b->f.head, (ev_ssize_t)len), len,
-	    resp) <= 0)
-		return BODY_CODING_IDENTITY;
-	return body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
-}
-
 /* 1 when another backend of the route reads this one's answer. */
 static int
 agg_read_later(const struct agg_backend *b)
@@ -423,7 +410,6 @@ agg_settle(struct agg_backend *b)
 	struct body_tls_text tls_text;
 	struct body_result res;
 	struct body_block *blk;
-	enum body_coding coding;
 	const char *data, *why;
 	size_t len, vs, end;
 	int r;
@@ -437,14 +423,13 @@ agg_settle(struct agg_backend *b)
 		return;
 	}
 	b->vblk = blk;
-	coding = agg_coding(b);
-	if (coding == BODY_CODING_OTHER) {
+	if (f->coding == BODY_CODING_OTHER) {
 		agg_invalid(b, GW_UPSTREAM_INVALID, "has a content coding other than gzip and "
 		    "deflate");
 		return;
 	}
-	if (coding != BODY_CODING_IDENTITY && len != 0) {
-		b->own = body_inflate(a->w->bodies, body_block_data(blk), len, coding,
+	if (f->coding != BODY_CODING_IDENTITY && len != 0) {
+		b->own = body_inflate(a->w->bodies, body_block_data(blk), len, f->coding,
 		    cfg->limits.max_body, &len, &why);
 		if (b->own == NULL) {
 			agg_invalid(b, GW_UPSTREAM_INVALID, "cannot be inflated: %s", why);

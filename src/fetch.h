@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "body.h"
 #include "config.h"
 #include "errors.h"
 #include "exchange.h"
@@ -54,6 +55,7 @@ struct fetch {
 	enum gateway_error error;
 	char message[384];
 	struct evbuffer *head;          /* the answer's head as received */
+	enum body_coding coding;        /* its Content-Encoding */
 	struct evbuffer *body;          /* its body, de-chunked (still content-coded) ... */
 	struct body_block *block;       /* ... or, for a Content-Length body, read into a block */
 	size_t block_len;
