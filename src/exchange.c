@@ -36,6 +36,7 @@ exchange_init(struct exchange *ex, struct worker *w, exchange_cb cb, void *arg)
 	ex->cb = cb;
 	ex->arg = arg;
 	ex->stage = EXCHANGE_IDLE;
+	ex->retry = ex->next_retry = 0;
 	ex->timer = evtimer_new(w->base, exchange_timer_cb, ex);
 	return ex->timer != NULL ? 0 : -1;
 }
@@ -110,6 +111,7 @@ exchange_connect(struct exchange *ex, struct server_pool *sp, int trial, int fre
 	struct upconn *uc;
 
 	ex->sp = sp;
+	ex->state = sp->srv->state;
 	ex->trial = trial != 0;
 	ex->verdict = 0;
 	if (!fresh && (uc = upstream_take_idle(sp)) != NULL) {
@@ -146,7 +148,10 @@ exchange_start(struct exchange *ex, struct upstream_pool *up, int fresh)
 
 	ex->up = up;
 	ex->sp = NULL;
+	ex->state = NULL;
 	ex->uc = NULL;
+	ex->retry = ex->next_retry;
+	ex->next_retry = 0;
 	ex->fail = 0;
 	ex->error = 0;
 	ex->in_try = 0;
@@ -251,13 +256,23 @@ exchange_end(struct exchange *ex, int reusable)
 	ex->stage = EXCHANGE_IDLE;
 }
 
+/* The server of the try that just failed is out of service: ejected (by this failure or
+ * before), failing its health checks, or kept off by Retry-After. */
+static int
+exchange_left_out(const struct exchange *ex)
+{
+	return ex->state != NULL &&
+	    upstream_server_availability(ex->state, upstream_state_now()) == UPSTREAM_OUT;
+}
+
 int
-exchange_may_retry(const struct exchange *ex, unsigned fail,
+exchange_may_retry(struct exchange *ex, unsigned fail,
     enum upstream_retry_reason why, size_t ntried, unsigned *retries,
     int idempotent, int replayable, const char *request_id)
 {
 	const struct config_upstream *up = ex->up->cfg;
 	int stale = why == UPSTREAM_RETRY_STALE;
+	int budgeted;
 
 	if (stale && ntried > 0)
 		ntried--;       /* the same server may take it again */
@@ -268,11 +283,16 @@ exchange_may_retry(const struct exchange *ex, unsigned fail,
 	if (!(up->retry_on & fail) || !idempotent || !replayable ||
 	    (!stale && *retries >= up->retries))
 		return 0;
-	if (!upstream_retry_begin(up, why, 1)) {
+	/* What cannot multiply an overload is not charged: the extra try after a stale pooled
+	 * connection (no server failed: it is the try the pool could not carry), and a
+	 * failover from a server the reset left out of service (it gets nothing more). */
+	budgeted = !stale && !(fail == FAIL_RESET && exchange_left_out(ex));
+	if (!upstream_retry_begin(up, why, budgeted)) {
 		log_warnx("upstream %s: retry budget exhausted, not retrying request %s",
 		    up->name, request_id);
 		return 0;
 	}
+	ex->next_retry = budgeted != 0;
 	if (!stale)
 		(*retries)++;
 	return 1;

@@ -49,6 +49,7 @@ typedef void (*exchange_cb)(struct exchange *ex, int what, void *arg);
 struct exchange {
 	struct upstream_pool *up;
 	struct server_pool *sp;         /* this try's server */
+	struct upstream_server_state *state;    /* its shared state, kept once the try ends */
 	struct upconn *uc;              /* its connection, from EXCHANGE_READY on */
 	struct event *timer;            /* queue, connect and per-try deadlines */
 	exchange_cb cb;
@@ -60,7 +61,8 @@ struct exchange {
 	unsigned fail;                  /* FAIL_* or EXCHANGE_* of a failure */
 	int error;                      /* errno of a failed connect, or 0 */
 	unsigned trial : 1;             /* the trial request of an ejected server */
-	unsigned retry : 1;             /* counted in the retry budget */
+	unsigned retry : 1;             /* holds a place in the retry budget until it ends */
+	unsigned next_retry : 1;        /* private: exchange_may_retry charged the next try */
 	unsigned verdict : 1;           /* passive health has its answer for this try */
 	unsigned in_try : 1;            /* the per-try deadline runs (until the answer's head) */
 	unsigned fresh : 1;             /* this try needs a new connection */
@@ -102,13 +104,17 @@ void exchange_verdict(struct exchange *ex, unsigned fail);
  * Whether a request whose try failed with fail (FAIL_*) may have another, after ntried tries
  * (the servers tried are skipped).  A failed connect reached no server: every request fails
  * over, to each server once.  Otherwise retry_on must list the failure, the request must be
- * idempotent and still in hand (replayable), *retries under the upstream's retries, and the
- * retry budget must allow it (*retries then counts it, and the next try must set retry).
+ * idempotent and still in hand (replayable), and *retries under the upstream's retries
+ * (*retries then counts it).
  * why UPSTREAM_RETRY_STALE (fail FAIL_RESET) is nginx's extra try after a reused pooled
  * connection closed with no byte of an answer: it does not use up retries, and the server
  * it failed on (the last of the ntried) may take it again.
+ * The retry budget is asked only for retries that may add load: not for a failover after a
+ * failed connect, nor for the extra try after a stale pooled connection, nor for a retry
+ * after a reset that leaves a server out of service (ejected, failing its checks), which
+ * gets nothing more.  The next exchange_start holds the place the budget gave until it ends.
  */
-int exchange_may_retry(const struct exchange *ex, unsigned fail,
+int exchange_may_retry(struct exchange *ex, unsigned fail,
     enum upstream_retry_reason why, size_t ntried, unsigned *retries,
     int idempotent, int replayable, const char *request_id);
 

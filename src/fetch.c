@@ -227,8 +227,6 @@ fetch_next_try(struct fetch *f, unsigned fail, enum upstream_retry_reason why,
 		fetch_finish(f, 0);
 		return;
 	}
-	/* A budgeted retry holds its place in the budget until it ends. */
-	f->ex.retry = fail != FAIL_CONNECT;
 	fetch_try(f, 0);
 }
 
@@ -302,7 +300,6 @@ fetch_retry_status(struct fetch *f, const struct http_response *resp)
 	snprintf(f->message, sizeof(f->message), "upstream %s answered %s", f->up->cfg->name,
 	    code);
 	fetch_end_try(f, 0);
-	f->ex.retry = 1;
 	fetch_try(f, 0);
 	return 1;
 }
@@ -480,7 +477,6 @@ fetch_stale_retry(struct fetch *f)
 	fetch_end_try(f, 0);
 	if (f->noted)
 		upstream_server_unref(f->tried[--f->ntried]);  /* the same server may take it */
-	f->ex.retry = 1;
 	fetch_try(f, 1);
 	return 1;
 }

@@ -1586,8 +1586,6 @@ proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why)
 		client_error(c, c->rq->last_error, c->rq->last_message, 0);
 		return;
 	}
-	/* A budgeted retry holds its place in the budget until it ends. */
-	c->rq->ex.retry = fail != FAIL_CONNECT;
 	proxy_try(c, 0);
 }
 
@@ -1750,7 +1748,6 @@ proxy_retry_status(struct client *c, const struct http_response *resp)
 	proxy_try_error(c, exchange_status_error(resp->status), "upstream %s answered %s",
 	    status);
 	exchange_end(&c->rq->ex, 0);
-	c->rq->ex.retry = 1;
 	proxy_try(c, 0);
 	return 1;
 }
@@ -2252,7 +2249,6 @@ proxy_stale_retry(struct client *c)
 	exchange_end(&c->rq->ex, 0);
 	if (c->rq->noted)
 		upstream_server_unref(c->rq->tried[--c->rq->ntried]);  /* the same server may take it */
-	c->rq->ex.retry = 1;
 	proxy_try(c, 1);
 	return 1;
 }

@@ -108,8 +108,9 @@ void upstream_server_check_verdict(const struct config_upstream *up,
 void upstream_server_unchecked(const struct config_upstream *up,
     const struct config_server *srv);
 
-/* The retry budget: 1 when one more retry may start (and counts it in flight).  A
- * failover after a failed connect reached no server and is only counted (budgeted 0). */
+/* The retry budget: 1 when one more retry may start (and counts it in flight).  A retry
+ * that adds no load (a failover, the extra try after a stale pooled connection) is only
+ * counted in retries_total (budgeted 0). */
 int upstream_retry_begin(const struct config_upstream *up, enum upstream_retry_reason why,
     int budgeted);
 void upstream_retry_end(const struct config_upstream *up);

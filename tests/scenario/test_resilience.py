@@ -185,15 +185,41 @@ def stale_connection_never_retries_a_post(env):
 
 
 @T.case
-def stale_connection_retry_within_the_budget(env):
+def stale_connection_retry_not_charged_to_the_budget(env):
+    """The extra try after a stale pooled connection is the try the pool could not carry,
+    no retry on top of a server's load: a budget of nothing allows it."""
     a, gw, aport = stale_pair(env, reset(), retry_budget={'percent': 0, 'min': 0})
     env.eq('first answered', get(env, gw, '/0').status, 200)
-    env.gateway_error('no budget: no extra try', get(env, gw, '/1'), 502,
-                      'upstream_unavailable',
-                      'upstream app closed the connection before answering', close=False)
-    env.eq('sent once', seen(a), [('GET', '/0', 0), ('GET', '/1', 0)])
-    env.eq('budget exhaustion counted once', metric(
-        aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'), 1)
+    env.eq('no budget: the extra try still goes', get(env, gw, '/1').status, 200)
+    env.eq('sent again on a new connection', seen(a),
+           [('GET', '/0', 0), ('GET', '/1', 0), ('GET', '/1', 1)])
+    env.eq('counted as a stale retry', metric(aport, 'jsongate_upstream_retries_total',
+                                              upstream='app', reason='stale'), 1)
+    env.eq('no budget exhaustion', metric(
+        aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'), 0)
+
+
+@T.case
+def reset_failover_from_an_ejected_server_not_charged(env):
+    """A reset that ejects its server (max_fails 1) moves the request away from a server
+    that gets nothing more: a failover the budget does not refuse.  While the server stays
+    in service (max_fails 2), the same retry is charged and, with no budget, refused."""
+    for max_fails, want in ((1, [200, 200]), (2, [502, 200])):
+        a = env.scripted(default=reset())
+        b = env.scripted(default=ok_from('b'))
+        conf, aport = with_admin(upstream_config(a.address, b.address))
+        conf['upstreams']['app'].update(max_fails=max_fails, balance='round_robin',
+                                        retry_budget={'percent': 0, 'min': 0})
+        gw = env.daemon(conf)
+        env.eq('max_fails %d: the GET a resets, then one b answers' % max_fails,
+               [get(env, gw, '/%d' % i).status for i in range(2)], want)
+        env.eq('max_fails %d: a got one request' % max_fails, len(a.requests), 1)
+        env.eq('max_fails %d: reset retries' % max_fails, metric(
+            aport, 'jsongate_upstream_retries_total', upstream='app', reason='reset'),
+            1 if max_fails == 1 else None)
+        env.eq('max_fails %d: budget exhaustions' % max_fails, metric(
+            aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'),
+            0 if max_fails == 1 else 1)
 
 
 @T.case
