@@ -4,6 +4,9 @@
 -- Answers are counted by status: wrk's own "Non-2xx or 3xx responses" leaves 3xx out. The
 -- first 1000 answers that are not 2xx are kept with the time they came (epoch ms). done()
 -- prints "status CODE COUNT" and "fail CODE EPOCH_MS" lines after wrk's summary.
+--
+-- done() reads each thread's globals with thread:get, which copies a nested table wrongly
+-- (wrk crashes, then "invalid key to 'next'"): a thread keeps only strings and numbers there.
 local ffi = require("ffi")
 ffi.cdef [[
 typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
@@ -23,14 +26,17 @@ function setup(thread)
 	table.insert(threads, thread)
 end
 
+local formatted = {}
+local counter_of = {}           -- status -> the name of its global counter
+local next_id = 0
+local nfails = 0
+
 function init(args)
-	statuses = {}
-	fails = {}
-	formatted = {}
+	seen = ""                   -- the statuses answered so far: " 200 502"
+	fail_lines = ""             -- "fail CODE EPOCH_MS\n" lines
 	for i = 1, 1024 do
 		formatted[i] = wrk.format(nil, nil, { ["X-User-Id"] = "user-" .. i })
 	end
-	next_id = 0
 end
 
 function request()
@@ -39,19 +45,25 @@ function request()
 end
 
 function response(status, headers, body)
-	statuses[status] = (statuses[status] or 0) + 1
-	if (status < 200 or status > 299) and #fails < 1000 then
-		table.insert(fails, { status, now_ms() })
+	local name = counter_of[status]
+	if name == nil then
+		name = "status_" .. status
+		counter_of[status] = name
+		seen = seen .. " " .. status
+		_G[name] = 0
+	end
+	_G[name] = _G[name] + 1
+	if (status < 200 or status > 299) and nfails < 1000 then
+		nfails = nfails + 1
+		fail_lines = fail_lines .. string.format("fail %d %d\n", status, now_ms())
 	end
 end
 
 function done()
 	for _, thread in ipairs(threads) do
-		for status, count in pairs(thread:get("statuses")) do
-			io.write(string.format("status %d %d\n", status, count))
+		for code in string.gmatch(thread:get("seen"), "%d+") do
+			io.write(string.format("status %s %d\n", code, thread:get("status_" .. code)))
 		end
-		for _, f in ipairs(thread:get("fails")) do
-			io.write(string.format("fail %d %d\n", f[1], f[2]))
-		end
+		io.write(thread:get("fail_lines"))
 	end
 end

@@ -297,7 +297,7 @@ wrk_rps() { awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$1"; }
 # EPOCH: "502 ×3 at 5.01–5.02 s".
 wrk_failures() { # wrk_failures OUT EPOCH
 	awk -v t0="$2" '
-		$1 == "status" && ($2 < 200 || $2 > 299) { n[$2] = $3 }
+		$1 == "status" && ($2 < 200 || $2 > 299) { n[$2] += $3 }
 		$1 == "fail" { s = $3 / 1000 - t0; if (!($2 in lo) || s < lo[$2]) lo[$2] = s; if (s > hi[$2]) hi[$2] = s }
 		END {
 			for (c in n) {
