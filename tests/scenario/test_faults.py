@@ -2,9 +2,11 @@
 (refuses, resets at accept, after the request or after the head, answers
 garbage, a wrong Content-Length, stalls mid-body, answers slowly, closes idle
 keep-alive connections, answers 503 with Retry-After, is killed and
-restarted).  For each: the status the client gets, which server received
-what, and the retries and ejections in /metrics.  Then 10,000 requests
-through rotating faults must leave no file descriptor or memory behind."""
+restarted, is killed under concurrent load).  For each: the status the client
+gets, which server received what, and the retries and ejections in /metrics.
+Then 10,000 requests through all those faults in turn, and a health endpoint
+failing and recovering, must give each its exact answer and leave no file
+descriptor or memory behind."""
 
 import os
 import sys
@@ -154,6 +156,20 @@ def reset_on_accept_and_after_request(env):
                                  reason='connect_error') +
            metric(aport2, 'jsongate_upstream_retries_total', upstream='app', reason='reset'), 2)
 
+    bad3, good3, conf3, aport3 = pair(env, [], reset_on_accept(), max_fails=1,
+                                      fail_timeout='30s')
+    gw3 = env.daemon(conf3)
+    answers = [outcome(get(env, gw3, '/e%d' % i)) for i in range(4)]
+    env.eq('max_fails 1: every GET answered', answers, [(200, BODY, True)] * 4)
+    env.eq('reset at accept ejects the server: one connection, then none',
+           bad3.connections, 1)
+    env.eq('one ejection', metric(aport3, 'jsongate_upstream_ejections_total', upstream='app',
+                                  server=bad3.address), 1)
+    env.eq('out of service', metric(aport3, 'jsongate_upstream_server_up', upstream='app',
+                                    server=bad3.address), 0)
+    env.check('logged', gw3.wait_log(r'server %s ejected for 30000ms after 1 (connect error|'
+                                     r'reset)' % re.escape(bad3.address)))
+
 
 @T.case
 def reset_after_head_cuts_the_answer(env):
@@ -228,6 +244,20 @@ def garbage_is_invalid(env):
     env.eq('with retry_on invalid: all answered', answers, [(200, BODY, True)] * 4)
     env.eq('counted', metric(aport2, 'jsongate_upstream_retries_total', upstream='app',
                              reason='invalid'), 2)
+    bad3, good3, conf3, aport3 = pair(env, [], garbage(), max_fails=1, fail_timeout='30s',
+                                      fail_on=['connect_error', 'timeout', 'reset', 'invalid'])
+    gw3 = env.daemon(conf3)
+    answers = [get(env, gw3, '/%d' % i) for i in range(4)]
+    env.eq('with invalid in fail_on: the first garbage ejects, the rest go to the good one',
+           [outcome(r) for r in answers], [invalid_error(answers[0])] + [(200, BODY, True)] * 3)
+    env.eq('the garbage server got one request', len(bad3.requests), 1)
+    env.eq('one ejection', metric(aport3, 'jsongate_upstream_ejections_total', upstream='app',
+                                  server=bad3.address), 1)
+    env.eq('counted as an invalid answer', metric(
+        aport3, 'jsongate_upstream_requests_total', upstream='app', server=bad3.address,
+        outcome='invalid'), 1)
+    env.check('logged', gw3.wait_log(r'server %s ejected for 30000ms after 1 invalid answer'
+                                     % re.escape(bad3.address)))
 
 
 @T.case
@@ -239,6 +269,11 @@ def wrong_content_length(env):
            (200, b'{"a":1}', False))
     env.eq('with the declared length', r.header('Content-Length'), '50')
     env.eq('not retried: the good server got nothing', len(good.requests), 0)
+    env.eq('counted as the server failing mid-answer', metric(
+        aport, 'jsongate_upstream_requests_total', upstream='app', server=bad.address,
+        outcome='unavailable'), 1)
+    env.eq('no retry counted', metric(aport, 'jsongate_upstream_retries_total', upstream='app',
+                                      reason='reset'), 0)
     bad2, good2, conf2, aport2 = pair(env, [wrong_length(b'{"a":1}XXXX', 7)], GOOD,
                                       max_fails=0)
     gw2 = env.daemon(conf2)
@@ -249,6 +284,9 @@ def wrong_content_length(env):
     env.eq('the next ones answered', answers, [(200, BODY, True)] * 3)
     env.eq('the connection with bytes past the answer is not reused', bad2.connections,
            len(bad2.requests))
+    env.eq('the short answer counts as a success', metric(
+        aport2, 'jsongate_upstream_requests_total', upstream='app', server=bad2.address,
+        outcome='ok'), len(bad2.requests))
 
 
 @T.case
@@ -262,6 +300,25 @@ def stall_mid_body_times_out(env):
     env.eq('not retried: the good server got nothing', len(good.requests), 0)
     env.check('logged', gw.wait_log(r'upstream app server %s failed in the middle of a '
                                     r'response' % re.escape(bad.address)))
+    env.eq('no retry counted', [metric(aport, 'jsongate_upstream_retries_total', upstream='app',
+                                       reason=why) for why in ('timeout', 'reset', 'stale')],
+           [0, 0, 0])
+
+    # An aggregated route holds the answer until it is whole: the stalled one is fetched again.
+    bad2 = env.scripted([stall_mid_body(head + b'{"x":')], GOOD)
+    good2 = env.scripted(default=GOOD)
+    conf2, aport2 = with_admin(upstream_config(bad2.address, good2.address, routes=[
+        {'name': 'agg', 'match': {'path': '/agg'},
+         'backends': {'x': {'upstream': 'app', 'path': '/x'}}}], timeouts={
+        'upstream_connect': '2s', 'upstream_response': '300ms', 'shutdown_grace': '5s'}))
+    conf2['upstreams']['app']['max_fails'] = 0
+    gw2 = env.daemon(conf2)
+    env.eq('aggregated: the stalled answer is replaced by the good one',
+           outcome(get(env, gw2, '/agg')), (200, b'{"x":' + BODY + b'}', True))
+    env.eq('aggregated: each server got the request once',
+           (len(bad2.requests), len(good2.requests)), (1, 1))
+    env.eq('aggregated: counted as a timeout retry', metric(
+        aport2, 'jsongate_upstream_retries_total', upstream='app', reason='timeout'), 1)
 
 
 @T.case
@@ -277,6 +334,21 @@ def slow_answer_and_per_try_timeout(env):
            (1, 2))
     env.eq('counted as a timeout retry', metric(aport, 'jsongate_upstream_retries_total',
                                                 upstream='app', reason='timeout'), 1)
+    env.eq('max_fails 0: no ejection', metric(aport, 'jsongate_upstream_ejections_total',
+                                              upstream='app', server=bad.address), 0)
+
+    bad2, good2, conf2, aport2 = pair(env, [], answer(http_response(200, b'{"slow":1}'),
+                                                      delay=2), max_fails=1, fail_timeout='30s')
+    conf2['timeouts']['upstream_try'] = '200ms'
+    gw2 = env.daemon(conf2)
+    answers = [outcome(get(env, gw2, '/%d' % i)) for i in range(4)]
+    env.eq('max_fails 1: every request answered by the other', answers,
+           [(200, BODY, True)] * 4)
+    env.eq('the slow server got one request: its timeout ejected it', len(bad2.requests), 1)
+    env.eq('one ejection', metric(aport2, 'jsongate_upstream_ejections_total', upstream='app',
+                                  server=bad2.address), 1)
+    env.check('logged', gw2.wait_log(r'server %s ejected for 30000ms after 1 timeout'
+                                     % re.escape(bad2.address)))
 
 
 @T.case
@@ -295,6 +367,27 @@ def idle_keepalive_closed_by_the_server(env):
     env.eq('no server failure: nothing ejected', metric(
         aport, 'jsongate_upstream_ejections_total', upstream='app', server=bad.address), 0)
     env.eq('every request reached the server once', len(bad.requests), 6)
+    env.eq('the pool saw each close: no retry', [
+        metric(aport, 'jsongate_upstream_retries_total', upstream='app', reason=why)
+        for why in ('stale', 'reset')], [0, 0])
+
+    # The keep-alive timeout fires as a request arrives on the pooled connection: the server
+    # closes it unanswered, and the request goes again on a new connection.
+    ok = http_response(200, b'{"server":"closer"}')
+    closer = env.scripted([answer(ok), close_before_answer()], answer(ok))
+    conf2, aport2 = with_admin(upstream_config(closer.address))
+    gw2 = env.daemon(conf2)
+    c = env.client(gw2.port)
+    bodies = [c.request('GET', '/%d' % i, [('Host', 'a')]).body for i in range(3)]
+    env.eq('a close crossing the request: every request answered', bodies,
+           [b'{"server":"closer"}'] * 3)
+    env.eq('the crossed request went again on a new connection',
+           [(r.target, r.conn) for r in closer.requests],
+           [('/0', 0), ('/1', 0), ('/1', 1), ('/2', 1)])
+    env.eq('counted as a stale retry', metric(aport2, 'jsongate_upstream_retries_total',
+                                              upstream='app', reason='stale'), 1)
+    env.eq('no server failure', metric(aport2, 'jsongate_upstream_ejections_total',
+                                       upstream='app', server=closer.address), 0)
 
 
 @T.case
@@ -389,25 +482,57 @@ def answer_kind(r):
     return (r.status, r.body, r.complete)
 
 
+def fault_schedule():
+    """The faulty server's answer to its n-th request: the quick faults in turn, the ones
+    that wait for a timeout (a stall mid-body, a slow answer) every 150th, a 503 with
+    Retry-After, which keeps the server off for a second, every 1000th."""
+    head = b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n'
+    quick = [('reset', reset()), ('garbage', garbage()), ('close', close_before_answer()),
+             ('reset_after_head', reset_after(head + b'{')),
+             ('long_length', wrong_length(b'{}', 20)),
+             ('ok', answer(http_response(200, b'{}'))),
+             ('idle_close', close_when_idle(http_response(200, b'{"idle":1}')))]
+    stall = pieces((head + b'{"x":', 1))
+    slow = answer(http_response(200, b'{"slow":1}'), delay=1)
+    busy = retry_after(1)
+
+    def step(n):
+        if n % 1000 == 500:
+            return 'retry_after', busy
+        if n % 150 == 75:
+            return 'stall', stall
+        if n % 150 == 0:
+            return 'slow', slow
+        return quick[n % len(quick)]
+    return step, [name for name, _ in quick] + ['retry_after', 'stall', 'slow']
+
+
 @T.case
 def ten_thousand_faulty_requests_leave_nothing_behind(env):
-    head = b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n'
-    faults = [('reset', reset()), ('garbage', garbage()), ('close', close_before_answer()),
-              ('reset_after_head', reset_after(head + b'{')),
-              ('long_length', wrong_length(b'{}', 20)),
-              ('ok', answer(http_response(200, b'{}')))]
+    """10,000 requests while one of two servers fails in every way in turn: refused while
+    killed, reset after the request or at once, garbage, a close before the answer, a reset
+    after the head, a long Content-Length, a stall mid-body, a slow answer, an idle keep-alive
+    connection closed, 503 with Retry-After, its health endpoint failing and recovering.
+    Every answer is the one its fault gives, retries are counted exactly, and no file
+    descriptor or memory is left behind."""
+    schedule, names = fault_schedule()
     taken = []
 
     def next_fault():
-        name, step = faults[(len(taken) + 1) % len(faults)]
+        name, step = schedule(len(taken) + 1)
         taken.append(name)
         return step
 
-    bad = env.scripted(default=GOOD)
-    good = env.scripted(default=GOOD)
+    bad = env.scripted(default=GOOD, health=(200, b'{}'))
+    good = env.scripted(default=GOOD, health=(200, b'{}'))
     bad._next_step = next_fault
-    conf, aport = with_admin(upstream_config(bad.address, good.address, keepalive=4))
-    conf['upstreams']['app'].update(max_fails=0)
+    conf, aport = with_admin(upstream_config(bad.address, good.address, keepalive=4, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '300ms', 'upstream_try': '300ms',
+        'shutdown_grace': '5s'}))
+    conf['upstreams']['app'].update(
+        max_fails=0, retry_on=['connect_error', 'timeout', 'reset', 503],
+        health={'path': '/health', 'interval': '20ms', 'timeout': '1s', 'fails': 10,
+                'passes': 1})
     gw = env.daemon(conf)
     total = int(os.environ.get('FAULT_REQUESTS', '10000')) // (SLOW if WRAPPER else 1)
     kinds = {}
@@ -425,34 +550,77 @@ def ten_thousand_faulty_requests_leave_nothing_behind(env):
                 c = env.client(gw.port)
         c.close()
 
+    def bad_up():
+        return metric(aport, 'jsongate_upstream_server_up', upstream='app',
+                      server=bad.address)
+
     burst(total // 10)
     base_fds, base_rss = fds(gw.proc.pid), gw.rss()['VmRSS']
-    burst(total - total // 10)
+    burst(total * 4 // 10)
+
+    # Its health endpoint fails: no request goes to it until it passes again.
+    bad.set_health(503)
+    env.require('failing checks take it out', wait_until(lambda: bad_up() == 0, 5 * SLOW))
+    steps = len(taken)
+    burst(50)
+    env.eq('out of service: it got no request', len(taken), steps)
+    bad.set_health(200)
+    env.require('passing again brings it back', wait_until(lambda: bad_up() == 1, 5 * SLOW))
+
+    # Killed: connects are refused and fail over until the checks take it out (10 at 20ms);
+    # restarted, it passes a check and takes requests again.
+    bad.kill()
+    burst(50)
+    env.require('killed: out of service', wait_until(lambda: bad_up() == 0, 5 * SLOW))
+    bad.restart()
+    env.require('restarted: back', wait_until(lambda: bad_up() == 1, 5 * SLOW))
+    steps = len(taken)
+    burst(total - total // 10 - total * 4 // 10 - 100)
+    env.check('restarted, it takes requests again', len(taken) > steps + 100,
+              len(taken) - steps)
     time.sleep(0.2)
+
     env.check('no file descriptor left behind (%d before, %d after)' % (
         base_fds, fds(gw.proc.pid)), fds(gw.proc.pid) <= base_fds + 2)
     rss = gw.rss()['VmRSS']
     env.check('memory stays put (%d kB before, %d kB after)' % (base_rss, rss),
               rss <= base_rss + 2048)
-    env.check('the faulty server was used throughout', len(bad.requests) > total // 4,
+    env.check('the faulty server took its share', len(bad.requests) > total // 10,
               len(bad.requests))
-    # Resets before an answer are retried (on the other server, or after a pooled connection
-    # closed on either); what got a head or a malformed answer reaches the client as it was.
-    count = {name: taken.count(name) for name, _ in faults}
+    count = {name: taken.count(name) for name in names}
+    env.check('every fault taken: %r' % count, all(count.values()), count)
+    # A reset or close before an answer, a slow answer and a 503 go to the other server;
+    # what got a head or a malformed answer reaches the client as it was.
     env.eq('every answer as its server gave it', kinds, {
         (200, BODY, True): len(good.requests),
         (200, b'{}', True): count['ok'],
+        (200, b'{"idle":1}', True): count['idle_close'],
         (502, 'upstream_invalid: malformed response from upstream app', True):
             count['garbage'],
         (200, b'{', False): count['reset_after_head'],
-        (200, b'{}', False): count['long_length']})
-    env.eq('one retry for each reset before an answer', metric(
-        aport, 'jsongate_upstream_retries_total', upstream='app', reason='reset') + metric(
-        aport, 'jsongate_upstream_retries_total', upstream='app', reason='stale'),
-        count['reset'] + count['close'])
-    env.eq('no other retry', [metric(aport, 'jsongate_upstream_retries_total', upstream='app',
-                                     reason=why) for why in ('connect_error', 'timeout',
-                                                             'invalid')], [0, 0, 0])
+        (200, b'{}', False): count['long_length'],
+        (200, b'{"x":', False): count['stall']})
+    retries = {why: metric(aport, 'jsongate_upstream_retries_total', upstream='app', reason=why)
+               for why in ('connect_error', 'timeout', 'reset', 'stale', 'invalid', '503')}
+    refused = len(re.findall(r'connect to upstream app server %s failed: Connection refused'
+                             % re.escape(bad.address), gw.log()))
+    env.check('connects refused while it was killed (%d)' % refused, refused > 0)
+    env.eq('a retry for each slow answer, 503 and refused connect, none for garbage', [
+        retries[why] for why in ('timeout', '503', 'connect_error', 'invalid')],
+        [count['slow'], count['retry_after'], refused, 0])
+    # A request may also find a pooled connection closed before the pool saw it: after an
+    # idle close (the server's close races the next request), or when the server was killed.
+    extra = retries['reset'] + retries['stale'] - count['reset'] - count['close']
+    env.check('one retry for each reset or close before an answer, and at most one for each '
+              'idle close or pooled connection of the killed server (%d)' % extra,
+              0 <= extra <= count['idle_close'] + 4, retries)
+    env.eq('the checks counted both ways', [metric(
+        aport, 'jsongate_upstream_health_checks_total', upstream='app', server=bad.address,
+        result=r) > 0 for r in ('passed', 'failed')], [True, True])
+    env.eq('max_fails 0: no ejection', metric(aport, 'jsongate_upstream_ejections_total',
+                                              upstream='app', server=bad.address), 0)
+    env.eq('no retry refused by the budget', metric(
+        aport, 'jsongate_upstream_retry_budget_exhausted_total', upstream='app'), 0)
 
 
 T.run()
