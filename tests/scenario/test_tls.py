@@ -1,5 +1,5 @@
 """TLS on both sides: certificates by SNI, protocol versions, client certificates, upstream
-verification (name, expiry, servers given by host name), session resumption both ways, large bodies and keep-alive over
+verification (name, expiry, servers given by host name, failover from a server failing it), session resumption both ways, large bodies and keep-alive over
 TLS, X-Forwarded-Proto, certificate errors at load, renewed certificates on SIGHUP.
 
 A CA and every certificate are made at test time with the openssl command."""
@@ -549,6 +549,53 @@ def upstream_expired(env):
     env.gateway_error('expired upstream certificate', r, 502, 'upstream_tls',
                       'TLS handshake with upstream app failed: ' +
                       'certificate verify failed: certificate has expired', close=False)
+
+
+@T.case
+def tls_handshake_failover(env):
+    """A server whose certificate fails verification is a failed connect: nothing reached it,
+    so GETs and POSTs alike go to the other server, counted as connect_error retries."""
+    bad = tls_upstream(env, 'expired')
+    good = tls_upstream(env, 'up')
+    aport = free_port()
+    conf = upstream_config(bad.address, good.address, admin={'listen': '127.0.0.1:%d' % aport})
+    conf['upstreams']['app'].update(tls={'ca': CA}, max_fails=0)
+    gw = env.daemon(conf)
+    answers = []
+    for method, body in (('GET', None), ('POST', b'{}')):
+        for i in range(4):
+            c = env.client(gw.port)
+            hdrs = [('Host', 'a')] + ([('Content-Length', '2')] if body else [])
+            r = c.request(method, '/%s%d' % (method, i), hdrs, body=body)
+            answers.append((method, r.status, r.body, r.header('X-Request-Id')))
+            c.close()
+    env.eq('every GET and POST answered by the good server', [a[:3] for a in answers],
+           [(m, 200, b'{"ok":true}') for m in ('GET', 'POST') for _ in range(4)])
+    env.eq('the good server got all 8', len(good.requests), 8)
+    failed = re.findall(r'TLS handshake with upstream app server %s failed: certificate verify '
+                        r'failed: certificate has expired \(request ([0-9a-f]+)\)'
+                        % re.escape(bad.address), gw.log())
+    methods = sorted({m for m, _, _, rid in answers if rid in failed})
+    env.eq('requests of both methods failed over', methods, ['GET', 'POST'])
+
+    def metric(name, **labels):
+        r = Client(aport).request('GET', '/metrics', [('Host', 'admin')])
+        key = name + '{' + ','.join('%s="%s"' % kv for kv in labels.items()) + '} '
+        return sum(int(float(line[len(key):])) for line in r.body.decode().splitlines()
+                   if line.startswith(key))
+    env.eq('each failover counted as a connect_error retry', metric(
+        'jsongate_upstream_retries_total', upstream='app', reason='connect_error'), len(failed))
+
+    conf['upstreams']['app']['max_fails'] = 1
+    del conf['admin']
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = c.request('POST', '/first', [('Host', 'a'), ('Content-Length', '2')], body=b'{}')
+    env.eq('max_fails 1: the first request, a POST, fails over', (r.status, r.body),
+           (200, b'{"ok":true}'))
+    env.check('the failed handshake ejects the server', gw.wait_log(
+        r'upstream app: server %s ejected for 10000ms after 1 connect error'
+        % re.escape(bad.address)))
 
 
 @T.case
