@@ -942,7 +942,7 @@ static const struct config_section config_upstream_tls_section =
 
 static const struct config_field config_health_expect_fields[] = {
 	F_CUSTOM("status", config_parse_health_status, "list", "[2xx]", 0,
-	    "status codes or classes (2xx) of a passed check"),
+	    "statuses, classes (2xx) or ranges (200..299) of a passed check"),
 	F_CUSTOM("json", config_parse_health_json, "mapping", NULL, 0,
 	    "{ field: PATH, equals: VALUE }: a field of the JSON answer that must equal VALUE"),
 };
@@ -1083,7 +1083,8 @@ static const struct config_field config_route_fields[] = {
 	F_CUSTOM("request", config_parse_request_ops, "list", NULL, 0, "ops on JSON request bodies"),
 	F_CUSTOM("response", config_parse_response_ops, "list", NULL, 0, "ops on JSON response bodies"),
 	F_CUSTOM("response_on", config_parse_response_on, "list", "[2xx]", 0,
-	    "statuses (or classes like 2xx) whose answers response takes; others pass untouched"),
+	    "statuses, classes (2xx) or ranges (200..299) whose answers response takes; others "
+	    "pass untouched"),
 	F_CUSTOM("error_response", config_parse_error_response_ops, "list", NULL, 0,
 	    "ops on JSON response bodies whose status is not in response_on"),
 	F_SECTION("timeouts", config_route_timeouts_section,
@@ -2326,15 +2327,44 @@ config_parse_health_path(struct config_parse *ctx, const yaml_node_t *node, void
 		h->path = config_path_value(ctx, node);
 }
 
-/* Status codes (200) and classes (2xx) into the bit set h->status. */
-/* A list of status codes and classes (2xx) into set (bit code - 100); absent: all of 2xx. */
+int
+config_status_range(const char *text, unsigned *first, unsigned *last)
+{
+	const char *dots = strstr(text, "..");
+	char lo[4];
+
+	if (strlen(text) == 3 && text[0] >= '1' && text[0] <= '5' &&
+	    (text[1] == 'x' || text[1] == 'X') && (text[2] == 'x' || text[2] == 'X')) {
+		*first = (unsigned)(text[0] - '0') * 100;
+		*last = *first + 99;
+		return 0;
+	}
+	if (dots == NULL) {
+		if (config_parse_uint_text(text, 100, 599, first) == -1)
+			return -1;
+		*last = *first;
+		return 0;
+	}
+	if (dots - text != 3)
+		return -1;
+	memcpy(lo, text, 3);
+	lo[3] = '\0';
+	if (config_parse_uint_text(lo, 100, 599, first) == -1 ||
+	    config_parse_uint_text(dots + 2, 100, 599, last) == -1)
+		return -1;
+	return *first <= *last ? 0 : -2;
+}
+
+/* A list of statuses, classes (2xx) and ranges (200..299) into set (bit code - 100); absent:
+ * all of 2xx. */
 static void
 config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint64_t *set)
 {
 	const yaml_node_t *item;
 	const char *text;
-	unsigned code, c, first, last;
+	unsigned c, first, last;
 	size_t i, n;
+	int r;
 
 	memset(set, 0, CONFIG_STATUS_WORDS * sizeof(*set));
 	if (node == NULL) {
@@ -2349,16 +2379,14 @@ config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint6
 		item = config_list_item(ctx, node, i);
 		if ((text = config_scalar(ctx, item, "a status")) == NULL)
 			continue;
-		if (strlen(text) == 3 && text[0] >= '1' && text[0] <= '5' &&
-		    strcmp(text + 1, "xx") == 0) {
-			first = (unsigned)(text[0] - '0') * 100;
-			last = first + 99;
-		} else if (config_parse_uint_text(text, 100, 599, &code) == -1) {
-			config_error(ctx, item, "expected a status from 100 to 599 or a class like "
-			    "2xx, got \"%s\"", text);
+		if ((r = config_status_range(text, &first, &last)) != 0) {
+			if (r == -2)
+				config_error(ctx, item, "status range \"%s\" runs backwards: its "
+				    "first status must not be above its last", text);
+			else
+				config_error(ctx, item, "expected " CONFIG_STATUS_FORMS ", got \"%s\"",
+				    text);
 			continue;
-		} else {
-			first = last = code;
 		}
 		for (c = first; c <= last; c++)
 			set[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);

@@ -50,6 +50,15 @@ config_status_in(const uint64_t *set, int status)
 	    (set[(status - 100) / 64] & (1ULL << ((status - 100) % 64))) != 0;
 }
 
+/*
+ * A status text of a status set: one status ("200"), a class ("2xx", "2XX") or a range
+ * ("200..299"), all within 100..599: the statuses *first to *last.  0; -1 when text is none
+ * of those; -2 for a range that runs backwards.
+ */
+int config_status_range(const char *text, unsigned *first, unsigned *last);
+/* What a status set takes, for messages. */
+#define CONFIG_STATUS_FORMS "a status from 100 to 599, a class like 2xx or a range like 200..299"
+
 /* TLS protocol versions, as bits. */
 #define CONFIG_TLS_V1_2 0x1
 #define CONFIG_TLS_V1_3 0x2

@@ -25,7 +25,7 @@ static const char *const jcond_type_names[] = {
 };
 
 struct jcond_range {
-	int lo, hi;                     /* 200..200, or 200..299 for 2xx */
+	int lo, hi;                     /* 200: 200..200; 2xx: 200..299 */
 };
 
 struct jcond {
@@ -412,30 +412,17 @@ jcond_scalar_node(struct config_parse *ctx, const yaml_node_t *node, const char 
 	return 0;
 }
 
-/* 200, "404", 2xx: one status or a class of them. */
+/* 200, "404", 2xx, 200..299: one status, a class or a range of them (config_status_range). */
 static int
 jcond_range(const yaml_node_t *node, struct jcond_range *r)
 {
-	const char *s = (const char *)node->data.scalar.value;
-	size_t len = node->data.scalar.length, i;
-	int v = 0;
+	unsigned first, last;
 
-	if (node->type != YAML_SCALAR_NODE || len != 3)
+	if (node->type != YAML_SCALAR_NODE ||
+	    config_status_range((const char *)node->data.scalar.value, &first, &last) != 0)
 		return -1;
-	if (s[0] >= '1' && s[0] <= '5' && (s[1] == 'x' || s[1] == 'X') &&
-	    (s[2] == 'x' || s[2] == 'X')) {
-		r->lo = (s[0] - '0') * 100;
-		r->hi = r->lo + 99;
-		return 0;
-	}
-	for (i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	if (v < 100 || v > 599)
-		return -1;
-	r->lo = r->hi = v;
+	r->lo = (int)first;
+	r->hi = (int)last;
 	return 0;
 }
 
@@ -474,8 +461,8 @@ jcond_status(struct config_parse *ctx, yaml_document_t *doc, const yaml_node_t *
 	}
 	return 0;
 bad:
-	config_error(ctx, node, "status expects a status or a class, or a list of them, e.g. "
-	    "[ 200, 2xx ]");
+	config_error(ctx, node, "status expects a status, a class or a range, or a list of them, "
+	    "e.g. [ 200, 3xx, 400..403 ]");
 	return -1;
 }
 

@@ -517,7 +517,7 @@ def active_health_checks_with_json(env):
     conf, aport = with_admin(upstream_config(checked.address, other.address))
     conf['upstreams']['app']['health'] = {
         'path': '/health', 'interval': '50ms', 'timeout': '1s', 'fails': 2, 'passes': 2,
-        'expect': {'status': ['2xx'], 'json': {'field': 'status', 'equals': 'ok'}}}
+        'expect': {'status': ['200..299'], 'json': {'field': 'status', 'equals': 'ok'}}}
     gw = env.daemon(conf)
     env.require('checks run', wait_until(lambda: metric(
         aport, 'jsongate_upstream_health_checks_total', upstream='app', server=checked.address,

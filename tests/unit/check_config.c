@@ -455,6 +455,68 @@ START_TEST(test_full)
 }
 END_TEST
 
+/* Every status of set from 100 to 599, as ranges "lo-hi,lo-hi". */
+static void
+status_ranges(const uint64_t *set, char *out, size_t cap)
+{
+	int c, lo = -1;
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (c = 100; c <= 600; c++) {
+		if (c <= 599 && config_status_in(set, c)) {
+			if (lo < 0)
+				lo = c;
+		} else if (lo >= 0) {
+			n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", n ? "," : "", lo, c - 1);
+			lo = -1;
+		}
+	}
+}
+
+/* Statuses, classes (2xx, 2XX) and ranges (200..299) wherever a status set is taken. */
+START_TEST(test_status_sets)
+{
+	struct config *cfg = load_ok("config/good/status_sets.yaml");
+	char got[256];
+
+	status_ranges(cfg->upstreams[0].health->status, got, sizeof(got));
+	ck_assert_str_eq(got, "200-299");
+	status_ranges(cfg->upstreams[1].health->status, got, sizeof(got));
+	ck_assert_str_eq(got, "204-204,300-403");
+	status_ranges(cfg->routes[0].response_on, got, sizeof(got));
+	ck_assert_str_eq(got, "200-299,404-409");
+	config_free(cfg);
+}
+END_TEST
+
+static const struct {
+	const char *text;
+	int result;
+	unsigned first, last;
+} status_range_cases[] = {
+	{ "200", 0, 200, 200 }, { "2xx", 0, 200, 299 }, { "5XX", 0, 500, 599 },
+	{ "1xX", 0, 100, 199 }, { "200..299", 0, 200, 299 }, { "404..404", 0, 404, 404 },
+	{ "100..599", 0, 100, 599 }, { "300..200", -2, 0, 0 }, { "99", -1, 0, 0 },
+	{ "600", -1, 0, 0 }, { "6xx", -1, 0, 0 }, { "2x", -1, 0, 0 }, { "200..", -1, 0, 0 },
+	{ "..299", -1, 0, 0 }, { "200...299", -1, 0, 0 }, { "200..600", -1, 0, 0 },
+	{ "20..299", -1, 0, 0 }, { "2xx..3xx", -1, 0, 0 }, { "", -1, 0, 0 }, { "2 00", -1, 0, 0 },
+};
+
+START_TEST(test_status_range)
+{
+	unsigned first = 0, last = 0;
+	int r = config_status_range(status_range_cases[_i].text, &first, &last);
+
+	ck_assert_msg(r == status_range_cases[_i].result, "\"%s\": %d", status_range_cases[_i].text,
+	    r);
+	if (r == 0) {
+		ck_assert_uint_eq(first, status_range_cases[_i].first);
+		ck_assert_uint_eq(last, status_range_cases[_i].last);
+	}
+}
+END_TEST
+
 START_TEST(test_addresses)
 {
 	struct config *cfg = load_ok("config/good/addresses.yaml");
@@ -726,6 +788,9 @@ config_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_nulls_are_defaults);
 	tcase_add_test(tc, test_full);
+	tcase_add_test(tc, test_status_sets);
+	tcase_add_loop_test(tc, test_status_range, 0,
+	    (int)(sizeof(status_range_cases) / sizeof(status_range_cases[0])));
 	tcase_add_test(tc, test_addresses);
 	tcase_add_test(tc, test_anchors);
 	tcase_add_test(tc, test_aggregate);

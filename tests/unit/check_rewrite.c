@@ -458,7 +458,7 @@ static const struct {
 	{ "[rename: {a: b..c}]", "1:14: rename: empty key in path 'b..c'" },
 	{ "[{unwrap: a, when: 1}]", "1:20: a condition is a mapping such as { field: code, equals: 0 }, { status: [ 2xx ] }, or all:, any:, not: of conditions" },
 	{ "[{unwrap: a, when: {field: a}}]", "1:20: field needs one test: equals, in, prefix, exists or type" },
-	{ "[{unwrap: a, when: {status: 700}}]", "1:29: status expects a status or a class, or a list of them, e.g. [ 200, 2xx ]" },
+	{ "[{unwrap: a, when: {status: 700}}]", "1:29: status expects a status, a class or a range, or a list of them, e.g. [ 200, 3xx, 400..403 ]" },
 	{ "[{unwrap: [a], when: {fld: 1}}]", "1:11: unwrap must be a key or a dotted path such as data.result" },
 	{ "[{when: {status: 200}}]", "1:2: each op must be a mapping with one op key and, optionally, when, e.g. '- unwrap: data'" },
 	{ "[{unwrap: a, when: {status: 200}, when: {status: 201}}]", "1:35: duplicate key 'when' (first at line 1)" },
