@@ -944,7 +944,7 @@ static const struct config_field config_health_expect_fields[] = {
 	F_CUSTOM("status", config_parse_health_status, "list", "[2xx]", 0,
 	    "statuses, classes (2xx) or ranges (200..299) of a passed check"),
 	F_CUSTOM("json", config_parse_health_json, "mapping", NULL, 0,
-	    "{ field: PATH, equals: VALUE }: a field of the JSON answer that must equal VALUE"),
+	    "a condition on the JSON answer, e.g. { field: status, equals: ok }"),
 };
 static const struct config_section config_health_expect_section =
     CONFIG_SECTION_OF(config_health_expect_fields);
@@ -2399,39 +2399,12 @@ config_parse_health_status(struct config_parse *ctx, const yaml_node_t *node, vo
 	config_parse_status_set(ctx, node, ((struct config_health *)obj)->status);
 }
 
-/* expect.json: { field: PATH, equals: VALUE }; VALUE a YAML scalar kept as JSON text. */
+/* expect.json: a condition on the JSON answer, as match.json and when: have (jcond.h). */
 static void
 config_parse_health_json(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
-	struct config_health *h = obj;
-	const yaml_node_t *field, *equals;
-	const char *text;
-
-	if (node == NULL)
-		return;
-	if (node->type != YAML_MAPPING_NODE) {
-		config_error(ctx, node, "expected { field: PATH, equals: VALUE }, got %s",
-		    config_node_kind(node));
-		return;
-	}
-	field = config_map_get(ctx, node, "field");
-	equals = config_map_get(ctx, node, "equals");
-	if (field == NULL || equals == NULL ||
-	    (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start) != 2) {
-		config_error(ctx, node, "expected exactly { field: PATH, equals: VALUE }");
-		return;
-	}
-	if ((text = config_string(ctx, field)) != NULL)
-		h->json_field = config_xstrdup(text);
-	if ((text = config_scalar(ctx, equals, "a scalar")) == NULL)
-		return;
-	/* A quoted or non-JSON plain scalar is a string; numbers, true, false, null stay. */
-	if (equals->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-	    envelope_is_primitive(text, strlen(text)))
-		h->json_equals = config_xstrdup(text);
-	else
-		h->json_equals = config_xasprintf("\"%s\"", text);
-	h->json_equals_len = strlen(h->json_equals);
+	if (node != NULL)
+		((struct config_health *)obj)->json = jcond_parse(ctx, ctx->doc, (yaml_node_t *)node);
 }
 
 static void
@@ -3706,8 +3679,7 @@ config_upstream_free(struct config_upstream *up)
 	if (up->health != NULL) {
 		free(up->health->path);
 		free(up->health->host);
-		free(up->health->json_field);
-		free(up->health->json_equals);
+		jcond_free(up->health->json);
 		free(up->health);
 	}
 	if (up->tls != NULL) {

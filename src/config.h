@@ -147,9 +147,7 @@ struct config_health {
 	unsigned fails;                 /* failed checks in a row that take a server out (3) */
 	unsigned passes;                /* passed checks in a row that bring it back (2) */
 	uint64_t status[CONFIG_STATUS_WORDS];   /* accepted statuses (config_status_in) */
-	char *json_field;               /* expect.json.field: dotted path, or NULL */
-	char *json_equals;              /* expect.json.equals: the value as JSON text */
-	size_t json_equals_len;
+	struct jcond *json;             /* expect.json: a condition on the answer, or NULL */
 };
 
 /*

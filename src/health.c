@@ -14,8 +14,8 @@
 #include <event2/event.h>
 
 #include "conn.h"
-#include "envelope.h"
 #include "http.h"
+#include "jcond.h"
 #include "log.h"
 #include "tls.h"
 #include "upstream_set.h"
@@ -23,7 +23,7 @@
 
 /* The most of an answer a check reads: a health answer is small. */
 #define HEALTH_MAX_ANSWER (64 * 1024)
-/* Nesting a health answer may have above the field looked at. */
+/* Nesting a health answer may have above the fields looked at. */
 #define HEALTH_MAX_DEPTH 64
 
 struct health_check {
@@ -42,6 +42,7 @@ struct health {
 	struct timers *timers;          /* the checks' connection timeouts, passed on with them */
 	struct health_check **checks;   /* each on its own: a check that stays keeps its place */
 	size_t nchecks;
+	struct jcond_scratch *scratch;  /* expect.json reads the answer with it */
 };
 
 static void health_timer_cb(evutil_socket_t fd, short what, void *arg);
@@ -57,69 +58,26 @@ health_timer(struct health_check *hc, uint64_t ms)
 	evtimer_add(hc->timer, &tv);
 }
 
-/* Follow a dotted path from the object at body[0..len) to a value. */
-static int
-health_field(struct envelope *env, const char *body, size_t len, const char *path,
-    const char **val, size_t *vallen, unsigned char *type)
-{
-	size_t pos = envelope_skip_ws(body, len, 0), end, seglen, i;
-	const char *seg = path, *dot;
-
-	for (;;) {
-		if (pos >= len || body[pos] != '{' ||
-		    envelope_parse(env, body, len, pos, HEALTH_MAX_DEPTH, &end) < 0)
-			return -1;
-		dot = strchr(seg, '.');
-		seglen = dot != NULL ? (size_t)(dot - seg) : strlen(seg);
-		for (i = 0; i < env->nmembers; i++)
-			if (envelope_string_eq(env->members[i].key, env->members[i].keylen, seg,
-			    seglen))
-				break;
-		if (i == env->nmembers)
-			return -1;
-		if (dot == NULL) {
-			*val = env->members[i].val;
-			*vallen = env->members[i].vallen;
-			*type = env->members[i].type;
-			return 0;
-		}
-		pos = (size_t)(env->members[i].val - body);
-		seg = dot + 1;
-	}
-}
-
 int
 health_expect(const struct config_health *cfg, int status, const char *body, size_t len,
-    const char **why)
+    struct jcond_scratch *scratch, const char **why)
 {
-	struct envelope env;
-	const char *val, *want = cfg->json_equals;
-	size_t vallen, wantlen = cfg->json_equals_len;
-	unsigned char type;
-	int ok;
-
 	if (!config_status_in(cfg->status, status)) {
 		*why = "unexpected status";
 		return 0;
 	}
-	if (cfg->json_field == NULL)
+	if (cfg->json == NULL)
 		return 1;
-	envelope_init(&env);
-	if (health_field(&env, body, len, cfg->json_field, &val, &vallen, &type) < 0) {
-		envelope_free(&env);
-		*why = "no such JSON field";
+	switch (jcond_eval(cfg->json, body, len, status, scratch)) {
+	case 1:
+		return 1;
+	case 0:
+		*why = "JSON answer not as expected";
+		return 0;
+	default:
+		*why = "answer not valid JSON";
 		return 0;
 	}
-	if (want[0] == '"')     /* a string: compared decoded */
-		ok = type == ENVELOPE_STRING && envelope_string_eq(val, vallen, want + 1,
-		    wantlen - 2);
-	else
-		ok = type == ENVELOPE_PRIMITIVE && vallen == wantlen &&
-		    memcmp(val, want, wantlen) == 0;
-	envelope_free(&env);
-	if (!ok)
-		*why = "JSON field has another value";
-	return ok;
 }
 
 /* The check is over: close, count, tell the shared state, and plan the next one. */
@@ -198,7 +156,8 @@ health_answer(struct health_check *hc, int eof)
 			return 0;
 		}
 		passed = rc == HTTP_CHUNKED_DONE && health_expect(hc->up->health, resp.status,
-		    (const char *)evbuffer_pullup(body, -1), evbuffer_get_length(body), &why);
+		    (const char *)evbuffer_pullup(body, -1), evbuffer_get_length(body), hc->h->scratch,
+		    &why);
 		evbuffer_free(body);
 		health_done(hc, passed, rc == HTTP_CHUNKED_DONE ? why : "malformed chunked answer");
 		return 1;
@@ -219,7 +178,7 @@ health_answer(struct health_check *hc, int eof)
 	} else if (!eof && evbuffer_get_length(in) < HEALTH_MAX_ANSWER) {
 		return 0;       /* delimited by the end of the connection */
 	}
-	passed = health_expect(hc->up->health, resp.status, p, len, &why);
+	passed = health_expect(hc->up->health, resp.status, p, len, hc->h->scratch, &why);
 	health_done(hc, passed, why);
 	return 1;
 }
@@ -364,7 +323,10 @@ health_update(struct health *old, struct event_base *base, const struct config *
 	}
 	h = NULL;
 	if (n != 0 && ((h = calloc(1, sizeof(*h))) == NULL ||
-	    (h->checks = calloc(n, sizeof(*h->checks))) == NULL)) {
+	    (h->checks = calloc(n, sizeof(*h->checks))) == NULL ||
+	    (h->scratch = jcond_scratch_new(HEALTH_MAX_DEPTH, HEALTH_MAX_ANSWER)) == NULL)) {
+		if (h != NULL)
+			free(h->checks);
 		free(h);
 		h = NULL;
 		log_errorx("out of memory for health checks");
@@ -376,6 +338,7 @@ health_update(struct health *old, struct event_base *base, const struct config *
 			h->timers = old->timers;
 			old->timers = NULL;
 		} else if ((h->timers = timers_new(base)) == NULL) {
+			jcond_scratch_free(h->scratch);
 			free(h->checks);
 			free(h);
 			h = NULL;
@@ -418,5 +381,6 @@ health_stop(struct health *h)
 			health_check_free(h->checks[i]);
 	free(h->checks);
 	timers_free(h->timers);
+	jcond_scratch_free(h->scratch);
 	free(h);
 }

@@ -10,6 +10,7 @@ struct config;
 struct config_health;
 
 struct health;
+struct jcond_scratch;
 
 /* Check every server of every upstream of cfg that has `health:`; NULL when there is none
  * (or without memory, logged).  cfg must outlive the checks.  Servers of upstreams without
@@ -25,8 +26,9 @@ struct health *health_update(struct health *old, struct event_base *base,
 /* Stop all checks (checks in progress are dropped without a verdict). */
 void health_stop(struct health *h);
 
-/* 1 when an answer passes cfg's expectations: status, and the JSON field when set. */
+/* 1 when an answer passes cfg's expectations: its status, and the JSON condition when set
+ * (read with scratch); else 0 and *why. */
 int health_expect(const struct config_health *cfg, int status, const char *body, size_t len,
-    const char **why);
+    struct jcond_scratch *scratch, const char **why);
 
 #endif

@@ -532,7 +532,7 @@ def active_health_checks_with_json(env):
     env.require('a JSON field that differs takes it out', wait_until(lambda: metric(
         aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
     env.check('logged once with the reason', gw.wait_log(
-        r'server %s failed 2 health checks \(JSON field has another value\): out of service'
+        r'server %s failed 2 health checks \(JSON answer not as expected\): out of service'
         % re.escape(checked.address)))
     bodies = {get(env, gw, '/out%d' % i).body for i in range(4)}
     env.eq('no requests to a server failing its checks', bodies, {b'{"server":"other"}'})
@@ -545,6 +545,48 @@ def active_health_checks_with_json(env):
     state['status'] = 500
     env.require('a status outside expect.status takes it out', wait_until(lambda: metric(
         aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+
+
+@T.case
+def health_json_expectation_by_value(env):
+    """expect.json is a condition as match.json and when: have: numbers compare by value,
+    strings decoded, and every test (type, all) is there."""
+    answers = {
+        'by_value': b'{"code":1.0,"state":"\\u006fk","db":{}}',
+        'a_string': b'{"code":"1","state":"ok","db":{}}',
+        'not_object': b'{"code":10e-1,"state":"ok","db":[]}',
+        'not_json': b'{"code":1,',
+    }
+    ups = {name: env.scripted(default=ok_from(name), health=(200, body))
+           for name, body in answers.items()}
+    conf, aport = with_admin(upstream_config(*[up.address for up in ups.values()]))
+    conf['upstreams']['app']['health'] = {
+        'path': '/health', 'interval': '50ms', 'fails': 1, 'passes': 1,
+        'expect': {'json': {'all': [{'field': 'code', 'equals': 1},
+                                    {'field': 'state', 'equals': 'ok'},
+                                    {'field': 'db', 'type': 'object'}]}}}
+    gw = env.daemon(conf)
+
+    def up_now():
+        return {name: metric(aport, 'jsongate_upstream_server_up', upstream='app',
+                             server=up.address) for name, up in ups.items()}
+    want = {'by_value': 1, 'a_string': 0, 'not_object': 0, 'not_json': 0}
+    env.require('1.0 equals 1 and "\\u006fk" equals ok; a string "1", an array where an '
+                'object is expected and a cut answer fail', wait_until(
+                    lambda: up_now() == want and metric(
+                        aport, 'jsongate_upstream_health_checks_total', upstream='app',
+                        server=ups['by_value'].address, result='passed'), 5 * SLOW), up_now())
+    for name, why in (('a_string', 'JSON answer not as expected'),
+                      ('not_object', 'JSON answer not as expected'),
+                      ('not_json', 'answer not valid JSON')):
+        env.check('%s: logged with the reason' % name, gw.wait_log(
+            r'server %s failed 1 health check \(%s\): out of service'
+            % (re.escape(ups[name].address), why)))
+    bodies = {get(env, gw, '/%d' % i).body for i in range(4)}
+    env.eq('only the server that passes gets requests', bodies, {b'{"server":"by_value"}'})
+    env.eq('its checks never failed', metric(
+        aport, 'jsongate_upstream_health_checks_total', upstream='app',
+        server=ups['by_value'].address, result='failed'), None)
 
 
 @T.case
@@ -638,7 +680,9 @@ def config_errors(env):
         ({'health': {'interval': '1s'}}, "health: missing required key 'path'"),
         ({'health': {'path': '/h', 'expect': {'status': ['2yy']}}}, 'expected a status'),
         ({'health': {'path': '/h', 'expect': {'json': {'field': 'a'}}}},
-         'expected exactly { field: PATH, equals: VALUE }'),
+         'field needs one test: equals, in, prefix, exists or type'),
+        ({'health': {'path': '/h', 'expect': {'status': ['300..200']}}},
+         'status range "300..200" runs backwards'),
     ]
     for extra, message in bad:
         conf = upstream_config('127.0.0.1:1')
