@@ -649,23 +649,33 @@ def hash_balancing_is_sticky(env):
 
 @T.case
 def least_conn_prefers_the_idle_server(env):
-    slow = env.scripted(default=answer(OK, delay=0.5))
+    """With one request held on a server, least_conn sends every other request to the idle
+    one; round robin would send it every second request."""
+    release = threading.Event()
+    slow = env.scripted([pieces((b'', release), (OK, 0), close=False)],
+                        answer(OK, delay=0.3))
     fast = env.scripted(default=ok_from('fast'))
     conf = upstream_config(slow.address, fast.address)
     conf['upstreams']['app']['balance'] = 'least_conn'
     gw = env.daemon(conf)
     busy = env.client(gw.port)
-    busy.send(build_request('GET', '/busy', [('Host', 'a')]))
-    env.require('one request in flight', wait_until(lambda: slow.requests or fast.requests, 5))
-    first = slow if slow.requests else fast
-    other = fast if first is slow else slow
-    before = len(other.requests)
-    for i in range(3):
-        get(env, gw, '/%d' % i)
-    env.check('requests go to the server with none in flight',
-              len(other.requests) - before >= 2 or first is fast,
-              (len(slow.requests), len(fast.requests)))
-    busy.read_response()
+    # Both idle: the tie goes to either; ask until the slow server holds a request.
+    for _ in range(40):
+        busy.send(build_request('GET', '/busy', [('Host', 'a')]))
+        if wait_until(lambda: slow.requests, 0.3):
+            break
+        env.eq('a busy request the fast server took is answered', busy.read_response().status,
+               200)
+    env.require('the slow server holds one request', len(slow.requests) == 1)
+    before = len(fast.requests)
+    bodies = [get(env, gw, '/%d' % i).body for i in range(10)]
+    env.eq('every request meanwhile goes to the idle server', bodies,
+           [b'{"server":"fast"}'] * 10)
+    env.eq('the busy server got none of them', (len(slow.requests), len(fast.requests) - before),
+           (1, 10))
+    release.set()
+    env.eq('the held request is answered once released', busy.read_response().body,
+           b'{"ok":true}')
 
 
 @T.case
