@@ -141,8 +141,8 @@ balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng
 	if (tied < 2)
 		return best;
 	/* Equally loaded (per weight): a random one, in proportion to its weight, never the
-	 * first in the list as such.  Between two equal servers this is Envoy's two random
-	 * choices; with weights it keeps idle traffic in their proportion. */
+	 * first in the list as such.  Between two equal servers this picks as Envoy's two
+	 * random choices would; with weights it keeps idle traffic in their proportion. */
 	return balance_tied(servers, n, tier, best,
 	    balance_random_below(rng, (uint32_t)tied_weight));
 }

@@ -33,10 +33,10 @@ int balance_round_robin(struct balance_server *servers, size_t n);
 
 /*
  * The usable server with the fewest requests in flight relative to its weight.  Ties are
- * broken by two random choices among the tied servers (Envoy's P2C), never by position: of
- * the two, the one the request loads less relative to its weight, the heavier, wins; the
- * first on equal weights, so that equal servers share evenly.  rng is the worker's random
- * state: any seed, advanced only when there is a tie.  Returns the index chosen, or -1.
+ * broken at random, never by position: one of the tied servers is drawn in proportion to its
+ * weight, so that idle servers take traffic in the proportion of their weights (between two
+ * equal servers, as Envoy's two random choices would).  rng is the worker's random state:
+ * any seed, advanced only when there is a tie.  Returns the index chosen, or -1.
  */
 int balance_least_conn(const struct balance_server *servers, size_t n, uint64_t *rng);
 

@@ -211,8 +211,10 @@ upstream_server_succeeded(const struct config_upstream *up, const struct config_
 {
 	struct upstream_server_state *st = srv->state;
 
-	if (atomic_load_explicit(&st->fails, memory_order_relaxed) != 0)
+	if (atomic_load_explicit(&st->fails, memory_order_relaxed) != 0) {
 		atomic_store_explicit(&st->fails, 0, memory_order_relaxed);
+		atomic_store_explicit(&st->eject_refused, 0, memory_order_relaxed);
+	}
 	if (trial) {
 		server_back_in_service(up, srv, "after a successful trial request");
 		atomic_store(&st->trial, 0);
@@ -240,10 +242,17 @@ server_eject(const struct config_upstream *up, const struct config_server *srv, 
 	uint64_t expected = 0, ms;
 	unsigned n;
 
-	/* max_ejected_percent keeps a share in service; one server may always go. */
+	/* max_ejected_percent keeps a share in service; one server may always go.  Said once
+	 * for a run of failures: each further failure would say it again. */
 	if (!trial && ejected != 0 &&
-	    (ejected + 1) * 100 > (size_t)up->max_ejected_percent * total)
+	    (ejected + 1) * 100 > (size_t)up->max_ejected_percent * total) {
+		if (!atomic_exchange(&st->eject_refused, 1))
+			log_warnx("upstream %s: server %s not ejected after %u %s: "
+			    "max_ejected_percent %u keeps it in service", up->name, srv->addr.text,
+			    fails, fail_name(fail, fails), up->max_ejected_percent);
 		return;
+	}
+	atomic_store(&st->eject_refused, 0);
 	n = atomic_fetch_add(&st->ejections, 1) + 1;
 	ms = up->fail_timeout * n < cap ? up->fail_timeout * n : cap;
 	if (trial) {

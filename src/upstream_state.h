@@ -47,6 +47,7 @@ struct upstream_server_state {
 	atomic_uint last_fail;          /* FAIL_* bit of the latest failure */
 	atomic_uint_least64_t ejected_until;   /* ms; 0: in service; past: a trial may go */
 	atomic_uint ejections;          /* ejections in a row: the backoff's multiplier */
+	atomic_int eject_refused;       /* 1 once max_ejected_percent kept it in (logged) */
 	atomic_int trial;               /* 1 while the trial request is out */
 	atomic_int check_down;          /* 1: failing active health checks */
 	atomic_uint_least64_t not_before;   /* ms: Retry-After */

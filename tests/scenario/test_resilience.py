@@ -420,6 +420,10 @@ def passive_5xx_ejection_and_max_ejected_percent(env):
           for s in [bad] + good]
     env.eq('max_ejected_percent 25 of 4: only one server ejected at a time', up,
            [0, 1, 1, 1])
+    refused = re.findall(r'upstream app: server (\S+) not ejected after 2 error statuses: '
+                         r'max_ejected_percent 25 keeps it in service', gw.log())
+    env.eq('each server kept in service logged once, not at each further failure',
+           sorted(refused), sorted(g.address for g in good))
 
 
 @T.case
