@@ -98,6 +98,8 @@ struct request {
 	unsigned sent : 1;              /* this try's request bytes went out */
 	unsigned noted : 1;             /* this try's server is in tried[] */
 	unsigned stale_retried : 1;     /* a stale pooled connection was replaced once */
+	unsigned pick_after_body : 1;   /* the server is chosen once the body the request ops
+	                                 * take is in: its upstream hashes by a $json field */
 	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
 	enum body_mode req_mode;
 	uint64_t req_left;
@@ -1000,6 +1002,71 @@ proxy_send_collected(struct client *c)
 	proxy_request_ready(c);
 }
 
+/* The request's upstream balances by a field of the body: read whole by request ops, the
+ * body is in before a server is chosen. */
+static int
+proxy_hashes_by_field(const struct client *c)
+{
+	const char *key = c->rq->upool->cfg->hash_key;
+
+	return key != NULL && strncmp(key, "$json.", 6) == 0;
+}
+
+/*
+ * The body the request ops take is in: a server balanced by one of its fields is chosen now,
+ * before the ops ($upstream) and the head are written.  0, or -1 when the try ended the
+ * request (a failure at once; the client's next request may then hold the same object,
+ * with pick_after_body clear).
+ */
+static int
+proxy_pick_after_body(struct client *c, const struct http_request *req)
+{
+	struct request *rq = c->rq;
+
+	if (!rq->pick_after_body)
+		return 0;
+	client_hash_key(c, req);
+	proxy_try(c, 0);
+	if (c->rq != rq || !rq->pick_after_body || c->state != CLIENT_BUSY || rq->resp_started)
+		return -1;
+	rq->pick_after_body = 0;
+	return 0;
+}
+
+/*
+ * The collected request body as the ops read it, with a reference: the block, or its
+ * inflated copy (*coding then identity) when the route reads $json values.  Those are taken
+ * from it here, the whole body as the client sent it: the ops and their values read the
+ * same text.  A body that cannot be inflated is left to the ops to refuse.
+ */
+static struct body_block *
+proxy_request_text(struct client *c, enum body_coding *coding, size_t *len)
+{
+	const struct config *cfg = client_cfg(c);
+	struct body_block *b = c->rq->req_block;
+	const char *why;
+	size_t n;
+
+	*len = c->rq->req_block_len;
+	if (*len == 0 || *coding == BODY_CODING_OTHER ||
+	    !route_scan_reads_values(cfg, c->rq->route)) {
+		body_block_ref(b);
+		return b;
+	}
+	if (*coding == BODY_CODING_IDENTITY) {
+		body_block_ref(b);
+	} else if ((b = body_inflate(c->w->bodies, body_block_data(b), *len, *coding,
+	    cfg->limits.max_body, &n, &why)) != NULL) {
+		*coding = BODY_CODING_IDENTITY;
+		*len = n;
+	} else {
+		body_block_ref(c->rq->req_block);
+		return c->rq->req_block;
+	}
+	route_scan_read_body(&c->rq->scan, cfg, c->rq->route, body_block_data(b), *len);
+	return b;
+}
+
 /* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
 static void
 proxy_collect_request_body(struct client *c)
@@ -1012,7 +1079,9 @@ proxy_collect_request_body(struct client *c)
 	struct body_tls_text tls_text;
 	struct body_result res;
 	struct http_request *req = &w->req;
-	size_t n, ql;
+	struct body_block *text;
+	enum body_coding coding;
+	size_t n, ql, len;
 	char msg[256];
 	int r;
 
@@ -1041,12 +1110,20 @@ proxy_collect_request_body(struct client *c)
 			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
 			return;
 		}
+		/* The ops do not take it: its values are those of its window. */
+		http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
+		if (route_scan_reads_values(cfg, c->rq->route))
+			route_scan_read_prefix(&c->rq->scan, w->bodies, cfg, c->rq->route,
+			    body_coding(http_find_header(req->headers, req->nheaders,
+			    "content-encoding")), body_block_data(c->rq->req_block),
+			    c->rq->req_block_len);
 		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
 		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
+		if (proxy_pick_after_body(c, req) < 0)
+			return;
 		c->rq->req_buffering = 0;
-		http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 		if (proxy_build_upstream_head(c, req) < 0) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
@@ -1071,29 +1148,40 @@ proxy_collect_request_body(struct client *c)
 	if (!c->rq->req_done)
 		return;
 
-	c->rq->req_buffering = 0;
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 	if (c->rq->route->jsonrpc != NULL) {
+		c->rq->req_buffering = 0;
 		proxy_jsonrpc_start(c, req);
 		return;
 	}
+	coding = body_coding(http_find_header(req->headers, req->nheaders, "content-encoding"));
+	text = proxy_request_text(c, &coding, &len);
+	if (proxy_pick_after_body(c, req) < 0) {
+		body_block_release(text);
+		return;
+	}
+	c->rq->req_buffering = 0;
 	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
+		body_block_release(text);
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
 	if (c->rq->req_block_len == 0 && c->rq->route->validate != VALIDATE_FULL) {
 		/* An empty body is no JSON document: validate: envelope passes it untouched. */
+		body_block_release(text);
 		metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, METRICS_REASON_EMPTY);
 		c->rq->req_out_len = 0;
 	} else {
 		proxy_vars(c, proxy_prog_vars(c->rq->route->request), &vars, &tls_text);
 		body_vars_headers(&vars, req);
-		if (body_apply_block(w->bodies, cfg, c->rq->route, c->rq->route->request,
-		    body_coding(http_find_header(req->headers, req->nheaders,
-		    "content-encoding")), c->rq->req_block, c->rq->req_block_len, &vars, w->rewritten,
-		    &res) < 0) {
+		r = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->route->request, coding,
+		    text, len, &vars, w->rewritten, &res);
+		/* The output holds references of its own to what it splices. */
+		res.inflated |= text != c->rq->req_block;
+		body_block_release(text);
+		if (r < 0) {
 			snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
 			log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
 			evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
@@ -1468,7 +1556,9 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 			 * ops names its server. */
 			evbuffer_drain(in, (size_t)r);
 			c->rq->req_buffering = 1;
-			proxy_try(c, 0);
+			c->rq->pick_after_body = proxy_hashes_by_field(c);
+			if (!c->rq->pick_after_body)
+				proxy_try(c, 0);
 			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
 				proxy_start_request_collect(c);
 			return;

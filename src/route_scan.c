@@ -60,6 +60,14 @@ route_scan_json_body(const struct config_route *route, const struct http_request
 	return body_is_json(route, http_find_header(req->headers, req->nheaders, "content-type"));
 }
 
+int
+route_scan_collects(const struct config *cfg, const struct config_route *route,
+    const struct http_request *req)
+{
+	return route->request != NULL && route_scan_json_body(route, req) &&
+	    (req->framing.chunked || (uint64_t)req->framing.content_length <= cfg->limits.max_body);
+}
+
 /* Follow the body's framing over the bytes that arrived since: is all of it here, and how
  * much payload is (cheap: nothing is decoded). */
 static void
@@ -235,9 +243,7 @@ route_scan_header_ops_read(const struct header_ops *ops)
 	return ops != NULL && (ops->vars & (1u << REWRITE_VAR_JSON)) != 0;
 }
 
-/* 1 when the route reads $json values: in its ops and header ops, its upstream's hash key,
- * the access log. */
-static int
+int
 route_scan_reads_values(const struct config *cfg, const struct config_route *route)
 {
 	return rewrite_program_uses(route->request, REWRITE_VAR_JSON) ||
@@ -383,7 +389,8 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 			if (r < 0)
 				break;
 		}
-		if (json && route_scan_reads_values(cfg, route)) {
+		if (json && route_scan_reads_values(cfg, route) &&
+		    !route_scan_collects(cfg, route, req)) {
 			if (!win.built)
 				route_scan_window(&win, rs, pool, cfg, req, in);
 			if (!win.bad)
@@ -402,6 +409,53 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 	*out = route;
 	*method_mismatch = route == NULL && mismatch;
 	return ROUTE_SCAN_DONE;
+}
+
+/* The route's values from win alone: any taken before go. */
+static void
+route_scan_capture_from(struct route_scan *rs, const struct config *cfg,
+    const struct config_route *route, const struct route_scan_window *win)
+{
+	rs->nvals = rs->text_len = 0;
+	if (!win->bad)
+		route_scan_capture(rs, cfg, route, win);
+}
+
+void
+route_scan_read_body(struct route_scan *rs, const struct config *cfg,
+    const struct config_route *route, const char *body, size_t len)
+{
+	struct route_scan_window win;
+
+	memset(&win, 0, sizeof(win));
+	win.p = len != 0 ? body : "";
+	win.len = len;
+	win.complete = 1;
+	route_scan_capture_from(rs, cfg, route, &win);
+}
+
+void
+route_scan_read_prefix(struct route_scan *rs, struct body_pool *pool,
+    const struct config *cfg, const struct config_route *route, enum body_coding coding,
+    const char *body, size_t len)
+{
+	struct route_scan_window win;
+	size_t cap = cfg->limits.route_scan;
+
+	memset(&win, 0, sizeof(win));
+	if (coding == BODY_CODING_IDENTITY) {
+		win.p = body;
+		win.len = len < cap ? len : cap;
+	} else if (coding == BODY_CODING_OTHER || (win.block = body_block_new(pool, cap)) == NULL ||
+	    body_prefix_inflate_start(pool, coding, body_block_data(win.block), cap) != 0) {
+		win.bad = 1;
+	} else {
+		win.p = body_block_data(win.block);
+		route_scan_feed(&win, pool, coding, cap, body, len);
+	}
+	route_scan_capture_from(rs, cfg, route, &win);
+	if (win.block != NULL)
+		body_block_release(win.block);
 }
 
 int

@@ -13,12 +13,19 @@
  * route reads (its ops' set values, its upstream's hash_key, log.json_fields): the decoded
  * text of a string, the bytes of any other value.  Ops, the hash key and the access log all
  * read these captures; nothing scans the body for them again.
+ *
+ * A route whose request ops take the body whole is the exception: its values are taken
+ * once the body is in, from the whole of it as the ops read it (de-chunked, inflated), so
+ * that the ops and the values they use read the same text; the window decides its route
+ * only.  A body the ops end up not taking (chunked, past limits.max_body) gives the values
+ * of its window.
  */
 #ifndef JG_ROUTE_SCAN_H
 #define JG_ROUTE_SCAN_H
 
 #include <stddef.h>
 
+#include "body.h"
 #include "config.h"
 #include "http.h"
 
@@ -68,6 +75,22 @@ int route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct
 
 /* How much input to hold while waiting: the head and enough body to fill the window. */
 size_t route_scan_input_max(const struct config *cfg, size_t head_len);
+
+/* 1 when the route's request ops take this request's body whole (a JSON body in a coding
+ * they read, within limits.max_body or chunked): route_scan_match leaves its values to
+ * route_scan_read_body. */
+int route_scan_collects(const struct config *cfg, const struct config_route *route,
+    const struct http_request *req);
+/* 1 when the route reads $json values (ops, header ops, its upstream's hash key, the log). */
+int route_scan_reads_values(const struct config *cfg, const struct config_route *route);
+/* The route's values from its whole request body[0..len), identity-coded. */
+void route_scan_read_body(struct route_scan *rs, const struct config *cfg,
+    const struct config_route *route, const char *body, size_t len);
+/* The route's values from the window of body[0..len), the first bytes (de-chunked, in
+ * coding) of a body longer than that. */
+void route_scan_read_prefix(struct route_scan *rs, struct body_pool *pool,
+    const struct config *cfg, const struct config_route *route, enum body_coding coding,
+    const char *body, size_t len);
 
 /* The captured text of $json.PATH: 1, or 0 when the field is absent (or was not read). */
 int route_scan_value(const struct route_scan *rs, const char *path, size_t len,

@@ -1,6 +1,8 @@
 """$json.PATH variables: request body fields in `set` of request and
 response ops (decoded strings, other values as their bytes, absent as
-null, a field outside limits.route_scan), the `hash` balancing key (sticky
+null, a field outside limits.route_scan), read from the whole body on a
+route whose request ops take it (ops, header ops, the log and the hash key
+past the window, the value as the client sent it), the `hash` balancing key (sticky
 by $json.user_id, escapes decoded), the access log (log.json_fields, never
 the values of an earlier request on the connection), the same look serving
 match.json and the variables, and configuration errors."""
@@ -127,6 +129,125 @@ def fields_of_compressed_and_long_bodies(env):
     r = post(c, b'{"type":"order"', target='/')
     env.eq('a body cut short after the field: the field', r.body if r else None,
            b'{"t":"order"}')
+
+
+@T.case
+def request_ops_read_the_whole_body(env):
+    """On a route whose request ops take the body whole, $json values are read from all of it
+    as the ops read it, not from the window: the ops, the request header ops and the access
+    log see the field past limits.route_scan that a when: sees.  They are the body as the
+    client sent it: a field the ops rename still has its value."""
+    up = echo(env)
+    path = os.path.join(env.tmp, 'access.log')
+    conf = upstream_config(
+        up.address, limits={'route_scan': '1k'},
+        log={'level': 'info', 'access': path, 'format': 'json', 'json_fields': ['late', 'a.b.c']},
+        routes=[{'name': 'ops', 'upstream': 'app',
+                 'request_headers': {'set': {'X-Late': '$json.late'}},
+                 'request': [{'set': {'seen': True}, 'when': {'field': 'late', 'exists': True}},
+                             {'rename': {'late': 'was_late'}},
+                             {'set': {'copy': '$json.late', 'deep': '$json.a.b.c',
+                                      'unescaped': '$json.esc'}}]}])
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    pad = b'"pad":"' + b'x' * 3000 + b'"'
+    late = (b'{' + pad + b',"late":"L\\u00e9","a":{"p":"' + b'y' * 2000 +
+            b'","b":{"c":[1, 2]}},"esc":"q\\"\\\\\\u0041"}')
+    added = b',"seen":true,"copy":"L\xc3\xa9","deep":"[1, 2]","unescaped":"q\\"\\\\A"}'
+    renamed = late.replace(b'"late":', b'"was_late":')[:-1] + added
+    le = 'L\u00c3\u00a9'
+    cases = [
+        ('fields past the window', late, [], renamed, le),
+        ('a field inside the window', b'{"late":"in",' + pad + b'}', [],
+         b'{"was_late":"in",' + pad + b',"seen":true,"copy":"in","deep":null,"unescaped":null}',
+         'in'),
+        ('fields absent', b'{' + pad + b'}', [],
+         b'{' + pad + b',"copy":null,"deep":null,"unescaped":null}', None),
+        ('a gzip body: read inflated, sent rewritten', gzip.compress(late, mtime=0),
+         [('Content-Encoding', 'gzip')], renamed, le),
+    ]
+    for i, (what, body, headers, want, header) in enumerate(cases):
+        post(c, body, headers=headers)
+        got = up.requests[i] if len(up.requests) > i else None
+        env.eq(what + ': the body upstream', got.body if got else None, want)
+        env.eq(what + ': X-Late, and no Content-Encoding', (got.header('X-Late'), got.header(
+            'Content-Encoding')) if got else None, (header, None))
+    lines = read_lines(path, len(cases))
+    env.eq('the access log: the same values', [json.loads(line).get('json') for line in lines],
+           [{'late': le, 'a.b.c': '[1, 2]'}, {'late': 'in', 'a.b.c': None},
+            {'late': None, 'a.b.c': None}, {'late': le, 'a.b.c': '[1, 2]'}])
+
+
+@T.case
+def request_ops_hash_by_a_field_past_the_window(env):
+    """The hash key of a route whose request ops take the body is read from the whole body:
+    the server is chosen once it is in, before the ops ($upstream names it)."""
+    servers = [env.scripted([], answer(lambda req, i=i: http_response(200, b's%d ' % i + req.body)))
+               for i in range(3)]
+    conf = upstream_config(*[s.address for s in servers], limits={'route_scan': '1k'},
+                           routes=[{'name': 'ops', 'upstream': 'app',
+                                    'request': [{'set': {'via': '$upstream'}}]}])
+    conf['upstreams']['app'].update(balance='hash', hash_key='$json.user_id')
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    pad = b'"pad":"' + b'x' * 3000 + b'"'
+    seen = {}
+    for user in range(8):
+        got = set()
+        for _ in range(3):
+            r = post(c, b'{' + pad + b',"user_id":"u%d"}' % user)
+            name, _, body = r.body.partition(b' ')
+            got.add(name)
+            env.eq('user %d: $upstream names the server that got it' % user,
+                   json.loads(body)['via'], servers[int(name[1:])].address)
+        env.eq('user %d always on one server' % user, len(got), 1)
+        seen[user] = got.pop()
+    env.check('users spread over the servers', len(set(seen.values())) >= 2, seen)
+    r = post(c, b'{' + pad + b',"user_id":"u\\u0031"}')
+    env.eq('"u\\u0031" past the window is user u1', r.body.partition(b' ')[0], seen[1])
+
+
+@T.case
+def a_server_chosen_after_the_body_that_fails(env):
+    """A try started once the body is in and failing at once answers its error; the
+    connection then serves the next request (pipelined behind it)."""
+    closed = env.closed_port()
+    conf = upstream_config('127.0.0.1:%d' % closed,
+                           routes=[{'name': 'ops', 'upstream': 'app',
+                                    'request': [{'set': {'via': '$upstream'}}]}])
+    conf['upstreams']['app'].update(balance='hash', hash_key='$json.user_id', retries=0)
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    one = build_request('POST', '/', [('Host', 'a'), ('Content-Type', 'application/json'),
+                                      ('X-Request-Id', 'p-%d')], b'{"user_id":"u1"}')
+    c.send((one % 1) + (one % 2))
+    for i in (1, 2):
+        r = c.read_response('POST')
+        env.gateway_error('request %d' % i, r, 502, 'upstream_unavailable',
+                          'connect to upstream app refused', False, request_id='p-%d' % i)
+
+
+@T.case
+def a_chunked_body_past_max_body_gives_its_window(env):
+    """A chunked body the request ops do not take (past limits.max_body, on_error: pass) goes
+    untouched; its values are those of its window, as on a route without request ops."""
+    up = echo(env)
+    conf = upstream_config(up.address, limits={'route_scan': '1k', 'max_body': '4k'},
+                           routes=[{'name': 'ops', 'upstream': 'app',
+                                    'request_headers': {'set': {'X-Early': '$json.early',
+                                                                'X-Late': '$json.late'}},
+                                    'request': [{'set': {'copy': '$json.early'}}]}])
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    body = b'{"early":"e\\u0031","pad":"' + b'x' * 6000 + b'","late":1}'
+    r = c.request('POST', '/', [('Host', 'a'), ('Content-Type', 'application/json'),
+                                ('Transfer-Encoding', 'chunked')],
+                  b''.join(b'%x\r\n%s\r\n' % (len(p), p) for p in (body[:3000], body[3000:])) +
+                  b'0\r\n\r\n')
+    got = up.requests[0] if up.requests else None
+    env.eq('the body untouched, the window\'s field in the head, the late one left out',
+           (r.status, got.body, got.header('X-Early'), got.header('X-Late')) if got else None,
+           (200, body, 'e1', None))
 
 
 @T.case
