@@ -1,6 +1,7 @@
 /*
  * A JSON-RPC request's life: start -> split (jsonrpc.c) -> route each call by its method ->
- * a single routed call goes back to the caller to forward; otherwise group the calls into
+ * a single routed call goes back to the caller to forward (an answer it does not stream
+ * comes back to be judged as a unit of that one call would be); otherwise group the calls into
  * units (one per upstream and round of duplicate ids, or one per call with split: single) ->
  * send the units, at most jsonrpc.parallel at once, each a fetch -> match each answer to its
  * unit's calls by id -> answer in the order of the request: each call's answer spliced from
@@ -14,6 +15,7 @@
 #include "config.h"
 #include "jsonrpc_route.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,7 @@ struct rpc_unit {
 	size_t first, n;                /* its calls: order[first .. first + n) */
 	size_t ncalls;                  /* of them, calls (with an id) */
 	size_t body_len;                /* its request body's length */
+	int status;                     /* its answer's HTTP status, 0 before one */
 	enum rpc_unit_state state;
 	struct body_block *blk;         /* its answer's bytes (a reference) */
 	enum gateway_error error;       /* failed: why */
@@ -479,13 +482,82 @@ rpc_coding(struct jsonrpc_route *r, struct fetch *f)
 	return body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
 }
 
+/* The calls of u its answer leaves without a Response object. */
+static size_t
+rpc_unanswered(const struct jsonrpc_route *r, const struct rpc_unit *u)
+{
+	const struct jsonrpc_call *c;
+	size_t i, n = 0;
+
+	for (i = 0; i < u->n; i++) {
+		c = &r->j.calls[r->order[u->first + i]];
+		n += c->kind == JSONRPC_CALL && c->state != JSONRPC_RESULT &&
+		    c->state != JSONRPC_ERROR;
+	}
+	return n;
+}
+
+/*
+ * The answer of u's upstream: status, and its body blk[0..len) (NULL: none) in coding.  Its
+ * Response objects are matched to u's calls whatever the status (many servers answer an
+ * error object with a 500); the calls a status other than 2xx leaves unanswered get
+ * upstream_status.  An answer that is not JSON-RPC, or notifications answered other than
+ * 2xx, fail the unit.
+ */
+static void
+rpc_read_answer(struct jsonrpc_route *r, struct rpc_unit *u, int status,
+    enum body_coding coding, struct body_block *blk, size_t len)
+{
+	const struct config *cfg = rpc_cfg(r);
+	const char *name = r->targets[u->target].up->name, *why = NULL, *error, *data;
+	int ok = status >= 200 && status <= 299;
+	char msg[256], status_msg[160];
+
+	u->status = status;
+	snprintf(status_msg, sizeof(status_msg), "upstream %s answered %d", name, status);
+	if (!ok && u->ncalls == 0) {
+		rpc_unit_failed(r, u, GW_UPSTREAM_STATUS, status_msg);
+		return;
+	}
+	u->state = UNIT_DONE;
+	if (u->ncalls == 0)
+		return;                 /* notifications: no answer to read */
+	if (coding == BODY_CODING_OTHER) {
+		snprintf(msg, sizeof(msg), "the answer of upstream %s has a content coding other "
+		    "than gzip and deflate", name);
+		why = msg;
+	} else if (coding != BODY_CODING_IDENTITY && len != 0) {
+		u->blk = body_inflate(r->w->bodies, body_block_data(blk), len, coding,
+		    cfg->limits.max_body, &len, &error);
+		if (u->blk == NULL) {
+			snprintf(msg, sizeof(msg), "the answer of upstream %s cannot be inflated: %s",
+			    name, error);
+			why = msg;
+		}
+	} else if (blk != NULL) {
+		body_block_ref(blk);
+		u->blk = blk;
+	}
+	if (why == NULL) {
+		data = u->blk != NULL ? body_block_data(u->blk) : "";
+		if (jsonrpc_match(&r->j, r->order + u->first, u->n, data, len,
+		    cfg->limits.max_depth) < 0) {
+			snprintf(msg, sizeof(msg), "the answer of upstream %s is not JSON-RPC", name);
+			why = msg;
+		}
+	}
+	if (why != NULL)
+		rpc_unit_failed(r, u, ok ? GW_UPSTREAM_INVALID : GW_UPSTREAM_STATUS,
+		    ok ? why : status_msg);
+	else if (!ok && rpc_unanswered(r, u) != 0)
+		log_warnx("route %s: %s (request %s)", r->route->name, status_msg, r->request_id);
+}
+
 /* The unit's fetch ended: its answer matched to its calls, or the unit failed. */
 static void
 rpc_settle(struct jsonrpc_route *r, struct rpc_unit *u, struct fetch *f)
 {
-	const struct config *cfg = rpc_cfg(r);
-	const char *name = r->targets[u->target].up->name, *why, *data;
-	enum body_coding coding;
+	const char *name = r->targets[u->target].up->name;
 	struct body_block *blk;
 	char msg[256];
 	size_t len;
@@ -494,44 +566,16 @@ rpc_settle(struct jsonrpc_route *r, struct rpc_unit *u, struct fetch *f)
 		rpc_unit_failed(r, u, f->error, f->message);
 		return;
 	}
-	if (f->status < 200 || f->status > 299) {
-		snprintf(msg, sizeof(msg), "upstream %s answered %d", name, f->status);
-		rpc_unit_failed(r, u, GW_UPSTREAM_STATUS, msg);
+	if (u->ncalls == 0) {
+		rpc_read_answer(r, u, f->status, BODY_CODING_IDENTITY, NULL, 0);
 		return;
 	}
-	u->state = UNIT_DONE;
-	if (u->ncalls == 0)
-		return;                 /* notifications: no answer to read */
 	if (fetch_body(f, &blk, &len) < 0) {
 		snprintf(msg, sizeof(msg), "the answer of upstream %s does not fit in memory", name);
 		rpc_unit_failed(r, u, GW_UPSTREAM_INVALID, msg);
 		return;
 	}
-	coding = rpc_coding(r, f);
-	if (coding == BODY_CODING_OTHER) {
-		snprintf(msg, sizeof(msg), "the answer of upstream %s has a content coding other "
-		    "than gzip and deflate", name);
-		rpc_unit_failed(r, u, GW_UPSTREAM_INVALID, msg);
-		return;
-	}
-	if (coding != BODY_CODING_IDENTITY && len != 0) {
-		u->blk = body_inflate(r->w->bodies, body_block_data(blk), len, coding,
-		    cfg->limits.max_body, &len, &why);
-		if (u->blk == NULL) {
-			snprintf(msg, sizeof(msg), "the answer of upstream %s cannot be inflated: %s",
-			    name, why);
-			rpc_unit_failed(r, u, GW_UPSTREAM_INVALID, msg);
-			return;
-		}
-	} else if (blk != NULL) {
-		body_block_ref(blk);
-		u->blk = blk;
-	}
-	data = u->blk != NULL ? body_block_data(u->blk) : "";
-	if (jsonrpc_match(&r->j, r->order + u->first, u->n, data, len, cfg->limits.max_depth) < 0) {
-		snprintf(msg, sizeof(msg), "the answer of upstream %s is not JSON-RPC", name);
-		rpc_unit_failed(r, u, GW_UPSTREAM_INVALID, msg);
-	}
+	rpc_read_answer(r, u, f->status, rpc_coding(r, f), blk, len);
 }
 
 static void
@@ -580,7 +624,8 @@ rpc_count(struct jsonrpc_route *r, int cancelled)
 			else if (u->state != UNIT_DONE)
 				o = METRICS_JSONRPC_UPSTREAM_ERROR;
 			else if (c->kind == JSONRPC_NOTIFICATION)
-				o = METRICS_JSONRPC_NOTIFIED;
+				o = u->status >= 200 && u->status <= 299 ? METRICS_JSONRPC_NOTIFIED :
+				    METRICS_JSONRPC_UPSTREAM_ERROR;
 			else if (c->state == JSONRPC_RESULT || c->state == JSONRPC_ERROR)
 				o = METRICS_JSONRPC_ANSWERED;
 			else
@@ -622,8 +667,9 @@ rpc_has_element(const struct jsonrpc_route *r, size_t i)
 	return r->info[i].fate == FATE_INVALID || r->j.calls[i].kind == JSONRPC_CALL;
 }
 
-/* Call i's element of the answer, into out. */
-static void
+/* Call i's element of the answer, into out; the gateway error of a routed call that did not
+ * get its answer, or -1. */
+static int
 rpc_element(struct jsonrpc_route *r, size_t i, struct evbuffer *out)
 {
 	const struct jsonrpc_call *c = &r->j.calls[i];
@@ -634,26 +680,38 @@ rpc_element(struct jsonrpc_route *r, size_t i, struct evbuffer *out)
 	switch (r->info[i].fate) {
 	case FATE_INVALID:
 		rpc_error(out, JSONRPC_E_INVALID, c->id, c->id_len, NULL, NULL);
-		return;
+		return -1;
 	case FATE_NOT_FOUND:
 		rpc_error(out, JSONRPC_E_METHOD, c->id, c->id_len, NULL, NULL);
-		return;
+		return -1;
 	case FATE_DENIED:
 		rpc_error(out, JSONRPC_E_METHOD, c->id, c->id_len, "method_not_allowed",
 		    "the route does not allow this method");
-		return;
+		return -1;
 	}
 	u = &r->units[r->info[i].unit];
+	up = r->targets[u->target].up->name;
 	if (u->state != UNIT_DONE) {
 		rpc_error(out, JSONRPC_E_INTERNAL, c->id, c->id_len, gateway_errors[u->error].code,
 		    u->message);
-		return;
+		return (int)u->error;
 	}
 	switch (c->state) {
 	case JSONRPC_RESULT:
 	case JSONRPC_ERROR:
 		body_block_add_span(out, u->blk, c->answer, c->answer_len);
-		return;
+		return -1;
+	default:
+		break;
+	}
+	if (u->status < 200 || u->status > 299) {
+		/* Whatever else is wrong with the answer, its status says it first. */
+		snprintf(msg, sizeof(msg), "upstream %s answered %d", up, u->status);
+		rpc_error(out, JSONRPC_E_INTERNAL, c->id, c->id_len,
+		    gateway_errors[GW_UPSTREAM_STATUS].code, msg);
+		return GW_UPSTREAM_STATUS;
+	}
+	switch (c->state) {
 	case JSONRPC_BAD_ANSWER:
 		why = "answers this call with something that is not a JSON-RPC response";
 		break;
@@ -663,30 +721,24 @@ rpc_element(struct jsonrpc_route *r, size_t i, struct evbuffer *out)
 	default:
 		why = "has no answer for this call";
 	}
-	up = r->targets[u->target].up->name;
 	snprintf(msg, sizeof(msg), "the answer of upstream %s %s", up, why);
 	rpc_error(out, JSONRPC_E_INTERNAL, c->id, c->id_len,
 	    gateway_errors[GW_UPSTREAM_INVALID].code, msg);
+	return GW_UPSTREAM_INVALID;
 }
 
 /* Log once per unit what its answer lacked. */
 static void
 rpc_log_mismatches(struct jsonrpc_route *r)
 {
-	const struct jsonrpc_call *c;
 	const struct rpc_unit *u;
-	size_t k, i, bad;
+	size_t k, bad;
 
 	for (k = 0; k < r->nunits; k++) {
 		u = &r->units[k];
-		if (u->state != UNIT_DONE || u->ncalls == 0)
-			continue;
-		for (i = bad = 0; i < u->n; i++) {
-			c = &r->j.calls[r->order[u->first + i]];
-			bad += c->kind == JSONRPC_CALL && c->state != JSONRPC_RESULT &&
-			    c->state != JSONRPC_ERROR;
-		}
-		if (bad != 0)
+		if (u->state != UNIT_DONE || u->ncalls == 0 || u->status < 200 || u->status > 299)
+			continue;       /* a status other than 2xx is logged as such */
+		if ((bad = rpc_unanswered(r, u)) != 0)
 			log_warnx("route %s: the answer of upstream %s does not answer %zu of its "
 			    "%zu calls (request %s)", r->route->name, r->targets[u->target].up->name,
 			    bad, u->ncalls, r->request_id);
@@ -867,14 +919,11 @@ fail:
 	return NULL;
 }
 
-int
-jsonrpc_route_failed(struct jsonrpc_route *r, enum gateway_error err, const char *message,
-    struct evbuffer *out)
+/* A forwarded call's upstream failed (err): 1 when the failure is the upstream's, which the
+ * call answers as a batch element would. */
+static int
+rpc_upstream_failure(enum gateway_error err)
 {
-	const struct jsonrpc_call *c = &r->j.calls[0];
-
-	if (!r->forwarded || c->kind != JSONRPC_CALL)
-		return 0;
 	switch (err) {
 	case GW_UPSTREAM_UNAVAILABLE:
 	case GW_UPSTREAM_INVALID:
@@ -882,13 +931,110 @@ jsonrpc_route_failed(struct jsonrpc_route *r, enum gateway_error err, const char
 	case GW_UPSTREAM_STATUS:
 	case GW_UPSTREAM_OVERLOADED:
 	case GW_UPSTREAM_TIMEOUT:
-		break;
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+int
+jsonrpc_route_failed(struct jsonrpc_route *r, enum gateway_error err, const char *message,
+    struct evbuffer *out)
+{
+	const struct jsonrpc_call *c = &r->j.calls[0];
+
+	if (!r->forwarded || !rpc_upstream_failure(err))
+		return 0;
+	if (c->kind != JSONRPC_CALL)
+		return 204;
 	rpc_error(out, JSONRPC_E_INTERNAL, c->id, c->id_len, gateway_errors[err].code,
 	    message != NULL ? message : gateway_errors[err].text);
+	return 200;
+}
+
+/*
+ * p[0..n) (n a multiple of 4) equals lower, a lowercase literal of letters, digits, '-' and
+ * '/', in any case: compared a word at a time, each byte with its 0x20 bit set (which only
+ * control characters, which a head cannot hold, would also pass for '-' or '/').
+ */
+static int
+rpc_ci_eq(const char *p, const char *lower, size_t n)
+{
+	uint64_t a, b;
+	uint32_t x, y;
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&a, p + i, 8);
+		memcpy(&b, lower + i, 8);
+		if ((a | 0x2020202020202020ULL) != b)
+			return 0;
+	}
+	if (i < n) {
+		memcpy(&x, p + i, 4);
+		memcpy(&y, lower + i, 4);
+		return (x | 0x20202020U) == y;
+	}
 	return 1;
+}
+
+/* The answer's Content-Type is one of the route's JSON types.  Most answers say
+ * application/json, the first of the default types: that one is told without pattern
+ * matching, so that a call whose answer streams pays next to nothing for the look. */
+static int
+rpc_json_answer(const struct config_route *route, const struct http_response *resp)
+{
+	struct http_str ct = { "", 0 };
+	size_t i;
+
+	for (i = 0; i < resp->nheaders; i++)
+		if (resp->headers[i].name.len == 12 &&
+		    rpc_ci_eq(resp->headers[i].name.p, "content-type", 12)) {
+			ct = resp->headers[i].value;
+			break;
+		}
+	if (ct.len >= 16 && rpc_ci_eq(ct.p, "application/json", 16) &&
+	    (ct.len == 16 || ct.p[16] == ';' || ct.p[16] == ' ' || ct.p[16] == '\t') &&
+	    route->json_types[0] != NULL && strcmp(route->json_types[0], "application/json") == 0)
+		return 1;
+	return body_is_json(route, ct);
+}
+
+int
+jsonrpc_route_streams(const struct jsonrpc_route *r, const struct http_response *resp,
+    int has_body)
+{
+	if (resp->status < 200 || resp->status > 299)
+		return 0;
+	if (r->j.calls[0].kind != JSONRPC_CALL)
+		return 1;
+	return has_body && rpc_json_answer(r->route, resp);
+}
+
+int
+jsonrpc_route_answered(struct jsonrpc_route *r, int status, enum body_coding coding,
+    struct body_block *body, size_t len, struct evbuffer *out, int *gateway_error)
+{
+	const struct jsonrpc_call *c = &r->j.calls[0];
+	struct rpc_unit *u;
+
+	*gateway_error = GW_INTERNAL_ERROR;
+	if (rpc_units(r) < 0) {
+		if (c->kind != JSONRPC_CALL)
+			return 204;
+		rpc_error(out, JSONRPC_E_INTERNAL, c->id, c->id_len,
+		    gateway_errors[GW_INTERNAL_ERROR].code, "out of memory");
+		return 200;
+	}
+	u = &r->units[r->info[0].unit];
+	rpc_read_answer(r, u, status, coding, body, len);
+	*gateway_error = u->state != UNIT_DONE ? (int)u->error : -1;
+	if (c->kind != JSONRPC_CALL)
+		return 204;
+	if (u->state == UNIT_DONE && (c->state == JSONRPC_RESULT || c->state == JSONRPC_ERROR))
+		return 0;
+	*gateway_error = rpc_element(r, 0, out);
+	return 200;
 }
 
 void
@@ -903,12 +1049,12 @@ jsonrpc_route_log(struct jsonrpc_route *r, int status, int gateway_error,
 	if (!r->forwarded || r->counted)
 		return;
 	r->counted = 1;
+	/* What reached the client as the upstream sent it is its answer, whatever the status:
+	 * the gateway answers for the upstream otherwise. */
 	if (gateway_error >= 0)
 		o = METRICS_JSONRPC_UPSTREAM_ERROR;
 	else if (status == 499)
 		o = METRICS_JSONRPC_CANCELLED;
-	else if (status < 200 || status > 299)
-		o = METRICS_JSONRPC_UPSTREAM_ERROR;
 	else
 		o = r->j.calls[0].kind == JSONRPC_CALL ? METRICS_JSONRPC_ANSWERED :
 		    METRICS_JSONRPC_NOTIFIED;

@@ -1,6 +1,7 @@
 /*
  * A request's life on a JSON-RPC route, once its body is in: split into calls, each routed by
- * its method; a single call the caller forwards as it came; a batch is grouped by upstream,
+ * its method; a single call the caller forwards as it came, its answer streamed back when it
+ * is a 2xx JSON one and judged as a batch element's otherwise; a batch is grouped by upstream,
  * each group sent as one batch (or each call alone, split: single) over fetches, at most
  * jsonrpc.parallel at once, and the answers are put back together in the order of the
  * request by splicing their bytes; the errors the gateway gives itself are JSON-RPC error
@@ -60,12 +61,32 @@ struct jsonrpc_route *jsonrpc_route_start(struct worker_runtime *wr,
     void *arg, const struct config_upstream **forward);
 
 /*
- * A forwarded call got no answer (err, message say why): its JSON-RPC error (-32603) into
- * out, 1; or 0 when the client gets the gateway error instead (a notification, an error
- * that is not the upstream's).
+ * A forwarded call's upstream gave no answer (err, message say why): the call is answered as
+ * a batch element would be.  Returns 200 with its -32603 error object in out, 204 for a
+ * notification (no answer, no body), or 0 when the failure is not the upstream's and the
+ * client gets the gateway error.
  */
 int jsonrpc_route_failed(struct jsonrpc_route *jr, enum gateway_error err, const char *message,
     struct evbuffer *out);
+
+/*
+ * The head of a forwarded call's answer: 1 when it goes to the client as it comes, unread (a
+ * 2xx answer of a call with a body whose Content-Type is one of the route's json_types, or
+ * any 2xx answer of a notification); 0 when the whole answer is to be read and given to
+ * jsonrpc_route_answered.  has_body: the head announces a body.
+ */
+int jsonrpc_route_streams(const struct jsonrpc_route *jr, const struct http_response *resp,
+    int has_body);
+
+/*
+ * The whole answer of a forwarded call that did not stream: status, its body body[0..len)
+ * (NULL: none) in coding.  Returns 0 when it answers the call (a Response object with its id,
+ * whatever the status) and goes to the client as sent; else what the client gets instead,
+ * as a batch element would: 200 with the call's -32603 error object in out, or 204 for a
+ * notification.  *gateway_error is the failure's (-1: none), for the metrics.
+ */
+int jsonrpc_route_answered(struct jsonrpc_route *jr, int status, enum body_coding coding,
+    struct body_block *body, size_t len, struct evbuffer *out, int *gateway_error);
 
 /* The request is logged with the status sent and the gateway error answered (-1: none):
  * counted in metrics, its method or batch size set in e. */

@@ -185,6 +185,9 @@ static void proxy_aggregate(struct client *c, const struct http_request *req, si
 static void proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len);
 static void proxy_jsonrpc_start(struct client *c, struct http_request *req);
 static int proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *message);
+static int proxy_jsonrpc_hold_answer(struct client *c, size_t head_len);
+static void proxy_jsonrpc_judge(struct client *c);
+static void proxy_jsonrpc_too_large(struct client *c);
 static void proxy_end_jsonrpc(struct client *c);
 static void proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why);
 static void proxy_forget_tried(struct client *c);
@@ -1926,6 +1929,29 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	return 1;
 }
 
+/* Keep the answer's head (head_len bytes of the upstream input) and collect its body before
+ * answering.  0, or -1 when answered with an error. */
+static int
+proxy_hold_response(struct client *c, size_t head_len)
+{
+	if ((c->rq->resp_head == NULL && (c->rq->resp_head = evbuffer_new()) == NULL) ||
+	    (c->rq->body == NULL && (c->rq->body = evbuffer_new()) == NULL)) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
+		return -1;
+	}
+	evbuffer_drain(c->rq->resp_head, evbuffer_get_length(c->rq->resp_head));
+	evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
+	evbuffer_remove_buffer(upconn(c)->in, c->rq->resp_head, head_len);
+	if (c->rq->resp_mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
+		c->rq->resp_block = body_block_new(c->w->bodies, (size_t)c->rq->resp_left);
+		c->rq->resp_block_len = (size_t)c->rq->resp_left;
+	}
+	c->rq->resp_buffering = 1;
+	c->rq->resp_dechunk = 1;
+	c->rq->resp_head_seen = 1;
+	return 0;
+}
+
 /* Parse the upstream's response head and send ours to the client. Returns 0 when started. */
 static int
 proxy_read_response_head(struct client *c)
@@ -1982,29 +2008,17 @@ proxy_read_response_head(struct client *c)
 	if (c->rq->resp_mode == BODY_UNTIL_CLOSE || c->rq->resp_dechunk || c->w->draining)
 		c->keepalive = 0;
 
+	/* A forwarded JSON-RPC call: a 2xx JSON answer streams, any other is judged whole. */
+	if (c->rq->rpc != NULL &&
+	    !jsonrpc_route_streams(c->rq->rpc, resp, c->rq->resp_mode != BODY_NONE))
+		return proxy_jsonrpc_hold_answer(c, (size_t)r);
 	if (proxy_has_response_ops(c->rq->route)) {
 		int collect = proxy_wants_body(c, resp);
 		if (collect < 0)
 			return -1;
-		if (collect) {
-			/* Envelope ops: keep the head, collect the body, answer when it is all here. */
-			if ((c->rq->resp_head == NULL && (c->rq->resp_head = evbuffer_new()) == NULL) ||
-			    (c->rq->body == NULL && (c->rq->body = evbuffer_new()) == NULL)) {
-				client_error(c, GW_INTERNAL_ERROR, NULL, 0);
-				return -1;
-			}
-			evbuffer_drain(c->rq->resp_head, evbuffer_get_length(c->rq->resp_head));
-			evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
-			evbuffer_remove_buffer(in, c->rq->resp_head, (size_t)r);
-			if (c->rq->resp_mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
-				c->rq->resp_block = body_block_new(c->w->bodies, (size_t)c->rq->resp_left);
-				c->rq->resp_block_len = (size_t)c->rq->resp_left;
-			}
-			c->rq->resp_buffering = 1;
-			c->rq->resp_dechunk = 1;
-			c->rq->resp_head_seen = 1;
-			return 0;
-		}
+		/* Envelope ops: keep the head, collect the body, answer when it is all here. */
+		if (collect)
+			return proxy_hold_response(c, (size_t)r);
 	}
 	if (resp->framing.chunked && !c->rq->resp_dechunk && resp->status != 204 &&
 	    resp->status != 304)
@@ -2139,6 +2153,10 @@ proxy_body_overflow(struct client *c)
 	struct http_response *resp = &c->w->resp;
 	size_t hl = evbuffer_get_length(c->rq->resp_head), n = evbuffer_get_length(c->rq->body);
 
+	if (c->rq->rpc != NULL) {
+		proxy_jsonrpc_too_large(c);
+		return;
+	}
 	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->rq->route->name,
 	    c->rq->request_id);
 	if (proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT, GW_UPSTREAM_INVALID,
@@ -2187,6 +2205,10 @@ proxy_respond_rewritten(struct client *c)
 	char msg[256];
 	int rc;
 
+	if (c->rq->rpc != NULL) {
+		proxy_jsonrpc_judge(c);
+		return;
+	}
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
 	proxy_vars(c, proxy_prog_vars(c->rq->resp_prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
@@ -2566,18 +2588,87 @@ proxy_jsonrpc_done_cb(const struct jsonrpc_answer *ans, void *arg)
 	proxy_flush(c);
 }
 
-/* A forwarded call failed before an answer came: 1 when it is answered with its JSON-RPC
- * error, 0 when the gateway error goes out instead. */
+/* A forwarded call failed before an answer came: 1 when it is answered as a batch element
+ * would be (its JSON-RPC error, or 204 for a notification), 0 when the gateway error goes
+ * out instead. */
 static int
 proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *message)
 {
 	struct evbuffer *out = c->w->rewritten;
+	int status;
 
 	evbuffer_drain(out, evbuffer_get_length(out));
-	if (!jsonrpc_route_failed(c->rq->rpc, err, message, out))
+	if ((status = jsonrpc_route_failed(c->rq->rpc, err, message, out)) == 0)
 		return 0;
-	proxy_jsonrpc_answer(c, 200, out);
+	proxy_jsonrpc_answer(c, status, out);
 	return 1;
+}
+
+/* A forwarded call's answer that is judged before the client gets any of it: read whole,
+ * up to limits.max_body.  0 while it is read, -1 once answered. */
+static int
+proxy_jsonrpc_hold_answer(struct client *c, size_t head_len)
+{
+	if (c->rq->resp_mode == BODY_LENGTH && c->rq->resp_left > client_cfg(c)->limits.max_body) {
+		proxy_jsonrpc_too_large(c);
+		return -1;
+	}
+	if (proxy_hold_response(c, head_len) < 0)
+		return -1;
+	if (c->rq->resp_mode != BODY_NONE)
+		return 0;
+	proxy_jsonrpc_judge(c);
+	return -1;
+}
+
+/* The answer to judge is larger than limits.max_body: the call fails as a batch's would. */
+static void
+proxy_jsonrpc_too_large(struct client *c)
+{
+	proxy_try_error(c, GW_UPSTREAM_INVALID, "the answer of upstream %s is over its size "
+	    "limit%s", "");
+	client_error(c, c->rq->last_error, c->rq->last_message, 0);
+}
+
+/* The whole answer of a forwarded call is in: it goes as the upstream sent it when it answers
+ * the call, else the call gets what a batch element would. */
+static void
+proxy_jsonrpc_judge(struct client *c)
+{
+	struct worker *w = c->w;
+	struct http_response *resp = &w->resp;
+	struct evbuffer *out = w->rewritten;
+	struct body_block *b = c->rq->resp_block;
+	size_t hl = evbuffer_get_length(c->rq->resp_head), len = c->rq->resp_block_len;
+	int status, err;
+
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl,
+	    resp);
+	c->rq->resp_buffering = 0;
+	if (b != NULL) {
+		body_block_ref(b);
+	} else if ((len = evbuffer_get_length(c->rq->body)) != 0 &&
+	    (b = body_block_copy(w->bodies, c->rq->body)) == NULL) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
+		return;
+	}
+	evbuffer_drain(out, evbuffer_get_length(out));
+	status = jsonrpc_route_answered(c->rq->rpc, resp->status, body_coding(http_find_header(
+	    resp->headers, resp->nheaders, "content-encoding")), b, len, out, &err);
+	body_block_release(b);
+	if (c->rq->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
+		c->rq->up_close = 1;        /* bytes past the answer: never reuse */
+	if (status != 0) {
+		c->rq->gw_error = err;
+		proxy_jsonrpc_answer(c, status, out);
+		return;
+	}
+	if (c->rq->resp_block != NULL)
+		body_block_add_to(c->rq->body, c->rq->resp_block, c->rq->resp_block_len);
+	len = evbuffer_get_length(c->rq->body);
+	proxy_write_response_head(c, resp, OUT_LENGTH, len, NULL);
+	proxy_send_body(c, c->rq->body, len);
+	client_request_end(c);
 }
 
 /* The head of a request to up for a group of calls: the client's, as a proxied request's,

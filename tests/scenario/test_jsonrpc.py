@@ -146,7 +146,9 @@ def a_single_call_is_forwarded_byte_for_byte(env):
            b'Authorization: Bearer t\r\nX-Forwarded-For: 127.0.0.1\r\nX-Forwarded-Proto: http\r\n'
            b'X-Request-Id: one-1\r\nContent-Length: %d\r\n\r\n' % len(body) + body)
     r = post(env, gw, call('net_version', '"n"'), client=c)
-    env.eq('a prefix entry; a 500 passes as it is', (r.status, r.body), (500, b'{"oops":true}'))
+    env.eq('a prefix entry; a 500 that is no answer to the call: its error object, as in a '
+           'batch', (r.status, r.body), (200, error(-32603, 'Internal error', '"n"', (
+               'upstream_status', 'upstream net answered 500'))))
     env.eq('net got it', net.requests[0].body, call('net_version', '"n"'))
     r = post(env, gw, call('web3_clientVersion', '1'), client=c)
     env.eq('the default upstream', (r.status, r.body, rest.requests[0].body),
@@ -306,7 +308,8 @@ def notifications_get_no_answer(env):
     r = post(env, gw, call('a', None), client=c)
     env.eq('a single notification: the upstream\'s answer', (r.status, r.body), (204, b''))
     r = post(env, gw, call('lost', None), client=c)
-    env.eq('a single notification nobody took: the gateway error', r.status, 502)
+    env.eq('a single notification nobody took: 204, as in a batch', (r.status, r.body),
+           (204, b''))
     r = post(env, gw, batch(call('x', None)), [('X-Request-Id', 'n-1')], client=c)
     env.eq('still on the same connection', (r.status, up.connections), (204, 1))
 
@@ -525,25 +528,137 @@ def split_single_sends_each_call_alone(env):
     held.set()
 
 
+def rpc_error_answer(status, chunked=False, coding=None, id=None, headers=()):
+    """An upstream answering each call with an error object for its id (or for id), with the
+    given HTTP status, chunked or gzip-coded."""
+    def respond(req):
+        body = (b'{"jsonrpc":"2.0","error":{"code":-32000,"message":"execution reverted"},'
+                b'"id":' + (id or json.dumps(json.loads(req.body).get('id')).encode()) + b'}')
+        extra = list(headers)
+        if coding == 'gzip':
+            body = gzip.compress(body, mtime=0)
+            extra.append(('Content-Encoding', 'gzip'))
+        return http_response(status, body, extra, chunked=chunked)
+    return answer(respond)
+
+
 @T.case
-def a_forwarded_call_without_answer_gets_its_error(env):
-    slow = env.scripted(default=hang())
+def a_single_call_always_gets_a_json_rpc_answer(env):
+    """A single call whose upstream fails, or answers something that is not its Response
+    object, gets what a batch element would: 200 and its -32603 error object; a notification
+    204.  An answer that is its Response object goes as sent, whatever the status."""
+    ups = {
+        'slow': env.scripted(default=hang()),
+        'html': env.scripted(default=answer(http_response(
+            500, b'<html>oops</html>', content_type='text/html'))),
+        'node': env.scripted(default=rpc_error_answer(500, headers=[('X-Node', 'n1')])),
+        'chunky': env.scripted(default=rpc_error_answer(500, chunked=True)),
+        'zipped': env.scripted(default=rpc_error_answer(503, coding='gzip')),
+        'stray': env.scripted(default=rpc_error_answer(500, id=b'99')),
+        'junk': env.scripted(default=garbage()),
+        'page': env.scripted(default=answer(http_response(200, b'<p>hi</p>',
+                                                          content_type='text/html'))),
+        'empty': env.scripted(default=answer(http_response(200, b''))),
+        'nobody': env.scripted(default=answer(http_response(204))),
+        'resets': env.scripted(default=reset()),
+        'big': env.scripted(default=answer(http_response(500, b'{"x":"' + b'y' * 5000 + b'"}'))),
+        'large': env.scripted(default=answer(http_response(
+            200, b'{"jsonrpc":"2.0","result":"' + b'y' * 5000 + b'","id":1}'))),
+    }
     gone = env.closed_port()
-    conf = rpc_config([{'match': 'slow', 'upstream': 'slow'}, {'match': 'gone', 'upstream': 'gone'}],
-                      {'slow': [slow.address], 'gone': ['127.0.0.1:%d' % gone]},
+    addrs = {n: [u.address] for n, u in ups.items()}
+    addrs['gone'] = ['127.0.0.1:%d' % gone]
+    conf = rpc_config([{'match': n, 'upstream': n} for n in addrs], addrs,
                       route={'timeouts': {'upstream_response': '300ms'}})
+    conf['limits'] = {'max_body': '4k'}
+    aport = free_port()
+    conf['admin'] = {'listen': '127.0.0.1:%d' % aport}
     gw = env.daemon(conf)
     c = env.client(gw.port)
-    r = post(env, gw, call('gone', '"g"'), [('X-Request-Id', 'f-1')], client=c)
-    env.eq('refused', (r.status, r.header('X-Request-Id'), r.body), (200, 'f-1', error(
-        -32603, 'Internal error', '"g"', ('upstream_unavailable', 'connect to upstream gone refused'))))
-    r = post(env, gw, call('slow', '12'), client=c)
-    env.eq('timed out', (r.status, r.body), (200, error(
-        -32603, 'Internal error', '12', ('upstream_timeout', 'upstream slow did not answer in time'))))
-    r = post(env, gw, call('gone', None), [('X-Request-Id', 'f-2')], client=c)
-    env.gateway_error('a notification has no error object: the gateway error', r, 502,
-                      'upstream_unavailable', 'connect to upstream gone refused', False,
-                      request_id='f-2')
+
+    def e(id, code, message):
+        return error(-32603, 'Internal error', id, (code, message))
+    for method, want in [
+            ('gone', e('"g"', 'upstream_unavailable', 'connect to upstream gone refused')),
+            ('slow', e('"g"', 'upstream_timeout', 'upstream slow did not answer in time')),
+            ('resets', e('"g"', 'upstream_unavailable',
+                         'upstream resets closed the connection before answering')),
+            ('junk', e('"g"', 'upstream_invalid', 'malformed response from upstream junk')),
+            ('html', e('"g"', 'upstream_status', 'upstream html answered 500')),
+            ('stray', e('"g"', 'upstream_status', 'upstream stray answered 500')),
+            ('page', e('"g"', 'upstream_invalid', 'the answer of upstream page is not JSON-RPC')),
+            ('empty', e('"g"', 'upstream_invalid', 'the answer of upstream empty is not JSON-RPC')),
+            ('nobody', e('"g"', 'upstream_invalid', 'the answer of upstream nobody is not JSON-RPC')),
+            ('big', e('"g"', 'upstream_invalid', 'the answer of upstream big is over its size limit'))]:
+        r = post(env, gw, call(method, '"g"'), [('X-Request-Id', 'f-' + method)], client=c)
+        env.eq(method + ': 200 and the error object a batch element gets', (
+            r.status, r.header('Content-Type'), r.header('X-Request-Id'), r.body),
+            (200, 'application/json', 'f-' + method, want))
+    env.eq('the same in a batch', elements(post(env, gw, batch(*[call(m, '"g"') for m in (
+        'gone', 'resets', 'html', 'page', 'big')]), client=c).body), [
+            e('"g"', 'upstream_unavailable', 'connect to upstream gone refused'),
+            e('"g"', 'upstream_unavailable',
+              'upstream resets closed the connection before answering'),
+            e('"g"', 'upstream_status', 'upstream html answered 500'),
+            e('"g"', 'upstream_invalid', 'the answer of upstream page is not JSON-RPC'),
+            e('"g"', 'upstream_invalid', 'the answer of upstream big is over its size limit')])
+    reverted = b'{"jsonrpc":"2.0","error":{"code":-32000,"message":"execution reverted"},"id":7}'
+    r = post(env, gw, call('node', '7'), client=c)
+    env.eq('a 500 carrying the call\'s error object: as sent', (
+        r.status, r.header('X-Node'), r.header('Content-Length'), r.body),
+        (500, 'n1', str(len(reverted)), reverted))
+    r = post(env, gw, call('chunky', '7'), client=c)
+    env.eq('... chunked: with its length', (r.status, r.header('Transfer-Encoding'), r.body),
+           (500, None, reverted))
+    r = post(env, gw, call('zipped', '7'), client=c)
+    env.eq('... gzip: inflated to be read, sent as it came', (
+        r.status, r.header('Content-Encoding'), r.body), (503, 'gzip', gzip.compress(
+            reverted, mtime=0)))
+    r = post(env, gw, call('large', '1'), client=c)
+    env.eq('a 2xx JSON answer streams, past max_body too', (r.status, r.body),
+           (200, b'{"jsonrpc":"2.0","result":"' + b'y' * 5000 + b'","id":1}'))
+    for method in ('gone', 'html', 'junk'):
+        r = post(env, gw, call(method, None), [('X-Request-Id', 'n-' + method)], client=c)
+        env.eq(method + ': a notification gets 204, as in a batch', (
+            r.status, r.header('X-Request-Id'), r.header('Content-Length'), r.body),
+            (204, 'n-' + method, None, b''))
+    r = post(env, gw, call('page', None), client=c)
+    env.eq('a notification answered 2xx: as sent', (r.status, r.body), (200, b'<p>hi</p>'))
+    env.eq('one client connection for all of it; a judged answer keeps its upstream '
+           'connection', (c.sock is not None, ups['html'].connections, len(ups['html'].requests)),
+           (True, 1, 3))
+    env.check('an upstream that answered the call is not logged', not re.search(
+        'upstream (node|chunky|zipped) answered', gw.log()), gw.log()[-500:])
+    m = scrape(aport)
+
+    def n(method, outcome):
+        return m.get(('jsongate_jsonrpc_calls_total', (('method', method), ('outcome', outcome),
+                                                       ('route', 'rpc'))))
+    env.eq('counted: the gateway\'s answers as upstream errors, the upstream\'s as answered',
+           [n('gone', 'upstream_error'), n('html', 'upstream_error'), n('node', 'answered'),
+            n('zipped', 'answered'), n('page', 'notified'), n('junk', 'upstream_error')],
+           [3, 3, 1, 1, 1, 2])
+
+
+@T.case
+def a_non_2xx_batch_answer_with_response_objects_is_spliced(env):
+    """A group answered with a status other than 2xx is read as a single call's answer is: its
+    Response objects answer their calls, the calls it leaves out get upstream_status."""
+    def respond(req):
+        calls = json.loads(req.body)
+        out = [b'{"jsonrpc":"2.0","error":{"code":-32005,"message":"limit"},"id":%s}'
+               % json.dumps(c['id']).encode() for c in calls if c.get('id') not in (None, 3)]
+        return http_response(429, b'[' + b','.join(out) + b']')
+    up = env.scripted(default=answer(respond))
+    gw = env.daemon(rpc_config([], {'app': [up.address]}, default='app'))
+    r = post(env, gw, batch(call('a', '1'), call('a', '2'), call('a', None), call('a', '3')))
+    env.eq('the upstream\'s error objects in place, the call left out: upstream_status',
+           (r.status, r.body), (200, batch(
+               b'{"jsonrpc":"2.0","error":{"code":-32005,"message":"limit"},"id":1}',
+               b'{"jsonrpc":"2.0","error":{"code":-32005,"message":"limit"},"id":2}',
+               error(-32603, 'Internal error', '3', ('upstream_status', 'upstream app answered 429')))))
+    env.check('logged once as the status', gw.wait_log(
+        r'route rpc: upstream app answered 429 \(request [0-9a-f]{32}\)'))
 
 
 @T.case
@@ -660,7 +775,7 @@ def metrics_and_access_log(env):
                        if open(log_path).read().count('\n') >= 5 else None, 5)
     env.eq('access log: the method of a single call, the size of a batch',
            [(l.get('rpc_method'), l.get('rpc_batch'), l['status'], l['upstream']) for l in lines],
-           [('eth_call', None, 200, up.address), ('net_peers', None, 503, bad.address),
+           [('eth_call', None, 200, up.address), ('net_peers', None, 200, bad.address),
             (None, 7, 200, '-'), (None, None, 200, '-'), (None, 30, 200, '-')])
     conf['log']['format'] = 'combined'
     del conf['admin']
