@@ -789,6 +789,21 @@ def metrics_and_access_log(env):
         r'"ua" "rpc:eth_call"\n.*"ua" "rpc_batch:1"\n$', text), text[-300:])
 
 
+@T.case
+def a_long_method_is_cut_in_the_log(env):
+    up = env.scripted(default=by_id_server())
+    log_path = os.path.join(env.tmp, 'access.log')
+    conf = rpc_config([], {'app': [up.address]}, default='app')
+    conf['log'] = {'level': 'info', 'access': log_path, 'format': 'json'}
+    gw = env.daemon(conf)
+    name = 'm' * 127 + '\u00e9' + 'x' * 72
+    r = post(env, gw, call(name, '1', '[1]'))
+    env.eq('answered', r.status, 200)
+    lines = wait_until(lambda: open(log_path).read().splitlines() or None, 5) or ['{}']
+    env.eq('rpc_method: the decoded name\'s first 128 bytes', json.loads(lines[0]).get(
+        'rpc_method'), 'm' * 127 + '\u00c3')
+
+
 def fds(pid):
     return len(os.listdir('/proc/%d/fd' % pid))
 
