@@ -4,8 +4,10 @@ reassembled byte-exact and in order; upstreams that reorder their answers,
 drop one, duplicate an id, answer with something that is not a Response
 object, time out, answer HTTP 500 or garbage; notifications (a batch of only
 notifications: 204, no body); the errors the gateway gives itself (-32700,
--32600, -32601 by routing and by allow/deny, -32603 per element, max_batch,
-405, 413, 415); duplicate ids; split: single with parallel; gzip both ways;
+-32600, -32601 by routing and by allow/deny, -32603 per element, max_batch
+and its default of 1000, 405, 413, 415); a batch's groups sent at once;
+a single call answered in JSON-RPC whatever its upstream does; duplicate
+ids; split: single with parallel; gzip both ways;
 the route's timeout; metrics and access log; and the specification's own
 examples (section 7) answered exactly as it lists them."""
 
@@ -211,6 +213,54 @@ def a_batch_of_1000_across_3_upstreams_comes_back_in_order(env):
     r = post(env, gw, body)
     env.check('again, the same', r.body == want)
     env.eq('one connection to each upstream', [u.connections for u in ups.values()], [1, 1, 1])
+
+
+@T.case
+def the_default_max_batch_is_1000(env):
+    up = env.scripted(default=by_id_server())
+    gw = env.daemon(rpc_config([], {'app': [up.address]}, default='app'))
+    c = env.client(gw.port)
+    r = post(env, gw, batch(*[call('m', str(i), '[%d]' % i) for i in range(1000)]), client=c)
+    env.eq('1000 calls: answered', (r.status, len(elements(r.body)), elements(r.body)[999]),
+           (200, 1000, result(b'999', b'[999]')))
+    r = post(env, gw, batch(*[call('m', str(i), '[%d]' % i) for i in range(1001)]), client=c)
+    env.eq('1001 calls: -32600', (r.status, r.body), (200, error(
+        -32600, 'Invalid Request', 'null', ('too_many_calls',
+                                            'a batch of more than 1000 calls (jsonrpc.max_batch)'))))
+    env.eq('only the first reached the upstream', len(up.requests), 1)
+
+
+@T.case
+def the_groups_of_a_batch_go_at_once(env):
+    """Three upstreams each hold their answer until all three have their request: the batch is
+    answered only if its groups were sent at once, not one after the other's answer."""
+    events, lock = [], threading.Lock()
+    barrier = threading.Barrier(3, timeout=5 * SLOW)
+
+    def held(name):
+        def respond(req):
+            with lock:
+                events.append('got ' + name)
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                return http_response(503, b'{}')
+            time.sleep(0.2)         # answers held a while: the others' come meanwhile
+            with lock:
+                events.append('answered ' + name)
+            c = json.loads(req.body)[0]
+            return http_response(200, batch(result(json.dumps(c['id']).encode(), b'"%s"' %
+                                                   name.encode())))
+        return answer(respond)
+    ups = {n: env.scripted(default=held(n)) for n in 'abc'}
+    gw = env.daemon(rpc_config([{'match': n, 'upstream': n} for n in 'abc'],
+                               {n: [u.address] for n, u in ups.items()}))
+    r = post(env, gw, batch(call('c', '1'), call('a', '2'), call('b', '3')))
+    env.eq('answered in the order of the request', (r.status, r.body), (200, batch(
+        result(b'1', b'"c"'), result(b'2', b'"a"'), result(b'3', b'"b"'))))
+    env.eq('every upstream had its request before any answered',
+           (sorted(events[:3]), sorted(events[3:])),
+           (['got a', 'got b', 'got c'], ['answered a', 'answered b', 'answered c']))
 
 
 @T.case
