@@ -378,7 +378,9 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 		if (route == NULL)
 			break;
 		next = (size_t)(route - cfg->routes) + 1;
-		json = route_scan_json_body(route, req);
+		/* Only a route that reads fields looks at the body's headers. */
+		json = (route->njson_match != 0 || route_scan_reads_values(cfg, route)) &&
+		    route_scan_json_body(route, req);
 		if (route->njson_match != 0) {
 			if (!json)
 				continue;
