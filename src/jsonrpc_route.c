@@ -469,19 +469,6 @@ rpc_unit_start(struct jsonrpc_route *r, size_t k, struct rpc_slot *s)
 	    r->idempotent, cfg->limits.max_body, &r->route->timeouts, 0);
 }
 
-/* The answer's Content-Encoding. */
-static enum body_coding
-rpc_coding(struct jsonrpc_route *r, struct fetch *f)
-{
-	struct http_response *resp = &r->w->resp;
-	size_t len = evbuffer_get_length(f->head);
-
-	if (http_parse_response((const char *)evbuffer_pullup(f->head, (ev_ssize_t)len), len,
-	    resp) <= 0)
-		return BODY_CODING_IDENTITY;
-	return body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
-}
-
 /* The calls of u its answer leaves without a Response object. */
 static size_t
 rpc_unanswered(const struct jsonrpc_route *r, const struct rpc_unit *u)
@@ -575,7 +562,7 @@ rpc_settle(struct jsonrpc_route *r, struct rpc_unit *u, struct fetch *f)
 		rpc_unit_failed(r, u, GW_UPSTREAM_INVALID, msg);
 		return;
 	}
-	rpc_read_answer(r, u, f->status, rpc_coding(r, f), blk, len);
+	rpc_read_answer(r, u, f->status, f->coding, blk, len);
 }
 
 static void
