@@ -706,7 +706,9 @@ conn_tls_handshake(struct conn *c)
  * Before a server's handshake, its client's first byte: a TLS record starts with its content
  * type (22 for a handshake), a plain HTTP request with a method's letter or an empty line.
  * For plain HTTP, TLS is dropped and 1 returned: the owner reads the request and answers it
- * in clear text, as nginx does.  0 otherwise, also while nothing has come yet.
+ * in clear text, as nginx does.  0 for TLS (or an end of stream or error, which the handshake
+ * reports).  -1 while nothing has come: the handshake must wait for the read edge, for the
+ * first bytes could arrive just after this look and OpenSSL would read them itself.
  */
 static int
 conn_tls_sniff(struct conn *c)
@@ -717,8 +719,10 @@ conn_tls_sniff(struct conn *c)
 	do
 		n = recv(c->fd, &b, 1, MSG_PEEK);
 	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return 0;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		c->readable = 0;
+		return -1;
+	}
 	c->tls_sniffed = 1;
 	if (n != 1 || !((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z') || b == '\r'))
 		return 0;       /* TLS, or what the handshake will report (EOF, an error) */
@@ -845,7 +849,7 @@ conn_tls_drain(struct conn *c)
 static void
 conn_tls_run(struct conn *c)
 {
-	int what = 0;
+	int what = 0, plain;
 
 	/* The rest of a flight or a close_notify the socket did not take. */
 	if (c->tls_held_len != 0 && !c->tls_holding && c->writable &&
@@ -853,9 +857,13 @@ conn_tls_run(struct conn *c)
 		goto report;
 	what = 0;
 	if (c->handshaking) {
-		if (!c->tls_sniffed && SSL_is_server(c->ssl) && conn_tls_sniff(c)) {
-			event_active(c->ev, EV_READ, 0);       /* read on as plain TCP */
-			return;
+		if (!c->tls_sniffed && SSL_is_server(c->ssl)) {
+			if ((plain = conn_tls_sniff(c)) < 0)
+				return;         /* nothing to report before the first byte */
+			if (plain) {
+				event_active(c->ev, EV_READ, 0);       /* read on as plain TCP */
+				return;
+			}
 		}
 		what = conn_tls_handshake(c);
 		if (c->handshaking || (what & CONN_ERROR))

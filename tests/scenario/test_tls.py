@@ -336,6 +336,72 @@ def forwarded_proto_and_keepalive(env):
     env.eq('plain listener still says http', up.requests[-1].header('X-Forwarded-Proto'), 'http')
 
 
+def spin(seconds):
+    """Waits without giving up the CPU: finer than time.sleep."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def plain_requests_to_tls(port, n, msg):
+    """n clients in clear text, 8 at a time.  Five in eight send their request as soon as
+    connected, 0 to 200 us after the connect (its bytes then arrive about when the gateway
+    first looks at the socket); the others after a pause, in pieces after a pause, or their
+    first byte at once and the rest later.  Returns what went wrong, as (client, way, what it
+    got), for every client that did not get the exact 400 and then a close."""
+    ways = ('at once',) * 5 + ('after a pause', 'in pieces', 'first byte at once')
+
+    def one(i):
+        way = ways[i % len(ways)]
+        rid = 'plain-%d' % i
+        request = ('GET /plain HTTP/1.1\r\nHost: a.test\r\nX-Request-Id: %s\r\n\r\n'
+                   % rid).encode()
+        body = gateway_error_body(400, 'bad_request', msg, rid)
+        want = (b'HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n'
+                b'Content-Length: %d\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n'
+                % (len(body), rid.encode())) + body
+        pause = 0.002 * (1 + i % 10)
+        c = Client(port)
+        try:
+            if way == 'at once':
+                spin((i * 37 % 200) / 1e6)
+                c.send(request)
+            elif way == 'after a pause':
+                time.sleep(pause)
+                c.send(request)
+            elif way == 'in pieces':
+                time.sleep(pause)
+                for k in range(0, len(request), 7):
+                    c.send(request[k:k + 7])
+                    time.sleep(0.001)
+            else:
+                c.send(request[:1])
+                time.sleep(pause)
+                c.send(request[1:])
+            closed = c.wait_closed(10 * SLOW)
+        except OSError as e:
+            closed = 'error %r' % e
+        finally:
+            c.close()
+        if closed is True and c.buf == want:
+            return None
+        return (i, way, c.buf[:120] if closed is True else closed)
+    results = []
+    lock = threading.Lock()
+
+    def run(indexes):
+        for i in indexes:
+            r = one(i)
+            with lock:
+                results.append(r)
+    threads = [threading.Thread(target=run, args=(range(t, n, 8),)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(r for r in results if r is not None)
+
+
 @T.case
 def plain_http_to_tls_listener(env):
     """Plain HTTP to a TLS port gets a clear-text 400, as nginx answers, then a close."""
@@ -353,6 +419,9 @@ def plain_http_to_tls_listener(env):
     env.gateway_error('POST in clear text after an empty line', r, 400, 'bad_request', msg,
                       close=True)
     env.check('then closed too', c.wait_closed(5), 'still open')
+    failed = plain_requests_to_tls(gw.port, 1000, msg)
+    env.eq('1,000 more clients in clear text, sending at once, after a pause or in pieces: '
+           'each gets the exact 400, then a close', failed, [])
     c = env.client(gw.port)
     c.send(b'\x00\x01\x02\x03 not TLS and not HTTP\r\n\r\n')
     env.check('bytes that are neither: closed without an answer', c.wait_closed(5) and c.buf == b'',

@@ -1,6 +1,7 @@
-/* The connection layer over TLS, on a socketpair with a real OpenSSL peer: the order of socket
- * events that once lost input, set up so it runs the same way every time instead of waiting
- * for a load test to hit the race; and the session ticket held back for the first response. */
+/* The connection layer over TLS, on a socketpair with a real OpenSSL peer: the orders of socket
+ * events that once lost input or an answer, set up so they run the same way every time instead
+ * of waiting for a load test to hit the race; and the session ticket held back for the first
+ * response. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -185,6 +186,79 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 END_TEST
 
 
+/* The socket the next empty look (recv with MSG_PEEK that finds nothing) makes the client's
+ * plain request arrive on: the bytes come right after the sniff saw nothing, before the
+ * server can do anything else, as they may on a busy machine. */
+static int arrive_after_peek_fd = -1;
+
+ssize_t
+recv(int fd, void *buf, size_t len, int flags)
+{
+	ssize_t n = recvfrom(fd, buf, len, flags, NULL, NULL);
+	int saved = errno;
+
+	if (n < 0 && (flags & MSG_PEEK) && arrive_after_peek_fd >= 0) {
+		ck_assert_int_eq(write(arrive_after_peek_fd, request, strlen(request)),
+		    (ssize_t)strlen(request));
+		arrive_after_peek_fd = -1;
+	}
+	errno = saved;
+	return n;
+}
+
+/*
+ * A client speaking plain HTTP to a TLS listener: the server looks for its first byte and
+ * finds none, then the request arrives, then its read edge.  The handshake must not start
+ * in between (OpenSSL would read the request itself, fail, and the client would get no
+ * answer): the connection waits for the edge, sees the method's letter, and hands the
+ * request over in clear text.
+ */
+START_TEST(tls_plain_request_arriving_after_an_empty_sniff)
+{
+	struct config_tls_cert pair = { cert_path, key_path };
+	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
+		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3 };
+	struct event_base *base = event_base_new();
+	struct timers *timers;
+	struct tls_server *ts;
+	struct conn srv;
+	char got[sizeof(response) > sizeof(request) ? sizeof(response) : sizeof(request)];
+	int sv[2];
+
+	ck_assert_ptr_nonnull(base);
+	ck_assert_ptr_nonnull(timers = timers_new(base));
+	ck_assert_ptr_nonnull(ts = tls_server_new(&cfg, tls_error, NULL));
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	ck_assert_int_eq(conn_init(&srv, timers, sv[0], on_conn, NULL), 0);
+	ck_assert_int_eq(tls_accept(&srv, ts), 0);
+	tls_server_free(ts);
+	conn_read_start(&srv);
+	events_seen = 0;
+	arrive_after_peek_fd = sv[1];
+
+	run_loop(base);
+
+	ck_assert_msg(arrive_after_peek_fd < 0, "the server never looked at the socket");
+	ck_assert_msg(events_seen == CONN_READ, "events 0x%x, error %d (%s), TLS error %lu",
+	    events_seen, srv.error, strerror(srv.error), srv.tls_err);
+	ck_assert_int_eq(srv.tls_plain, 1);
+	ck_assert_ptr_null(srv.ssl);
+	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
+	ck_assert_int_eq(evbuffer_remove(srv.in, got, strlen(request)), (int)strlen(request));
+	ck_assert_mem_eq(got, request, strlen(request));
+	/* The answer goes out in clear text. */
+	evbuffer_add(srv.out, response, strlen(response));
+	conn_flush(&srv);
+	ck_assert_int_eq(read(sv[1], got, sizeof(got)), (ssize_t)strlen(response));
+	ck_assert_mem_eq(got, response, strlen(response));
+
+	conn_close(&srv);
+	close(sv[1]);
+	timers_free(timers);
+	event_base_free(base);
+}
+END_TEST
+
 /* What the reset test's owner was told, in order. */
 static int reset_what[8];
 static int reset_nwhat;
@@ -259,6 +333,7 @@ conn_suite(void)
 
 	tcase_add_unchecked_fixture(tc, make_certificate, remove_certificate);
 	tcase_add_test(tc, tls_request_read_during_handshake_on_write_edge);
+	tcase_add_test(tc, tls_plain_request_arriving_after_an_empty_sniff);
 	tcase_add_test(tc, reset_with_data_is_seen);
 	suite_add_tcase(s, tc);
 	return s;
