@@ -1,6 +1,7 @@
 """Signals and workers: SIGTERM/SIGINT finish in-flight requests, refuse new
 connections and exit 0; SIGHUP reloads (new routes answer; a broken file is
-rejected with its FILE:LINE:COL error and the old routes keep serving);
+rejected with its FILE:LINE:COL error and the old routes keep serving; every
+listening socket is kept and no connection refused across reloads);
 `workers: 2` serves correctly; a signal sent the moment the listener accepts
 is handled, never fatal (SIGNAL_STARTS starts per signal, 50 by default)."""
 
@@ -9,6 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *  # noqa: E402,F403
+from harness import listening_sockets, process_sockets  # noqa: E402
 
 T = Suite(__file__)
 
@@ -250,6 +252,90 @@ def sighup_removed_listener_refuses_at_once(env):
     r = slow.read_response(timeout=10 * SLOW)
     env.eq('the request in flight completes', (r.status, r.json()) if r else None,
            (200, {'target': '/slow'}))
+
+
+class Connector:
+    """Threads that each open a connection, make one request on it and close it, again and
+    again; a refused connect or any other failure is kept."""
+
+    def __init__(self, port, threads=4):
+        self.port = port
+        self.stop = False
+        self.ok = 0
+        self.problems = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, index):
+        n = 0
+        while not self.stop:
+            target = '/a/%d/%d' % (index, n)
+            n += 1
+            c = None
+            try:
+                c = Client(self.port, timeout=10 * SLOW)
+                r = c.request('GET', target, [('Host', 'x')])
+                good = r is not None and r.status == 200 and r.json() == {'target': target}
+                problem = None if good else (target, r)
+            except Exception as e:      # refused, reset, timeout, malformed
+                problem = (target, repr(e))
+            finally:
+                if c is not None:
+                    c.close()
+            with self.lock:
+                if problem is None:
+                    self.ok += 1
+                else:
+                    self.problems.append(problem)
+
+    def count(self):
+        with self.lock:
+            return self.ok
+
+    def finish(self):
+        self.stop = True
+        for t in self.threads:
+            t.join()
+
+
+@T.case
+def sighup_keeps_listening_sockets(env):
+    """A reload keeps every listening socket, each worker's of each address, open all along:
+    the same sockets before and after 6 reloads, and no connection refused meanwhile."""
+    up = env.scripted(default=answer(by_target))
+    port, extra = free_port(), free_port()
+    conf = upstream_config(up.address, routes=routes('a'), workers=2)
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % port}, {'listen': '127.0.0.1:%d' % extra}]
+    gw = env.daemon(conf, port=port)
+
+    def sockets():
+        held = process_sockets(gw.pid)
+        return [sorted(listening_sockets(p) & held) for p in (port, extra)]
+    before = sockets()
+    env.eq('one listening socket per worker and address', [len(s) for s in before], [2, 2])
+    load = [Connector(port), Connector(extra)]
+    reloads = 6
+    for i in range(reloads):
+        # The routes change each time, so every reload builds a new configuration.
+        conf['routes'] = routes('a', 'b%d' % i)
+        gw.write_config(conf)
+        served = [c.count() for c in load]
+        gw.signal(signal.SIGHUP)
+        env.require('reload %d applied' % (i + 1),
+                    wait_until(lambda: gw.log().count('configuration reloaded') == i + 1,
+                               10 * SLOW), gw.log()[-1000:])
+        env.require('clients served on both addresses after reload %d' % (i + 1),
+                    wait_until(lambda: all(c.count() > n + 20 for c, n in zip(load, served)),
+                               10 * SLOW), [c.count() for c in load])
+    for c in load:
+        c.finish()
+    env.eq('no connection refused or failed during the reloads',
+           [c.problems[:3] for c in load], [[], []])
+    env.eq('the same listening sockets after %d reloads' % reloads, sockets(), before)
+    print('# %d reloads, requests served on each address: %s'
+          % (reloads, [c.ok for c in load]))
 
 
 @T.case
