@@ -874,7 +874,10 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 		case REWRITE_VAR_SSL_CLIENT_VERIFY: if (vars) s = &vars->ssl_client_verify; break;
 		case REWRITE_VAR_TIME_ISO8601:
 			t = vars ? (time_t)vars->now : 0;
-			gmtime_r(&t, &tm);
+			if (gmtime_r(&t, &tm) == NULL) {
+				rewrite_lit_add(ctx, "null", 4);    /* no year that fits an int */
+				continue;
+			}
 			rewrite_lit_string(ctx, tbuf,
 			    strftime(tbuf, sizeof(tbuf), "%Y-%m-%dT%H:%M:%S+00:00", &tm));
 			continue;

@@ -107,6 +107,10 @@ int rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
  */
 struct rewrite_program *rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf,
     size_t errlen);
+/* The same for a route whose match.path is path_template (NULL: a plain path): its captures
+ * may be set as $path.NAME. */
+struct rewrite_program *rewrite_program_from_yaml_route(const char *yaml, size_t len,
+    const char *path_template, char *errbuf, size_t errlen);
 
 /*
  * Escape src[0..len) as the inside of a JSON string into dst, which must hold 6 * len bytes:

@@ -21,6 +21,7 @@ struct rc {
 	struct config_parse *cfg;
 	yaml_document_t *doc;
 	enum rewrite_direction direction;
+	const struct route_pattern *pattern;    /* the route's path template, or NULL */
 	int nerr;
 };
 
@@ -273,8 +274,7 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			return 0;
 		}
 		if (len > 6 && memcmp(s, "$path.", 6) == 0) {
-			const char *why = route_path_var_why(config_parse_pattern(rc->cfg), s + 6,
-			    len - 6);
+			const char *why = route_path_var_why(rc->pattern, s + 6, len - 6);
 
 			if (why != NULL) {
 				rc_error(rc, node, "variable '%.*s': %s", (int)len, s, why);
@@ -944,7 +944,8 @@ int
 rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node,
     enum rewrite_direction direction, struct rewrite_program **out)
 {
-	struct rc rc = { .cfg = ctx, .doc = doc, .direction = direction };
+	struct rc rc = { .cfg = ctx, .doc = doc, .direction = direction,
+		.pattern = config_parse_pattern(ctx) };
 
 	*out = NULL;
 	if (node->type == YAML_SEQUENCE_NODE &&
@@ -957,17 +958,33 @@ rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_
 struct rewrite_program *
 rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t errlen)
 {
+	return rewrite_program_from_yaml_route(yaml, len, NULL, errbuf, errlen);
+}
+
+struct rewrite_program *
+rewrite_program_from_yaml_route(const char *yaml, size_t len, const char *path_template,
+    char *errbuf, size_t errlen)
+{
 	struct rc rc = { .direction = REWRITE_RESPONSE };
+	struct route_pattern *pattern = NULL;
 	yaml_parser_t parser;
 	yaml_document_t doc;
 	yaml_node_t *root;
 	struct rewrite_program *prog = NULL;
+	const char *why;
 	char *errors, *nl;
 
 	if (errlen > 0)
 		errbuf[0] = '\0';
+	if (path_template != NULL &&
+	    (pattern = route_pattern_new(path_template, &why)) == NULL) {
+		snprintf(errbuf, errlen, "path template: %s", why);
+		return NULL;
+	}
+	rc.pattern = pattern;
 	if (!yaml_parser_initialize(&parser)) {
 		snprintf(errbuf, errlen, "out of memory");
+		route_pattern_free(pattern);
 		return NULL;
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
@@ -975,6 +992,7 @@ rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t err
 		snprintf(errbuf, errlen, "%zu:%zu: %s", parser.problem_mark.line + 1,
 		    parser.problem_mark.column + 1, parser.problem ? parser.problem : "bad YAML");
 		yaml_parser_delete(&parser);
+		route_pattern_free(pattern);
 		return NULL;
 	}
 	rc.doc = &doc;
@@ -993,6 +1011,7 @@ rewrite_program_from_yaml(const char *yaml, size_t len, char *errbuf, size_t err
 	config_parse_free(rc.cfg);
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&parser);
+	route_pattern_free(pattern);
 	return prog;
 }
 

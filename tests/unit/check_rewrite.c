@@ -1,5 +1,6 @@
 /* Envelope ops end to end: YAML op list + input body -> exact output bytes and status. */
 #include <check.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +505,61 @@ START_TEST(test_bad_ops)
 }
 END_TEST
 
+static int
+path_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	(void)arg;
+	if (len != 2 || memcmp(name, "id", 2) != 0)
+		return 0;
+	*value = (struct rewrite_str){ "a\"/\xff", 4 };
+	return 1;
+}
+
+/* $path.NAME loads for a route whose path template has the capture, and splices what the
+ * caller gives (null without it); a time no year can hold is null too. */
+START_TEST(test_path_template)
+{
+	static const char ops[] = "[set: {id: $path.id, r: $path.rest, t: $time_iso8601}]";
+	static const char in[] = "{\"x\":1}";
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
+	struct rewrite_program *prog;
+	struct rewrite_result res;
+	struct rewrite_vars vars;
+	char err[256], *out;
+
+	ck_assert_ptr_null(rewrite_program_from_yaml(ops, strlen(ops), err, sizeof(err)));
+	ck_assert_str_eq(err, "1:12: variable '$path.id': the route's match.path is not a path "
+	    "template");
+	ck_assert_ptr_null(rewrite_program_from_yaml_route(ops, strlen(ops), "/u/{id}", err,
+	    sizeof(err)));
+	ck_assert_str_eq(err, "1:25: variable '$path.rest': the route's path template has no "
+	    "such capture");
+	ck_assert_ptr_null(rewrite_program_from_yaml_route(ops, strlen(ops), "u/{id}", err,
+	    sizeof(err)));
+	ck_assert_str_eq(err, "path template: a path template must start with '/'");
+	prog = rewrite_program_from_yaml_route(ops, strlen(ops), "/u/{id}/{rest...}", err,
+	    sizeof(err));
+	ck_assert_msg(prog != NULL, "%s", err);
+	ck_assert(rewrite_program_uses(prog, REWRITE_VAR_PATH));
+
+	vars_init(&vars);
+	vars.path_cb = path_cb;
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, strlen(in), &vars, &res), 0);
+	out = join(&res);
+	ck_assert_str_eq(out, "{\"x\":1,\"id\":\"a\\\"/\xef\xbf\xbd\",\"r\":null,"
+	    "\"t\":\"2001-09-09T01:46:40+00:00\"}");
+	free(out);
+	vars.path_cb = NULL;
+	vars.now = LLONG_MAX;
+	ck_assert_int_eq(rewrite_apply(ctx, prog, E, in, strlen(in), &vars, &res), 0);
+	out = join(&res);
+	ck_assert_str_eq(out, "{\"x\":1,\"id\":null,\"r\":null,\"t\":null}");
+	free(out);
+	rewrite_ctx_free(ctx);
+	rewrite_program_free(prog);
+}
+END_TEST
+
 /* Every span is either input bytes or a short literal; none is empty. */
 START_TEST(test_spans_point_into_input)
 {
@@ -843,6 +899,7 @@ rewrite_suite(void)
 	tcase_add_loop_test(tc, test_table, 0, (int)(sizeof(cases) / sizeof(cases[0])));
 	tcase_add_loop_test(tc, test_bad_ops, 0, (int)(sizeof(bad_ops) / sizeof(bad_ops[0])));
 	tcase_add_test(tc, test_spans_point_into_input);
+	tcase_add_test(tc, test_path_template);
 	tcase_add_test(tc, test_depth_limit);
 	tcase_add_test(tc, test_linear_time);
 	tcase_add_test(tc, test_embedded_nul);
