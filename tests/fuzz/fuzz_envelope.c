@@ -1,20 +1,27 @@
 /*
  * libFuzzer target over the envelope engine and its ops.
  *
- * Input: four control bytes, then the body.
+ * Input: thirteen control bytes, then the body.
  *   0: the program: one of programs[] (below NPROGRAMS), else the input carries its own: a
  *      length byte and that many bytes of YAML right after the control bytes (a program
  *      that does not load falls back to programs[0]);
  *   1: the scanner the engine runs on (jscan_use), modulo the variants;
- *   2: a start offset (low four bits) for the scanner and the tokenizer;
- *   3: max_depth, 1 to 64.
- * $json.PATH reads bytes of the body itself (a path starting with m is absent), so the value
- * escaped into the output is as arbitrary as the body.
+ *   2: low four bits: a start offset: the scanner and the tokenizer look from there, and the
+ *      ops run on the body from there on (a body at an odd address); high four bits:
+ *      limits.max_members, from member_limits[];
+ *   3: max_depth, 1 to 64;
+ *   4: the upstream's status (for when: status and status_from), from statuses[];
+ *   5-12: the time for $time_iso8601, a signed 64-bit little-endian number.
+ * Programs load for a route whose path template is FUZZ_TEMPLATE, so they may use its
+ * captures.  Every variable has a value: $json.PATH and $path.NAME read bytes of the body
+ * itself (a path starting with m is absent; an empty body has no captures), so the values
+ * escaped into the output are as arbitrary as the body.
  * Checked on every input:
  *   - the scanner variants agree with the scalar one, at the start offset too;
  *   - envelope_parse from the start offset gives members inside the object it reports;
  *   - a body valid by RFC 8259 yields valid output (never less valid than the input);
  *   - validate: full accepting a body implies envelope mode gives the same bytes and status;
+ *   - what passes under max_members comes out the same without the limit;
  *   - every span pointing into the body lies inside it, and the spans add up to total_len;
  *   - a sink receives exactly the bytes of the collected spans.
  */
@@ -56,8 +63,24 @@ static const char *const programs[] = {
 	    "{unwrap: w, when: {field: w.m.k, equals: v}}]"),
 	"[set: {j: $json.user, k: [$json.a.b, {x: $json.data.id}], n: $json.missing}]",
 	"[unwrap: data, set: {data.user: $json.user, id: $json.id}, rename: {id: i}]",
+	("[set: {id: $path.id, rest: $path.rest, at: {t: $time_iso8601, id: [$path.id]}}, "
+	    "rename: {id: user}]"),
+	"[{unwrap: data, when: {status: 2xx}}, set: {data.path: $path.rest, s: $json.s}]",
 };
 #define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
+
+/* The route's path template: programs may set $path.id and $path.rest. */
+#define FUZZ_TEMPLATE "/users/{id}/files/{rest...}"
+
+#define FUZZ_CONTROL 13
+
+static const size_t member_limits[16] = {
+	64, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 100, 1000, 100000, SIZE_MAX
+};
+
+static const int statuses[16] = {
+	503, 200, 0, 201, 204, 302, 400, 401, 404, 429, 500, 502, 504, 599, 100, 299
+};
 
 static struct rewrite_program *progs[NPROGRAMS];
 
@@ -88,8 +111,26 @@ fuzz_json_cb(const void *arg, const char *path, size_t len, struct rewrite_str *
 	return 1;
 }
 
+/* A capture of a matched path, percent-decoded: any bytes.  id is a piece of the body, rest
+ * all of it. */
+static int
+fuzz_path_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	const struct fuzz_body *b = arg;
+
+	if (b->len == 0)
+		return 0;
+	if (len == 2 && memcmp(name, "id", 2) == 0)
+		*value = (struct rewrite_str){ b->p + b->len / 2, b->len - b->len / 2 > 24 ? 24 :
+		    b->len - b->len / 2 };
+	else
+		*value = (struct rewrite_str){ b->p, b->len };
+	return 1;
+}
+
 static void
-fuzz_vars(struct rewrite_vars *vars, const struct fuzz_body *body)
+fuzz_vars(struct rewrite_vars *vars, const struct fuzz_body *body, int status,
+    long long now)
 {
 	memset(vars, 0, sizeof(*vars));
 	vars->request_id = (struct rewrite_str){ "id\"\\", 4 };
@@ -98,11 +139,13 @@ fuzz_vars(struct rewrite_vars *vars, const struct fuzz_body *body)
 	vars->remote_addr = (struct rewrite_str){ "::1", 3 };
 	vars->ssl_client_s_dn = (struct rewrite_str){ "CN=a\\, \"b\"", 11 };
 	vars->ssl_client_verify = (struct rewrite_str){ "FAILED:\xe2\x82", 9 };
-	vars->now = -1;
-	vars->status = 503;
+	vars->now = now;
+	vars->status = status;
 	vars->header_cb = fuzz_header_cb;
 	vars->json_cb = fuzz_json_cb;
 	vars->json_arg = body;
+	vars->path_cb = fuzz_path_cb;
+	vars->path_arg = body;
 }
 
 static char *
@@ -175,6 +218,24 @@ fuzz_scan(const char *body, size_t len, size_t pos, unsigned depth)
 	envelope_free(&env);
 }
 
+/* The output's bytes under a limit of SIZE_MAX members: the same as under a lower one. */
+static void
+fuzz_unlimited(const struct rewrite_program *prog, unsigned depth, const char *body,
+    size_t len, const struct rewrite_vars *vars, const struct rewrite_result *limited,
+    const char *out)
+{
+	struct rewrite_ctx *ctx = rewrite_ctx_new(depth, SIZE_MAX);
+	struct rewrite_result r;
+	char *o;
+
+	FUZZ_CHECK(rewrite_apply(ctx, prog, VALIDATE_ENVELOPE, body, len, vars, &r) == 0);
+	FUZZ_CHECK(r.total_len == limited->total_len && r.status == limited->status);
+	o = fuzz_join(&r, body, len);
+	FUZZ_CHECK(memcmp(o, out, r.total_len) == 0);
+	free(o);
+	rewrite_ctx_free(ctx);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -187,25 +248,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fuzz_body fb;
 	const char *body;
 	char *oe = NULL, *of;
-	size_t len, pos, plen;
+	size_t len, pos, plen, members;
 	unsigned depth;
-	int valid, e, f, impl;
+	uint64_t now = 0;
+	int valid, e, f, impl, i;
 
 	if (progs[0] == NULL)
-		for (size_t i = 0; i < NPROGRAMS; i++)
-			FUZZ_CHECK((progs[i] = rewrite_program_from_yaml(programs[i],
-			    strlen(programs[i]), NULL, 0)) != NULL);
-	if (size < 4)
+		for (size_t k = 0; k < NPROGRAMS; k++)
+			FUZZ_CHECK((progs[k] = rewrite_program_from_yaml_route(programs[k],
+			    strlen(programs[k]), FUZZ_TEMPLATE, NULL, 0)) != NULL);
+	if (size < FUZZ_CONTROL)
 		return 0;
-	body = (const char *)data + 4;
-	len = size - 4;
+	body = (const char *)data + FUZZ_CONTROL;
+	len = size - FUZZ_CONTROL;
 	if (data[0] < NPROGRAMS) {
 		prog = progs[data[0]];
 	} else {
 		plen = len > 0 ? (uint8_t)body[0] : 0;
 		if (plen + 1 > len)
 			return 0;
-		own = rewrite_program_from_yaml(body + 1, plen, NULL, 0);
+		own = rewrite_program_from_yaml_route(body + 1, plen, FUZZ_TEMPLATE, NULL, 0);
 		prog = own != NULL ? own : progs[0];
 		body += plen + 1;
 		len -= plen + 1;
@@ -214,15 +276,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (jscan_use((enum jscan_impl)impl) != 0)
 		jscan_use(jscan_impl_best());
 	pos = data[2] & 15;
+	members = member_limits[data[2] >> 4];
 	depth = 1 + data[3] % 64;
+	for (i = 7; i >= 0; i--)
+		now = now << 8 | data[5 + i];
 
 	if (pos < len)
 		fuzz_scan(body, len, pos, depth);
+	/* The ops see the body from the start offset on. */
+	if (pos > len)
+		pos = len;
+	body += pos;
+	len -= pos;
 
 	fb = (struct fuzz_body){ body, len };
-	fuzz_vars(&vars, &fb);
-	ctx_env = rewrite_ctx_new(depth, 64);
-	ctx_full = rewrite_ctx_new(depth, 64);
+	fuzz_vars(&vars, &fb, statuses[data[4] & 15], (long long)now);
+	ctx_env = rewrite_ctx_new(depth, members);
+	ctx_full = rewrite_ctx_new(depth, members);
 	valid = jvalid_check(body, len, depth, NULL) == JVALID_OK;
 	e = rewrite_apply(ctx_env, prog, VALIDATE_ENVELOPE, body, len, &vars, &re);
 	if (e == 0) {
@@ -230,6 +300,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* Ops add at most a few levels (wrap, set of nested values). */
 		if (valid)
 			FUZZ_CHECK(jvalid_check(oe, re.total_len, depth + 8, NULL) == JVALID_OK);
+		if (members != SIZE_MAX)
+			fuzz_unlimited(prog, depth, body, len, &vars, &re, oe);
 	} else {
 		FUZZ_CHECK(re.error != NULL);
 	}
