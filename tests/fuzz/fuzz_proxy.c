@@ -2,7 +2,8 @@
  * libFuzzer target for the proxy's own request reading: a worker of the daemon, set up in this
  * process and run on this thread's loop, reads the input as a client's bytes from a
  * socketpair: leading empty lines, limits.max_header, pipelined requests, Content-Length and
- * chunked bodies (de-chunked for request ops, streamed otherwise), the window of match.json.
+ * chunked bodies (de-chunked for request ops, streamed otherwise), the window of match.json,
+ * a path template's captures (percent-decoded into ops, header ops and the access log).
  * The upstream is in this process too, served on the same loop: it reads each request the
  * proxy sends with the project's own parser and answers it.
  *
@@ -46,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char config_text[] =
     "workers: 1\n"
-    "log: { level: error, access: off }\n"
+    "log: { level: error, access: /dev/null, format: json, path_fields: [ id, rest ],\n"
+    "       json_fields: [ user ] }\n"
     "limits: { max_header: 1k, max_body: 4k, route_scan: 1k }\n"
     "listeners:\n"
     "  - listen: 127.0.0.1:%d\n"
@@ -66,6 +68,14 @@ static const char config_text[] =
     "    match: { path_prefix: /r }\n"
     "    upstream: app\n"
     "    response: [ unwrap: ok ]\n"
+    "  - name: template\n"
+    "    match: { path: \"/u/{id}/f/{rest...}\" }\n"
+    "    upstream: app\n"
+    "    on_error: fail\n"
+    "    request: [ set: { id: $path.id, rest: $path.rest } ]\n"
+    "    response: [ set: { for: { user: $path.id } } ]\n"
+    "    request_headers: { set: { X-Uid: $path.id }, add: { X-Rest: $path.rest } }\n"
+    "    response_headers: { set: { X-Rest: $path.rest } }\n"
     "  - name: stream\n"
     "    match: { path_prefix: / }\n"
     "    upstream: app\n";
