@@ -1,9 +1,11 @@
 /*
  * libFuzzer target for the rewrite-program parser: the input is the YAML of a route's op
- * list.  A program that loads is applied to a few bodies in both validation modes; one that
- * does not must say where, as "LINE:COL: message".  Checked: a valid body never gives invalid
- * output, validate: full accepting implies the envelope mode gives the same bytes, and a
- * loaded program reports every variable it uses.
+ * list, loaded for a route whose path template is FUZZ_TEMPLATE (its captures may be set as
+ * $path.NAME).  A program that loads is applied to a few bodies in both validation modes,
+ * every variable given a value; one that does not must say where, as "LINE:COL: message".
+ * Checked: a valid body never gives invalid output, validate: full accepting implies the
+ * envelope mode gives the same bytes, a loaded program reports every variable it uses, and
+ * a program that loads for a plain path loads for the template too.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,8 @@
 #include "rewrite.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
+
+#define FUZZ_TEMPLATE "/users/{id}/files/{rest...}"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -34,6 +38,23 @@ fuzz_header_cb(const void *arg, const char *name, size_t len, struct rewrite_str
 	(void)name;
 	*value = (struct rewrite_str){ "v\xff", len % 3 };
 	return len % 2;
+}
+
+static int
+fuzz_json_cb(const void *arg, const char *path, size_t len, struct rewrite_str *value)
+{
+	(void)arg;
+	*value = (struct rewrite_str){ path, len };
+	return path[0] != 'm';
+}
+
+static int
+fuzz_path_cb(const void *arg, const char *name, size_t len, struct rewrite_str *value)
+{
+	(void)arg;
+	(void)name;
+	*value = (struct rewrite_str){ len == 2 ? "\"\x00\xc3" : "a/b%2F\r\n", len == 2 ? 3 : 9 };
+	return 1;
 }
 
 static char *
@@ -61,12 +82,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[512], *oe, *of;
 	unsigned line, col;
 	size_t i, len;
-	int e, f, valid;
+	int e, f, valid, loaded;
 
 	if (ctx == NULL)
 		ctx = rewrite_ctx_new(32, 1000);
 	prog = rewrite_program_from_yaml((const char *)data, size, err, sizeof(err));
+	if (prog == NULL)
+		FUZZ_CHECK(sscanf(err, "%u:%u: ", &line, &col) == 2 && line >= 1 && col >= 1);
+	rewrite_program_free(prog);
+	loaded = prog != NULL;
+	prog = rewrite_program_from_yaml_route((const char *)data, size, FUZZ_TEMPLATE, err,
+	    sizeof(err));
 	if (prog == NULL) {
+		FUZZ_CHECK(!loaded);
 		FUZZ_CHECK(sscanf(err, "%u:%u: ", &line, &col) == 2 && line >= 1 && col >= 1);
 		FUZZ_CHECK(strstr(err, ": ") != NULL);
 		return 0;
@@ -78,8 +106,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				    prog->ops[i].items[j].val[k].var == REWRITE_VAR_NONE);
 	memset(&vars, 0, sizeof(vars));
 	vars.request_id = (struct rewrite_str){ "r\"", 2 };
+	vars.route = (struct rewrite_str){ "\xff", 1 };
+	vars.upstream = (struct rewrite_str){ "10.0.0.1:80", 11 };
+	vars.remote_addr = (struct rewrite_str){ "::1", 3 };
+	vars.ssl_client_s_dn = (struct rewrite_str){ "CN=\"a\"", 7 };
+	vars.ssl_client_verify = (struct rewrite_str){ "FAILED:x\x01", 9 };
+	vars.now = (long long)size * 100000007 - 5000000000LL;
 	vars.status = 200;
 	vars.header_cb = fuzz_header_cb;
+	vars.json_cb = fuzz_json_cb;
+	vars.path_cb = fuzz_path_cb;
 	for (i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
 		len = strlen(bodies[i]);
 		valid = jvalid_check(bodies[i], len, 32, NULL) == JVALID_OK;
