@@ -1,6 +1,7 @@
 #include "config.h"
 #include "upstream_state.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -221,6 +222,17 @@ upstream_server_succeeded(const struct config_upstream *up, const struct config_
 	}
 }
 
+/* A duration as the configuration writes it: "10s", or "1500ms" when not whole seconds. */
+static const char *
+duration_text(uint64_t ms, char text[32])
+{
+	if (ms % 1000 == 0)
+		snprintf(text, 32, "%llus", (unsigned long long)(ms / 1000));
+	else
+		snprintf(text, 32, "%llums", (unsigned long long)ms);
+	return text;
+}
+
 static const char *
 fail_name(unsigned fail, unsigned n)
 {
@@ -241,6 +253,7 @@ server_eject(const struct config_upstream *up, const struct config_server *srv, 
 	uint64_t cap = up->fail_timeout > EJECTION_MAX_MS ? up->fail_timeout : EJECTION_MAX_MS;
 	uint64_t expected = 0, ms;
 	unsigned n;
+	char text[32];
 
 	/* max_ejected_percent keeps a share in service; one server may always go.  Said once
 	 * for a run of failures: each further failure would say it again. */
@@ -258,11 +271,11 @@ server_eject(const struct config_upstream *up, const struct config_server *srv, 
 	if (trial) {
 		atomic_store(&st->ejected_until, now + ms);
 		atomic_store(&st->trial, 0);
-		log_warnx("upstream %s: server %s failed its trial request (%s): ejected for "
-		    "%llums", up->name, srv->addr.text, fail_name(fail, 1), (unsigned long long)ms);
+		log_warnx("upstream %s: server %s failed its trial request (%s): ejected for %s",
+		    up->name, srv->addr.text, fail_name(fail, 1), duration_text(ms, text));
 	} else if (atomic_compare_exchange_strong(&st->ejected_until, &expected, now + ms)) {
-		log_warnx("upstream %s: server %s ejected for %llums after %u %s", up->name,
-		    srv->addr.text, (unsigned long long)ms, fails, fail_name(fail, fails));
+		log_warnx("upstream %s: server %s ejected for %s after %u %s", up->name,
+		    srv->addr.text, duration_text(ms, text), fails, fail_name(fail, fails));
 	} else {
 		atomic_fetch_sub(&st->ejections, 1);   /* another worker ejected it first */
 		return;

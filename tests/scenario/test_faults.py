@@ -119,7 +119,7 @@ def failed_trial_ejects_for_longer(env):
     env.require('ejected', gw.wait_log(r'ejected for 500ms after 1 connect error'))
     env.require('the trial fails after the first ejection', wait_until(
         lambda: get(env, gw, '/t') and re.search(r'failed its trial request \(connect error\): '
-                                                 r'ejected for 1000ms', gw.log()), 5, 0.05))
+                                                 r'ejected for 1s', gw.log()), 5, 0.05))
     env.eq('every request still answered', outcome(get(env, gw, '/after')),
            (200, BODY, True))
     env.eq('two ejections: the first and the failed trial', metric(
@@ -167,7 +167,7 @@ def reset_on_accept_and_after_request(env):
                                   server=bad3.address), 1)
     env.eq('out of service', metric(aport3, 'jsongate_upstream_server_up', upstream='app',
                                     server=bad3.address), 0)
-    env.check('logged', gw3.wait_log(r'server %s ejected for 30000ms after 1 (connect error|'
+    env.check('logged', gw3.wait_log(r'server %s ejected for 30s after 1 (connect error|'
                                      r'reset)' % re.escape(bad3.address)))
 
 
@@ -201,7 +201,7 @@ def failures_after_the_head_eject(env):
         env.eq('%s: the server got one request' % why, len(bad.requests), 1)
         env.eq('%s: ejected' % why, metric(aport, 'jsongate_upstream_ejections_total',
                                            upstream='app', server=bad.address), 1)
-        env.check('%s: logged' % why, gw.wait_log(r'server %s ejected for 30000ms after 1 %s'
+        env.check('%s: logged' % why, gw.wait_log(r'server %s ejected for 30s after 1 %s'
                                                   % (re.escape(bad.address), why)))
 
 
@@ -256,7 +256,7 @@ def garbage_is_invalid(env):
     env.eq('counted as an invalid answer', metric(
         aport3, 'jsongate_upstream_requests_total', upstream='app', server=bad3.address,
         outcome='invalid'), 1)
-    env.check('logged', gw3.wait_log(r'server %s ejected for 30000ms after 1 invalid answer'
+    env.check('logged', gw3.wait_log(r'server %s ejected for 30s after 1 invalid answer'
                                      % re.escape(bad3.address)))
 
 
@@ -347,7 +347,7 @@ def slow_answer_and_per_try_timeout(env):
     env.eq('the slow server got one request: its timeout ejected it', len(bad2.requests), 1)
     env.eq('one ejection', metric(aport2, 'jsongate_upstream_ejections_total', upstream='app',
                                   server=bad2.address), 1)
-    env.check('logged', gw2.wait_log(r'server %s ejected for 30000ms after 1 timeout'
+    env.check('logged', gw2.wait_log(r'server %s ejected for 30s after 1 timeout'
                                      % re.escape(bad2.address)))
 
 

@@ -75,7 +75,7 @@ def failover_from_a_refusing_server(env):
     env.eq('40 GETs and 20 POSTs with one server refusing: all 200', statuses, [200] * 60)
     env.eq('the live server got every request', len(up.requests), 60)
     env.check('the dead server was ejected once and logged',
-              gw.wait_log(r'upstream app: server %s ejected for 10000ms after 1 connect error'
+              gw.wait_log(r'upstream app: server %s ejected for 10s after 1 connect error'
                           % re.escape(dead)))
     env.eq('ejections_total', metric(aport, 'jsongate_upstream_ejections_total',
                                      upstream='app', server=dead), 1)
@@ -411,7 +411,7 @@ def passive_5xx_ejection_and_max_ejected_percent(env):
         get(env, gw, '/%d' % i)
     env.eq('the server answering 500 was ejected after 2 of them', len(bad.requests), 2)
     env.check('logged with the reason', gw.wait_log(
-        r'server %s ejected for 30000ms after 2 error statuses' % re.escape(bad.address)))
+        r'server %s ejected for 30s after 2 error statuses' % re.escape(bad.address)))
     for g in good:
         g.default = answer(http_response(500, b'{}'))
     for i in range(24):

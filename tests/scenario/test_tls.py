@@ -663,7 +663,7 @@ def tls_handshake_failover(env):
     env.eq('max_fails 1: the first request, a POST, fails over', (r.status, r.body),
            (200, b'{"ok":true}'))
     env.check('the failed handshake ejects the server', gw.wait_log(
-        r'upstream app: server %s ejected for 10000ms after 1 connect error'
+        r'upstream app: server %s ejected for 10s after 1 connect error'
         % re.escape(bad.address)))
 
 
