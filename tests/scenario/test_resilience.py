@@ -665,8 +665,11 @@ def least_conn_prefers_the_idle_server(env):
     busy = env.client(gw.port)
     # Both idle: the tie goes to either; ask until the slow server holds a request.
     for _ in range(40):
+        taken = len(fast.requests)
         busy.send(build_request('GET', '/busy', [('Host', 'a')]))
-        if wait_until(lambda: slow.requests, 0.3):
+        env.require('the busy request reached a server', wait_until(
+            lambda: slow.requests or len(fast.requests) > taken, 10))
+        if slow.requests:
             break
         env.eq('a busy request the fast server took is answered', busy.read_response().status,
                200)
