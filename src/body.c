@@ -10,15 +10,19 @@
 #include <zlib.h>
 
 #include "conn.h"
+#include "mempool.h"
 #include "tls.h"
 
 /* Spans at least this long go out as references to the input block; shorter ones are copied
  * (a reference costs a chain of its own). */
 #define BODY_REFERENCE_MIN 2048
 /* Freed blocks kept per worker for the next bodies: fresh memory for a 1 MB body costs more
- * in page faults than scanning it.  Larger blocks are one large body's and are given back. */
-#define BODY_POOL_BYTES (8 * 1024 * 1024)
-#define BODY_POOL_BLOCK (1024 * 1024)
+ * in page faults than scanning it.  Larger blocks are one large body's: they are mapped on
+ * their own and given back when freed, and the warm blocks make room for them first. */
+#define BODY_POOL_BYTES (4 * MEMPOOL_LARGE_BLOCK)
+#define BODY_POOL_BLOCK MEMPOOL_LARGE_BLOCK
+/* Where a large body's copied output goes, a block at a time: a large block itself. */
+#define BODY_COPY_BLOCK (2 * BODY_POOL_BLOCK)
 
 /* A contiguous copy of a body; output chains reference it until the last one is written. */
 struct body_block {
@@ -93,11 +97,22 @@ body_pool_new(void)
 	return calloc(1, sizeof(struct body_pool));
 }
 
-void
-body_pool_free(struct body_pool *pool)
+/* Give the pool's free blocks back to the heap. */
+static void
+body_pool_drain(struct body_pool *pool)
 {
 	struct body_block *b;
 
+	while ((b = pool->free) != NULL) {
+		pool->free = b->next;
+		free(b);
+	}
+	pool->free_bytes = 0;
+}
+
+void
+body_pool_free(struct body_pool *pool)
+{
 	if (pool == NULL)
 		return;
 	if (pool->gz_ready)
@@ -106,10 +121,7 @@ body_pool_free(struct body_pool *pool)
 		inflateEnd(&pool->inf);
 	if (pool->gz_out != NULL)
 		evbuffer_free(pool->gz_out);
-	while ((b = pool->free) != NULL) {
-		pool->free = b->next;
-		free(b);
-	}
+	body_pool_drain(pool);
 	rewrite_ctx_free(pool->rw);
 	free(pool);
 }
@@ -129,6 +141,9 @@ body_block_get(struct body_pool *pool, size_t len)
 		}
 	while (cap < len)
 		cap *= 2;
+	/* A large body: the memory the warm blocks hold is better spent on it. */
+	if (cap > BODY_POOL_BLOCK)
+		body_pool_drain(pool);
 	if ((b = malloc(sizeof(*b) + cap)) == NULL)
 		return NULL;
 	b->pool = pool;
@@ -145,7 +160,11 @@ body_block_unref(struct body_block *b)
 	if (b == NULL || --b->refs != 0)
 		return;
 	pool = b->pool;
-	if (b->cap <= BODY_POOL_BLOCK && pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
+	if (b->cap > BODY_POOL_BLOCK) {
+		/* A large body is done: what it left free on the heap goes back too. */
+		free(b);
+		mempool_trim();
+	} else if (pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
 		b->next = pool->free;
 		pool->free = b;
 		pool->free_bytes += b->cap;
@@ -316,7 +335,7 @@ struct body_block *
 body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_coding coding,
     size_t max, size_t *out_len, const char **error)
 {
-	struct body_block *b = body_block_get(pool, len * 4 < max ? len * 4 : max), *nb;
+	struct body_block *b = body_block_get(pool, len * 4 < max ? len * 4 : max);
 	z_stream *zs = &pool->inf;
 	size_t done;
 	int r;
@@ -338,11 +357,8 @@ body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_codi
 			*error = "inflated body exceeds limits.max_body";
 			goto fail;
 		}
-		if ((nb = body_block_get(pool, b->cap * 2)) == NULL)
+		if (body_block_reserve(&b, b->cap * 2) != 0)
 			goto fail;
-		memcpy(nb->data, b->data, done);
-		body_block_unref(b);
-		b = nb;
 		zs->next_out = (Bytef *)b->data + done;
 		zs->avail_out = (uInt)(b->cap - done);
 	}
@@ -463,6 +479,7 @@ int
 body_gzip(struct body_pool *pool, struct evbuffer *data)
 {
 	struct evbuffer_iovec in, out[1];
+	size_t len = evbuffer_get_length(data);
 	int r, flush;
 
 	if (!pool->gz_ready) {
@@ -495,6 +512,9 @@ body_gzip(struct body_pool *pool, struct evbuffer *data)
 		} while (pool->gz.avail_out == 0);
 		evbuffer_drain(data, in.iov_len);
 	} while (flush != Z_FINISH);
+	/* A large body's buffers are free now, its compressed copy is small: give them back. */
+	if (len > BODY_POOL_BLOCK)
+		mempool_trim();
 	return evbuffer_add_buffer(data, pool->gz_out);
 }
 
@@ -523,7 +543,11 @@ body_block_reserve(struct body_block **b, size_t len)
 			return -1;
 		cap *= 2;
 	}
-	if ((*b)->refs != 1 || (grown = realloc(*b, sizeof(*grown) + cap)) == NULL)
+	if ((*b)->refs != 1)
+		return -1;
+	if (cap > BODY_POOL_BLOCK)
+		body_pool_drain((*b)->pool);
+	if ((grown = realloc(*b, sizeof(*grown) + cap)) == NULL)
 		return -1;
 	grown->cap = cap;
 	*b = grown;
@@ -556,14 +580,67 @@ body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
 /*
  * Where the rewritten spans go: long spans of the input by reference, the rest copied.  The
  * counters say where the bytes come from, not how they go out: spliced, the input's bytes
- * passed on as they are; copied, the bytes the ops wrote.
+ * passed on as they are; copied, the bytes the ops wrote.  A large body's copies go into
+ * blocks of their own (copy), added to out by reference run by run: the body's whole output
+ * then lives in blocks, given back as soon as it is written.  Other bodies' copies go into
+ * out's own buffers.
  */
 struct body_out {
 	struct evbuffer *out;
 	struct body_block *in;
 	size_t len;
 	struct body_result *res;
+	struct body_pool *pool;
+	int large;
+	struct body_block *copy;        /* NULL until a large body copies a span */
+	size_t copy_used;               /* bytes written into copy */
+	size_t copy_run;                /* of them, the last ones not yet added to out */
 };
+
+/* Append a large body's copied bytes not yet in out, by reference to their block. */
+static int
+body_out_flush(struct body_out *o)
+{
+	size_t run = o->copy_run;
+
+	if (run == 0)
+		return 0;
+	o->copy->refs++;
+	if (evbuffer_add_reference(o->out, o->copy->data + o->copy_used - run, run,
+	    body_block_cleanup_cb, o->copy) != 0) {
+		o->copy->refs--;
+		return -1;
+	}
+	o->copy_run = 0;
+	return 0;
+}
+
+/* Copy p[0..len) after a large body's output so far, into its copy blocks. */
+static int
+body_out_copy(struct body_out *o, const char *p, size_t len)
+{
+	size_t n;
+
+	while (len > 0) {
+		if (o->copy == NULL || o->copy_used == o->copy->cap) {
+			if (body_out_flush(o) != 0)
+				return -1;
+			body_block_unref(o->copy);
+			if ((o->copy = body_block_get(o->pool, BODY_COPY_BLOCK)) == NULL)
+				return -1;
+			o->copy_used = 0;
+		}
+		n = o->copy->cap - o->copy_used;
+		if (n > len)
+			n = len;
+		memcpy(o->copy->data + o->copy_used, p, n);
+		o->copy_used += n;
+		o->copy_run += n;
+		p += n;
+		len -= n;
+	}
+	return 0;
+}
 
 static int
 body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
@@ -581,13 +658,15 @@ body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
 		else
 			o->res->copied += s->len;
 		if (inside && s->len >= BODY_REFERENCE_MIN) {
+			if (body_out_flush(o) != 0)
+				return -1;
 			in->refs++;
 			if (evbuffer_add_reference(o->out, s->p, s->len, body_block_cleanup_cb,
 			    in) == 0)
 				continue;
 			in->refs--;
 		}
-		if (evbuffer_add(o->out, s->p, s->len) != 0)
+		if (o->large ? body_out_copy(o, s->p, s->len) : evbuffer_add(o->out, s->p, s->len))
 			return -1;
 	}
 	return 0;
@@ -647,7 +726,7 @@ body_apply_block(struct body_pool *pool, const struct config *cfg,
     enum body_coding coding, struct body_block *raw, size_t len,
     const struct rewrite_vars *vars, struct evbuffer *out, struct body_result *res)
 {
-	struct body_out o = { out, raw, len, res };
+	struct body_out o = { .out = out, .in = raw, .len = len, .res = res, .pool = pool };
 	struct rewrite_result rr;
 	int r;
 
@@ -676,9 +755,16 @@ body_apply_block(struct body_pool *pool, const struct config *cfg,
 			return -1;
 		res->inflated = 1;
 	}
+	o.large = o.in->cap > BODY_POOL_BLOCK;
 	rewrite_ctx_sink(pool->rw, body_spans_cb, &o);
 	r = rewrite_apply(pool->rw, prog, route->validate, o.in->data, o.len, vars, &rr);
 	rewrite_ctx_sink(pool->rw, NULL, NULL);
+	if (r == 0 && body_out_flush(&o) != 0) {
+		r = -1;
+		rr.error = "out of memory";
+		rr.invalid = 0;
+	}
+	body_block_unref(o.copy);
 	if (r < 0) {
 		res->error = rr.error != NULL ? rr.error : "the body cannot be rewritten";
 		res->invalid = rr.invalid;

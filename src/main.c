@@ -5,7 +5,6 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,13 +362,6 @@ main(int argc, char **argv)
 	if (!foreground && strcmp(error_log, "stderr") == 0)
 		log_warnx("log.error: stderr is /dev/null once in the background: "
 		    "name a file or syslog, or use -f");
-	/* Read buffers are taken and given back every request.  glibc hands a freed 64 KB one
-	 * back to the kernel (trim threshold 128 KB) and faults the pages in again on the next
-	 * read, 0.8 page faults a request over TLS: keep up to 32 MB free per arena instead.
-	 * Fixing one threshold stops glibc adjusting the other: 4 MB keeps large buffers on
-	 * the heap, where glibc would have moved its threshold after the first free. */
-	mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
-	mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024);
 	signal(SIGPIPE, SIG_IGN);
 	/* The listeners accept from runtime_new() on, so a client can signal before the handlers
 	 * exist: keep these signals pending until then.  Threads inherit the mask. */

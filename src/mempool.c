@@ -1,6 +1,7 @@
 #include "config.h"
 #include "mempool.h"
 
+#include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,8 +156,21 @@ mempool_thread_release(void)
 #endif
 
 void
+mempool_trim(void)
+{
+	malloc_trim(0);
+}
+
+void
 mempool_init(void)
 {
+	/* glibc moves its thresholds up to the largest block freed so far: after one 8 MB body
+	 * it would keep 16 MB free per arena for good.  Fixed, a large body's blocks are mapped
+	 * and go back when freed, and at most MEMPOOL_LARGE_BLOCK stays free at a heap's top:
+	 * enough for the buffers of small requests, which mostly come from the lists above
+	 * (no page fault per request, plain or TLS, keep-alive or not). */
+	mallopt(M_MMAP_THRESHOLD, MEMPOOL_LARGE_BLOCK);
+	mallopt(M_TRIM_THRESHOLD, MEMPOOL_LARGE_BLOCK);
 #ifndef MEMPOOL_UNDER_ASAN
 	/* Under AddressSanitizer every buffer stays a heap block of its own, so that a use after
 	 * free is still caught. */

@@ -8,8 +8,20 @@
 
 #include <stddef.h>
 
-/* Before any other libevent call: route libevent's allocations through the lists. */
+/*
+ * A block of this size or more is one large body's: malloc maps it on its own, so that
+ * freeing it gives it back to the system, and the heap keeps at most this much free memory
+ * at its top.  Smaller blocks are reused from the heap without new page faults.
+ */
+#define MEMPOOL_LARGE_BLOCK (1024 * 1024)
+
+/* Before any other libevent call: route libevent's allocations through the lists and set
+ * malloc's thresholds to MEMPOOL_LARGE_BLOCK. */
 void mempool_init(void);
+/* A large body is done: give the free memory it left in the heap's middle back to the
+ * system (its top and its mapped blocks went back when freed).  Costs a walk of the
+ * heap's free lists: for large bodies only. */
+void mempool_trim(void);
 /* The calling thread is ending: give its free lists back to the heap. */
 void mempool_thread_release(void);
 

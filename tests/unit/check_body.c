@@ -1,11 +1,14 @@
 /* Inflating collected bodies: whole (body_inflate) and fed in pieces (body_prefix_inflate, as
- * routing reads the start of a body). */
+ * routing reads the start of a body); a rewritten body's output (body_apply_block). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
+#include <event2/buffer.h>
+
 #include "body.h"
+#include "mempool.h"
 
 static const char FIRST[] = "{\"user\":\"first member\",";
 static const char SECOND[] = "\"n\":2}";
@@ -136,6 +139,63 @@ START_TEST(whole_body_members_and_trailing_bytes)
 }
 END_TEST
 
+/*
+ * A large body whose output is nearly all copied (a member renamed every 80 bytes): the
+ * output is byte for byte what the rewrite gives, and its copies lie in a few blocks of their
+ * own instead of thousands of small buffers, so that all of it goes back once written.
+ */
+START_TEST(large_body_copies_go_into_blocks)
+{
+	static const char ops[] = "[ {set: {x: 1}}, {rename: {a: b}} ]";
+	static const char member[] = "\"a\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"";
+	struct rewrite_program *prog = rewrite_program_from_yaml(ops, strlen(ops), NULL, 0);
+	struct rewrite_ctx *ctx = rewrite_ctx_new(1000, 100000);
+	struct body_pool *pool = body_pool_new();
+	struct config cfg;
+	struct config_route route;
+	struct rewrite_result rr;
+	struct body_result res;
+	struct evbuffer *out = evbuffer_new(), *want = evbuffer_new();
+	struct body_block *in;
+	size_t i, n = 50000, len = 0, mlen = strlen(member);
+	char *p;
+
+	ck_assert_ptr_nonnull(prog);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.limits.max_body = 8 << 20;
+	cfg.limits.max_depth = 1000;
+	cfg.limits.max_members = 100000;
+	memset(&route, 0, sizeof(route));
+	in = body_block_new(pool, 1 + n * (mlen + 1));
+	p = body_block_data(in);
+	for (i = 0; i < n; i++) {
+		p[len++] = i == 0 ? '{' : ',';
+		memcpy(p + len, member, mlen);
+		len += mlen;
+	}
+	p[len++] = '}';
+	ck_assert_uint_gt(len, 3 * MEMPOOL_LARGE_BLOCK);
+
+	ck_assert_int_eq(rewrite_apply(ctx, prog, VALIDATE_ENVELOPE, p, len, NULL, &rr), 0);
+	for (i = 0; i < rr.nspans; i++)
+		evbuffer_add(want, rr.spans[i].p, rr.spans[i].len);
+	ck_assert_int_eq(body_apply_block(pool, &cfg, &route, prog, BODY_CODING_IDENTITY, in, len,
+	    NULL, out, &res), 0);
+	body_block_release(in);
+	ck_assert_uint_eq(res.spliced + res.copied, evbuffer_get_length(want));
+	/* Over 3 MB in short spans, copied into 2 MB blocks: two pieces. */
+	ck_assert_int_eq(evbuffer_peek(out, -1, NULL, NULL, 0), 2);
+	ck_assert_uint_eq(evbuffer_get_length(out), evbuffer_get_length(want));
+	ck_assert_int_eq(memcmp(evbuffer_pullup(out, -1), evbuffer_pullup(want, -1),
+	    evbuffer_get_length(want)), 0);
+	evbuffer_free(out);
+	evbuffer_free(want);
+	body_pool_free(pool);
+	rewrite_ctx_free(ctx);
+	rewrite_program_free(prog);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -148,6 +208,9 @@ main(void)
 	tcase_add_test(tc, two_members_split_anywhere);
 	tcase_add_test(tc, not_a_member_after_the_end_in_pieces);
 	tcase_add_test(tc, whole_body_members_and_trailing_bytes);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("apply");
+	tcase_add_test(tc, large_body_copies_go_into_blocks);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
