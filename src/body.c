@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <event2/buffer.h>
 #include <zlib.h>
@@ -62,8 +61,7 @@ body_header_cb(const void *arg, const char *name, size_t len, struct rewrite_str
 	size_t i;
 
 	for (i = 0; i < req->nheaders; i++)
-		if (req->headers[i].name.len == len &&
-		    strncasecmp(req->headers[i].name.p, name, len) == 0) {
+		if (req->headers[i].name.len == len && http_ieq(req->headers[i].name.p, name, len)) {
 			value->p = req->headers[i].value.p;
 			value->len = req->headers[i].value.len;
 			return 1;
@@ -192,7 +190,7 @@ body_media_match(const char *pattern, const char *type, size_t type_len, size_t 
 		return 0;
 	plen = (size_t)(pslash - pattern);
 	if (!(plen == 1 && pattern[0] == '*') &&
-	    (plen != slash || strncasecmp(pattern, type, slash) != 0))
+	    (plen != slash || !http_ieq(pattern, type, slash)))
 		return 0;
 	pattern = pslash + 1;
 	type += slash + 1;
@@ -202,9 +200,9 @@ body_media_match(const char *pattern, const char *type, size_t type_len, size_t 
 	if (pattern[0] == '*') {
 		size_t suffix = strlen(pattern + 1);
 		return type_len > suffix &&
-		    strncasecmp(type + type_len - suffix, pattern + 1, suffix) == 0;
+		    http_ieq(type + type_len - suffix, pattern + 1, suffix);
 	}
-	return strlen(pattern) == type_len && strncasecmp(pattern, type, type_len) == 0;
+	return strlen(pattern) == type_len && http_ieq(pattern, type, type_len);
 }
 
 int
@@ -228,12 +226,11 @@ body_is_json(const struct config_route *route, struct http_str ct)
 enum body_coding
 body_coding(struct http_str ce)
 {
-	if (ce.len == 0 || (ce.len == 8 && strncasecmp(ce.p, "identity", 8) == 0))
+	if (ce.len == 0 || HTTP_IEQ(ce.p, ce.len, "identity"))
 		return BODY_CODING_IDENTITY;
-	if ((ce.len == 4 && strncasecmp(ce.p, "gzip", 4) == 0) ||
-	    (ce.len == 6 && strncasecmp(ce.p, "x-gzip", 6) == 0))
+	if (HTTP_IEQ(ce.p, ce.len, "gzip") || HTTP_IEQ(ce.p, ce.len, "x-gzip"))
 		return BODY_CODING_GZIP;
-	if (ce.len == 7 && strncasecmp(ce.p, "deflate", 7) == 0)
+	if (HTTP_IEQ(ce.p, ce.len, "deflate"))
 		return BODY_CODING_DEFLATE;
 	return BODY_CODING_OTHER;
 }

@@ -26,6 +26,7 @@
 
 #include "envelope.h"
 #include "header_ops.h"
+#include "headers.h"
 #include "jcond.h"
 #include "jprefix.h"
 #include "rewrite.h"
@@ -2755,14 +2756,11 @@ config_parse_backend_after(struct config_parse *ctx, const yaml_node_t *node, vo
 static void
 config_parse_backend_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
-	static const char *const reserved[] = {
-		"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
-		"content-length", "expect", NULL
-	};
 	struct config_backend *b = obj;
 	const yaml_node_pair_t *pair;
 	const yaml_node_t *k, *v;
-	const char *name, *value, *p;
+	const char *name, *value;
+	struct http_str hn;
 	size_t i, n;
 
 	if (node == NULL)
@@ -2779,21 +2777,20 @@ config_parse_backend_headers(struct config_parse *ctx, const yaml_node_t *node, 
 		v = config_node(ctx, pair->value);
 		if ((name = config_string(ctx, k)) == NULL)
 			continue;
-		for (p = name; *p != '\0' && (isalnum((unsigned char)*p) ||
-		    strchr("!#$%&'*+-.^_`|~", *p) != NULL); p++)
-			;
-		if (*p != '\0') {
+		hn.p = name;
+		hn.len = strlen(name);
+		if (!http_is_token(hn.p, hn.len)) {
 			config_error(ctx, k, "\"%s\" is not a header name", name);
 			continue;
 		}
-		for (i = 0; reserved[i] != NULL && strcasecmp(reserved[i], name) != 0; i++)
-			;
-		if (reserved[i] != NULL || strncasecmp(name, "proxy-", 6) == 0) {
+		/* Expect too: jsongate sends the body at once. */
+		if (headers_is_hop_by_hop(hn) || HTTP_IEQ(hn.p, hn.len, "expect")) {
 			config_error(ctx, k, "%s is set by jsongate itself (hop-by-hop or framing)",
 			    name);
 			continue;
 		}
-		for (i = 0; i < b->nheaders && strcasecmp(b->headers[i].name, name) != 0; i++)
+		for (i = 0; i < b->nheaders && !(strlen(b->headers[i].name) == hn.len &&
+		    http_ieq(b->headers[i].name, name, hn.len)); i++)
 			;
 		if (i < b->nheaders) {
 			config_error(ctx, k, "duplicate header '%s'", name);

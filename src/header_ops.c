@@ -6,7 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "headers.h"
@@ -26,23 +25,6 @@ static const struct {
 	{ "$ssl_client_s_dn", REWRITE_VAR_SSL_CLIENT_S_DN },
 	{ "$ssl_client_verify", REWRITE_VAR_SSL_CLIENT_VERIFY },
 };
-
-static int
-header_ops_is_token(const char *s, size_t len)
-{
-	static const char extra[] = "!#$%&'*+-.^_`|~";
-	size_t i;
-
-	if (len == 0)
-		return 0;
-	for (i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c != '\0' && strchr(extra, c) != NULL)))
-			return 0;
-	}
-	return 1;
-}
 
 /* Why jsongate keeps a header name to itself, or NULL. */
 static const char *
@@ -81,7 +63,7 @@ header_ops_value(struct header_op *op, const char *value, int request,
 			return "$upstream is not known yet when the request head is written "
 			    "(once for every try)";
 		if (op->var == REWRITE_VAR_NONE && strncmp(value, "$header.", 8) == 0) {
-			if (!header_ops_is_token(value + 8, len - 8))
+			if (!http_is_token(value + 8, len - 8))
 				return "bad header name in $header.NAME";
 			op->var = REWRITE_VAR_HEADER;
 			value += 8;
@@ -122,7 +104,7 @@ static const struct header_op *
 header_ops_find(const struct header_op *list, size_t n, const char *name, size_t len)
 {
 	for (size_t i = 0; i < n; i++)
-		if (list[i].len == len && http_lower_eq(name, list[i].lower, len))
+		if (list[i].len == len && http_ieq(name, list[i].lower, len))
 			return &list[i];
 	return NULL;
 }
@@ -178,7 +160,7 @@ header_ops_add(struct header_ops **opsp, int request, enum header_op_kind kind,
 	const char *why;
 
 	*in_value = 0;
-	if (!header_ops_is_token(name, len))
+	if (!http_is_token(name, len))
 		return "not a header name (letters, digits and !#$%&'*+-.^_`|~)";
 	if ((why = header_ops_reserved(name, len)) != NULL)
 		return why;

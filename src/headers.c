@@ -25,18 +25,12 @@ enum headers_kind {
 
 #define HEADERS_MAX_LISTED 32   /* Connection tokens remembered; beyond, rescan */
 
-/* Two strings equal but for ASCII case. */
+/* Two names equal but for ASCII case. */
 static int
-headers_ieq(struct http_str a, struct http_str b)
+headers_same_name(struct http_str a, struct http_str b)
 {
-	if (a.len != b.len)
-		return 0;
-	for (size_t i = 0; i < a.len; i++)
-		if (http_lc((unsigned char)a.p[i]) != http_lc((unsigned char)b.p[i]))
-			return 0;
-	return 1;
+	return a.len == b.len && http_ieq(a.p, b.p, a.len);
 }
-
 
 /* Hop-by-hop (RFC 9110 7.6.1), or framing the proxy writes itself. */
 static int
@@ -109,7 +103,7 @@ headers_connection_lists(const struct http_header *h, struct http_str name)
 
 	do {
 		p = http_list_next(p, end, &tok);
-		if (headers_ieq(tok, name))
+		if (headers_same_name(tok, name))
 			return 1;
 	} while (p != NULL);
 	return 0;
@@ -157,7 +151,7 @@ headers_is_listed(const struct headers_listed *l, struct http_str name)
 		return 0;
 	}
 	for (size_t i = 0; i < l->n; i++)
-		if (headers_ieq(l->names[i], name))
+		if (headers_same_name(l->names[i], name))
 			return 1;
 	return 0;
 }

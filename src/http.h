@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #define HTTP_MAX_HEADERS 100
@@ -105,19 +106,58 @@ ssize_t http_parse_request(const char *buf, size_t len, struct http_request *req
 /* Parse a response head.  1xx responses are returned like any other; the caller skips them. */
 ssize_t http_parse_response(const char *buf, size_t len, struct http_response *resp);
 
-/* ASCII lowercase, without locale. */
+/*
+ * The case-insensitive compares of names, tokens and values (ASCII only, no locale): a byte,
+ * eight bytes at once, and two strings a word at a time.
+ */
 static inline unsigned char
 http_lc(unsigned char c)
 {
 	return (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
 }
 
-/* Case-insensitive compare of n bytes of s with a lowercase literal. */
-static inline int
-http_lower_eq(const char *s, const char *lower, size_t n)
+static inline uint64_t
+http_lc8(uint64_t w)
 {
+	uint64_t seven = w & 0x7f7f7f7f7f7f7f7fULL;
+	/* High bit of each byte that is 'A' to 'Z': >= 'A', not > 'Z', not above 0x7f. */
+	uint64_t upper = (seven + 0x3f3f3f3f3f3f3f3fULL) & ~(seven + 0x2525252525252525ULL) &
+	    ~w & 0x8080808080808080ULL;
+
+	return w | upper >> 2;
+}
+
+/* a[0..n) and b[0..n) are equal but for ASCII case.  A literal side costs nothing: the
+ * compiler folds its lowercasing. */
+static inline int
+http_ieq(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t h[2];
+
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (http_lc8(x) != http_lc8(y))
+				return 0;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return http_lc8(x) == http_lc8(y);
+	}
+	if (n >= 4) {
+		/* The first and the last four bytes, overlapping when n < 8. */
+		memcpy(&h[0], a, 4);
+		memcpy(&h[1], a + n - 4, 4);
+		memcpy(&x, h, 8);
+		memcpy(&h[0], b, 4);
+		memcpy(&h[1], b + n - 4, 4);
+		memcpy(&y, h, 8);
+		return http_lc8(x) == http_lc8(y);
+	}
 	for (size_t i = 0; i < n; i++)
-		if (http_lc((unsigned char)s[i]) != (unsigned char)lower[i])
+		if (http_lc((unsigned char)a[i]) != http_lc((unsigned char)b[i]))
 			return 0;
 	return 1;
 }
@@ -135,9 +175,12 @@ http_hex_value(char c)
 	return -1;
 }
 
-/* s[0..len) is the lowercase literal lit, ignoring case. */
+/* s[0..len) is the literal lit, ignoring case. */
 #define HTTP_IEQ(s, len, lit) \
-	((len) == sizeof(lit) - 1 && http_lower_eq((s), (lit), sizeof(lit) - 1))
+	((len) == sizeof(lit) - 1 && http_ieq((s), (lit), sizeof(lit) - 1))
+
+/* s[0..len) is a token (RFC 9110 5.6.2): a header name, a coding, a parameter name. */
+int http_is_token(const char *s, size_t len);
 
 /*
  * Next element of a comma-separated list (RFC 9110 5.6.1) in p[0..end), OWS trimmed; empty

@@ -326,9 +326,52 @@ START_TEST(test_list_next)
 	p = http_list_next(v, v, &e);
 	ck_assert_ptr_null(p);
 	ck_assert_uint_eq(e.len, 0);
+}
+END_TEST
+
+/* The one case-insensitive compare: ASCII letters only, every length and position, against
+ * a byte at a time. */
+START_TEST(test_ieq)
+{
+	char a[20], b[20];
+	unsigned x, y;
+	size_t n, at;
+
 	ck_assert(HTTP_IEQ("Keep-Alive", 10, "keep-alive"));
+	ck_assert(HTTP_IEQ("kEEP-aLIVE", 10, "Keep-Alive"));
 	ck_assert(!HTTP_IEQ("Keep-Alive", 10, "keep-alivex"));
 	ck_assert(!HTTP_IEQ("Keep_Alive", 10, "keep-alive"));
+	for (n = 1; n <= sizeof(a); n++)
+		for (at = 0; at < n; at += n > 9 ? 7 : 1)
+			for (x = 0; x < 256; x++)
+				for (y = 0; y < 256; y++) {
+					int same = x == y || (x >= 'A' && x <= 'Z' && y == (x | 0x20)) ||
+					    (y >= 'A' && y <= 'Z' && x == (y | 0x20));
+
+					memset(a, 'q', n);
+					memset(b, 'Q', n);
+					a[at] = (char)x;
+					b[at] = (char)y;
+					if (http_ieq(a, b, n) != same)
+						ck_abort_msg("http_ieq: length %zu, byte %zu: %02x, %02x",
+						    n, at, x, y);
+				}
+}
+END_TEST
+
+START_TEST(test_is_token)
+{
+	static const char *const tokens[] = { "x", "Content-Type", "a!#$%&'*+-.^_`|~z", "0" };
+	static const char *const not_tokens[] = { "", "a b", "a:b", "a/b", "x\xc3\xa9", "a\tb",
+	    "(a)", "a\"b", "a,b", "a;b", "a=b", "a@b", "a[b]", "{a}", "a\\b", "a?b", "<a>",
+	    "a\x7f" };
+	size_t i;
+
+	for (i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++)
+		ck_assert_msg(http_is_token(tokens[i], strlen(tokens[i])), "%s", tokens[i]);
+	for (i = 0; i < sizeof(not_tokens) / sizeof(not_tokens[0]); i++)
+		ck_assert_msg(!http_is_token(not_tokens[i], strlen(not_tokens[i])), "%s",
+		    not_tokens[i]);
 }
 END_TEST
 
@@ -818,6 +861,8 @@ http_suite(void)
 	    sizeof(req_cases) / sizeof(req_cases[0]));
 	tcase_add_test(tc, test_request_headers);
 	tcase_add_test(tc, test_list_next);
+	tcase_add_test(tc, test_ieq);
+	tcase_add_test(tc, test_is_token);
 	tcase_add_test(tc, test_reason);
 	tcase_add_test(tc, test_request_max_headers);
 	tcase_add_test(tc, test_request_scan_alignment);
