@@ -398,68 +398,76 @@ body_prefix_inflate(struct body_pool *pool, const char *src, size_t len, size_t 
 	return r;
 }
 
-static int
-body_is_ows(char c)
+enum body_coding
+body_content_coding(const struct http_header *h, size_t n)
 {
-	return c == ' ' || c == '\t';
+	enum body_coding coding = BODY_CODING_IDENTITY, one;
+	struct http_elements it;
+	struct http_str e;
+
+	http_elements_start(&it, h, n, "content-encoding");
+	while (http_elements_next(&it, &e)) {
+		if ((one = body_coding(e)) == BODY_CODING_IDENTITY)
+			continue;
+		if (coding != BODY_CODING_IDENTITY)
+			return BODY_CODING_OTHER;       /* one coding over another */
+		coding = one;
+	}
+	return coding;
 }
 
-/* Append to buf[*n..size) the items of the Accept-Encoding list ae that name a coding
- * body_apply decodes, parameters kept.  Returns -1 when buf is too small. */
-static int
-body_decodable_codings(struct http_str ae, char *buf, size_t size, size_t *n)
+int
+body_accepts_gzip(const struct http_header *h, size_t n)
 {
-	struct http_str coding;
-	const char *item, *semi;
-	size_t at = 0, len;
+	int gzip = -1, any = -1, w;
+	struct http_elements it;
+	struct http_str e, coding;
 
-	while (at <= ae.len) {
-		item = ae.p + at;
-		for (len = 0; at + len < ae.len && item[len] != ','; len++)
-			;
-		at += len + 1;
-		while (len > 0 && body_is_ows(*item)) {
-			item++;
-			len--;
-		}
-		while (len > 0 && body_is_ows(item[len - 1]))
-			len--;
-		semi = memchr(item, ';', len);
-		coding.p = item;
-		coding.len = semi != NULL ? (size_t)(semi - item) : len;
-		while (coding.len > 0 && body_is_ows(item[coding.len - 1]))
-			coding.len--;
-		if (coding.len == 0 || body_coding(coding) == BODY_CODING_OTHER)
-			continue;
-		if (*n + 2 + len > size)
-			return -1;
-		if (*n > 0) {
-			memcpy(buf + *n, ", ", 2);
-			*n += 2;
-		}
-		memcpy(buf + *n, item, len);
-		*n += len;
+	http_elements_start(&it, h, n, "accept-encoding");
+	while (http_elements_next(&it, &e)) {
+		if ((w = http_weight(e, &coding)) < 0)
+			w = 0;          /* not a qvalue: not a preference to act on */
+		if (HTTP_IEQ(coding.p, coding.len, "gzip") || HTTP_IEQ(coding.p, coding.len, "x-gzip"))
+			gzip = gzip > w ? gzip : w;
+		else if (HTTP_IEQ(coding.p, coding.len, "*"))
+			any = any > w ? any : w;
 	}
-	return 0;
+	/* gzip by name, else "*" for any coding not named (RFC 9110 12.5.3). */
+	return gzip >= 0 ? gzip > 0 : any > 0;
 }
 
 void
 body_limit_accept_encoding(struct http_request *req, char *buf, size_t size)
 {
-	size_t i, first = SIZE_MAX, n = 0, out = 0;
-	int fits = 1;
+	size_t i, first, n = 0, out = 0;
+	struct http_elements it;
+	struct http_str e, coding;
 
-	for (i = 0; i < req->nheaders; i++) {
-		if (!http_header_is(&req->headers[i], "accept-encoding"))
-			continue;
-		if (first == SIZE_MAX)
-			first = i;
-		if (body_decodable_codings(req->headers[i].value, buf, size, &n) != 0)
-			fits = 0;
-	}
-	if (first == SIZE_MAX)
+	for (first = 0; first < req->nheaders; first++)
+		if (http_header_is(&req->headers[first], "accept-encoding"))
+			break;
+	if (first == req->nheaders)
 		return;         /* none sent: any coding goes, and upstreams answer identity */
-	if (!fits || n == 0) {
+	/* The codings jsongate decodes that the client does not refuse, as it sent them.  Its
+	 * refusals (q=0) are not passed on: what comes back is decoded here, and what the
+	 * client gets is identity or gzip for compress: gzip, as it accepts. */
+	http_elements_start(&it, req->headers + first, req->nheaders - first, "accept-encoding");
+	while (http_elements_next(&it, &e)) {
+		if (http_weight(e, &coding) <= 0 || !http_is_token(coding.p, coding.len) ||
+		    body_coding(coding) == BODY_CODING_OTHER)
+			continue;
+		if (n + 2 + e.len > size) {
+			n = 0;
+			break;
+		}
+		if (n > 0) {
+			memcpy(buf + n, ", ", 2);
+			n += 2;
+		}
+		memcpy(buf + n, e.p, e.len);
+		n += e.len;
+	}
+	if (n == 0) {
 		memcpy(buf, "identity", 8);
 		n = 8;
 	}

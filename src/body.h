@@ -17,7 +17,14 @@ enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, 
 
 /* 1 when content_type (a Content-Type value) is one of the route's JSON media types. */
 int body_is_json(const struct config_route *route, struct http_str content_type);
-enum body_coding body_coding(struct http_str content_encoding);
+/* What one content-coding name is. */
+enum body_coding body_coding(struct http_str name);
+/* The coding of a message's body, from all its Content-Encoding lines as one list:
+ * "identity" is none, and codings applied one over another are BODY_CODING_OTHER. */
+enum body_coding body_content_coding(const struct http_header *h, size_t n);
+/* 1 when the Accept-Encoding lines of a request take gzip: gzip (or x-gzip) with a weight
+ * above 0, or else "*" with one (RFC 9110 12.5.3).  Without Accept-Encoding: 0. */
+int body_accepts_gzip(const struct http_header *h, size_t n);
 
 /* 1 when prog reads request headers ($header.NAME), which must then be kept for it. */
 int body_needs_headers(const struct rewrite_program *prog);
@@ -97,10 +104,11 @@ int body_apply_block(struct body_pool *pool, const struct config *cfg,
 
 /*
  * On a route with response ops: leave in req's Accept-Encoding only the codings body_apply
- * can decode (gzip, x-gzip, deflate, identity, with their parameters), "identity" when none
- * is left, so that upstream answers come in a coding the ops can read.  buf (at least 8 bytes)
- * holds the new value and must live as long as req's headers are used.  A request without
- * Accept-Encoding is left alone: upstreams answer it in identity.
+ * can decode (gzip, x-gzip, deflate, identity, with their parameters) that the client does
+ * not refuse with q=0, "identity" when none is left, so that upstream answers come in a
+ * coding the ops can read.  buf (at least 8 bytes) holds the new value and must live as long
+ * as req's headers are used.  A request without Accept-Encoding is left alone: upstreams
+ * answer it in identity.
  */
 void body_limit_accept_encoding(struct http_request *req, char *buf, size_t size);
 

@@ -340,8 +340,7 @@ fetch_read_head(struct fetch *f)
 	if (fetch_retry_status(f, resp))
 		return -1;
 	f->status = resp->status;
-	f->coding = body_coding(http_find_header(resp->headers, resp->nheaders,
-	    "content-encoding"));
+	f->coding = body_content_coding(resp->headers, resp->nheaders);
 	f->up_close = resp->framing.conn_close ||
 	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
 	if (resp->status == 204 || resp->status == 304) {

@@ -371,6 +371,81 @@ http_list_next(const char *p, const char *end, struct http_str *elem)
 	return comma ? comma + 1 : NULL;
 }
 
+void
+http_elements_start(struct http_elements *it, const struct http_header *h, size_t n,
+    const char *lower_name)
+{
+	it->h = h;
+	it->end = h + n;
+	it->name = lower_name;
+	it->p = NULL;
+}
+
+int
+http_elements_next(struct http_elements *it, struct http_str *elem)
+{
+	for (;;) {
+		while (it->p == NULL) {
+			if (it->h == it->end)
+				return 0;
+			if (http_header_is(it->h, it->name)) {
+				it->p = it->h->value.p;
+				it->vend = it->p + it->h->value.len;
+			}
+			it->h++;
+		}
+		it->p = http_list_next(it->p, it->vend, elem);
+		if (elem->len != 0)
+			return 1;
+	}
+}
+
+/* A qvalue (RFC 9110 12.4.2) in thousandths, or -1. */
+static int
+http_qvalue(struct http_str v)
+{
+	int q, scale = 100;
+	size_t i;
+
+	if (v.len == 0 || (v.p[0] != '0' && v.p[0] != '1') || v.len > 5 ||
+	    (v.len > 1 && v.p[1] != '.'))
+		return -1;
+	q = (v.p[0] - '0') * 1000;
+	for (i = 2; i < v.len; i++, scale /= 10) {
+		if (v.p[i] < '0' || v.p[i] > '9')
+			return -1;
+		q += (v.p[i] - '0') * scale;
+	}
+	return q <= 1000 ? q : -1;
+}
+
+int
+http_weight(struct http_str elem, struct http_str *token)
+{
+	const char *p = elem.p, *end = elem.p + elem.len, *semi, *eq;
+	struct http_str param, name, value;
+	int weight = 1000;
+
+	semi = memchr(p, ';', elem.len);
+	token->p = p;
+	token->len = (size_t)((semi != NULL ? semi : end) - p);
+	while (token->len > 0 && (p[token->len - 1] == ' ' || p[token->len - 1] == '\t'))
+		token->len--;
+	while (semi != NULL) {
+		p = semi + 1;
+		semi = memchr(p, ';', (size_t)(end - p));
+		/* One parameter, its name and value trimmed of OWS: the list tokenizer does that. */
+		http_list_next(p, semi != NULL ? semi : end, &param);
+		if ((eq = memchr(param.p, '=', param.len)) == NULL)
+			continue;
+		http_list_next(param.p, eq, &name);
+		http_list_next(eq + 1, param.p + param.len, &value);
+		if (HTTP_IEQ(name.p, name.len, "q"))
+			weight = http_qvalue(value);
+	}
+	return weight;
+}
+
 /* Content-Length: 1*DIGIT, or a list of identical values ("42, 42"), each below 2^62. */
 static void
 http_acc_cl(struct http_acc *a, const char *v, size_t len)

@@ -189,6 +189,28 @@ int http_is_token(const char *s, size_t len);
  */
 const char *http_list_next(const char *p, const char *end, struct http_str *elem);
 
+/*
+ * The elements of every header line named lower_name, in order, as one list: repeated
+ * lines of a list field are one comma-separated list (RFC 9110 5.3).  Empty elements are
+ * skipped.  start, then next until it returns 0.
+ */
+struct http_elements {
+	const struct http_header *h, *end;
+	const char *name;
+	const char *p, *vend;           /* the rest of the current line; p NULL between lines */
+};
+void http_elements_start(struct http_elements *it, const struct http_header *h, size_t n,
+    const char *lower_name);
+int http_elements_next(struct http_elements *it, struct http_str *elem);
+
+/*
+ * A list element "token;param;..." of Accept-Encoding, TE, Accept and the like: *token is
+ * its first part, and the result its weight (RFC 9110 12.4.2) in thousandths, 1000 without
+ * a q parameter ("q" in any case, as ABNF literals are), or -1 when q is not a qvalue
+ * ("0" to "1" with at most three decimals).
+ */
+int http_weight(struct http_str elem, struct http_str *token);
+
 /* The reason phrase of RFC 9110 for status ("Content Too Large"), or an empty string. */
 struct http_str http_reason(int status);
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -928,32 +927,6 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 	}
 }
 
-/* A client accepts gzip when Accept-Encoding lists gzip (or *) with a non-zero q. */
-static int
-proxy_accepts_gzip(struct http_str ae)
-{
-	char list[512], *save = NULL, *tok, *q;
-	size_t n = ae.len < sizeof(list) - 1 ? ae.len : sizeof(list) - 1;
-
-	memcpy(list, ae.p, n);
-	list[n] = '\0';
-	for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-		tok += strspn(tok, " \t");
-		if (strncasecmp(tok, "gzip", 4) == 0)
-			tok += 4;
-		else if (tok[0] == '*')
-			tok += 1;
-		else
-			continue;
-		if (*tok != '\0' && *tok != ';' && *tok != ' ' && *tok != '\t')
-			continue;
-		q = strstr(tok, "q=");
-		if (q == NULL || strtod(q + 2, NULL) > 0)
-			return 1;
-	}
-	return 0;
-}
-
 /* Nothing upstream will ask for a body we read first: invite it ourselves. */
 static void
 proxy_continue(struct client *c)
@@ -1117,9 +1090,8 @@ proxy_collect_request_body(struct client *c)
 		http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 		if (route_scan_reads_values(cfg, c->rq->route))
 			route_scan_read_prefix(&c->rq->scan, w->bodies, cfg, c->rq->route,
-			    body_coding(http_find_header(req->headers, req->nheaders,
-			    "content-encoding")), body_block_data(c->rq->req_block),
-			    c->rq->req_block_len);
+			    body_content_coding(req->headers, req->nheaders),
+			    body_block_data(c->rq->req_block), c->rq->req_block_len);
 		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
@@ -1159,7 +1131,7 @@ proxy_collect_request_body(struct client *c)
 		proxy_jsonrpc_start(c, req);
 		return;
 	}
-	coding = body_coding(http_find_header(req->headers, req->nheaders, "content-encoding"));
+	coding = body_content_coding(req->headers, req->nheaders);
 	text = proxy_request_text(c, &coding, &len);
 	if (proxy_pick_after_body(c, req) < 0) {
 		body_block_release(text);
@@ -1542,7 +1514,7 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
 	client_hash_key(c, req);
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->rq->route) &&
-	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
+	    body_accepts_gzip(req->headers, req->nheaders);
 	if ((c->rq->route->request != NULL || proxy_response_needs_headers(c->rq->route)) &&
 	    proxy_keep_request_head(c, (size_t)r) < 0) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
@@ -1916,8 +1888,7 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_EMPTY,
 		    GW_UPSTREAM_INVALID, "response body not rewritten: empty body", 0);
 	}
-	if (body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) ==
-	    BODY_CODING_OTHER) {
+	if (body_content_coding(resp->headers, resp->nheaders) == BODY_CODING_OTHER) {
 		/* Streamed untouched (pass) or refused (fail), never run through the ops. */
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_ENCODING,
 		    GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that cannot be "
@@ -2215,7 +2186,7 @@ proxy_respond_rewritten(struct client *c)
 	if (body_needs_headers(c->rq->resp_prog))
 		proxy_kept_request_headers(c, &vars);
 	c->rq->resp_buffering = 0;
-	coding = body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding"));
+	coding = body_content_coding(resp->headers, resp->nheaders);
 	if (c->rq->resp_block != NULL)
 		rc = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->resp_prog, coding,
 		    c->rq->resp_block, c->rq->resp_block_len, &vars, w->rewritten, &res);
@@ -2251,8 +2222,7 @@ proxy_respond_rewritten(struct client *c)
 		if (res.inflated)
 			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
 		if (c->rq->accept_gzip && !res.inflated &&
-		    body_coding(http_find_header(resp->headers, resp->nheaders, "content-encoding")) !=
-		    BODY_CODING_IDENTITY)
+		    body_content_coding(resp->headers, resp->nheaders) != BODY_CODING_IDENTITY)
 			c->rq->accept_gzip = 0;     /* already encoded: leave it */
 		if (c->rq->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)
 			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
@@ -2529,7 +2499,7 @@ proxy_aggregate(struct client *c, const struct http_request *req, size_t head_le
 	if (!c->rq->req_done)
 		c->keepalive = 0;
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
-	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
+	    body_accepts_gzip(req->headers, req->nheaders);
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 	c->rq->agg = aggregate_start(c->rq->wr, c->rq->route, &ar, proxy_aggregate_done_cb, c);
@@ -2653,8 +2623,8 @@ proxy_jsonrpc_judge(struct client *c)
 		return;
 	}
 	evbuffer_drain(out, evbuffer_get_length(out));
-	status = jsonrpc_route_answered(c->rq->rpc, resp->status, body_coding(http_find_header(
-	    resp->headers, resp->nheaders, "content-encoding")), b, len, out, &err);
+	status = jsonrpc_route_answered(c->rq->rpc, resp->status,
+	    body_content_coding(resp->headers, resp->nheaders), b, len, out, &err);
 	body_block_release(b);
 	if (c->rq->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
 		c->rq->up_close = 1;        /* bytes past the answer: never reuse */
@@ -2715,7 +2685,7 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 	const struct config_upstream *up;
 	struct jsonrpc_request jr = {
 		req, c->rq->request_id, c->addr, c->rq->req_block, c->rq->req_block_len,
-		body_coding(http_find_header(req->headers, req->nheaders, "content-encoding")),
+		body_content_coding(req->headers, req->nheaders),
 		c->rq->idempotent, proxy_jsonrpc_head_cb, c
 	};
 
@@ -2772,7 +2742,7 @@ proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len)
 		return;
 	}
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
-	    proxy_accepts_gzip(http_find_header(req->headers, req->nheaders, "accept-encoding"));
+	    body_accepts_gzip(req->headers, req->nheaders);
 	evbuffer_drain(c->conn.in, head_len);
 	proxy_start_request_collect(c);
 }

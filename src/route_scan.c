@@ -54,8 +54,7 @@ route_scan_json_body(const struct config_route *route, const struct http_request
 {
 	if (!req->framing.chunked && req->framing.content_length <= 0)
 		return 0;
-	if (body_coding(http_find_header(req->headers, req->nheaders, "content-encoding")) ==
-	    BODY_CODING_OTHER)
+	if (body_content_coding(req->headers, req->nheaders) == BODY_CODING_OTHER)
 		return 0;
 	return body_is_json(route, http_find_header(req->headers, req->nheaders, "content-type"));
 }
@@ -142,8 +141,7 @@ route_scan_window(struct route_scan_window *win, const struct route_scan *rs,
     struct evbuffer *in)
 {
 	size_t cap = cfg->limits.route_scan, left, n, consumed, off, dlen;
-	enum body_coding coding = body_coding(http_find_header(req->headers, req->nheaders,
-	    "content-encoding"));
+	enum body_coding coding = body_content_coding(req->headers, req->nheaders);
 	struct http_chunked ch;
 	struct evbuffer_ptr pos;
 	struct evbuffer_iovec v;

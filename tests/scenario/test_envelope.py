@@ -656,6 +656,80 @@ def content_codings_that_cannot_be_decoded(env):
 
 
 @T.case
+def content_encoding_from_every_line(env):
+    """Repeated Content-Encoding lines are one list (RFC 9110 5.3): the last line's br
+    counts as much as the first line's identity, both ways."""
+    body = b'{"data":{"a":1}}'
+    ce = lambda *codings: [('Content-Encoding', c) for c in codings]
+    up = served(env, {
+        '/resp/fail/br': http_response(200, b'\x1b\x00', headers=ce('identity', 'br')),
+        '/resp/pass/br': http_response(200, b'\x1b\x00', headers=ce('identity', 'br')),
+        '/resp/fail/gzip-gzip': http_response(200, gz(gz(body)), headers=ce('gzip', 'gzip')),
+        '/resp/fail/gzip': http_response(200, gz(body), headers=ce('identity', 'gzip')),
+        '/resp/fail/empty-gzip': http_response(200, gz(body), headers=ce('', 'gzip,')),
+        '/req/pass': http_response(200, b'{"ok":1}'),
+        '/req/fail': http_response(200, b'{"ok":1}')})
+    gw = start(env, up,
+               route('req-fail', '/req/fail', request='[ {unwrap: data} ]', on_error='fail'),
+               route('req-pass', '/req/pass', request='[ {unwrap: data} ]'),
+               route('resp-fail', '/resp/fail', '[ {unwrap: data} ]', on_error='fail'),
+               route('resp-pass', '/resp/pass', '[ {unwrap: data} ]'))
+    c = env.client(gw.port)
+    for codings in (('identity', 'br'), ('gzip', 'br'), ('gzip', 'gzip')):
+        r = post(c, '/req/fail', gz(body), headers=ce(*codings))
+        env.gateway_error('request with Content-Encoding lines %s, on_error fail' % (codings,),
+                          r, 415, 'unsupported_media_type',
+                          'request body not rewritten: Content-Encoding that cannot be decoded',
+                          close=False)
+    env.eq('none of them reached the upstream', len(up.requests), 0)
+    r = post(c, '/req/pass', body, headers=ce('identity', 'br'))
+    q = up.requests[-1]
+    env.eq('on_error pass: the request goes untouched, both lines kept',
+           (r.status, q.body, q.all('Content-Encoding')), (200, body, ['identity', 'br']))
+    r = post(c, '/req/fail', gz(body), headers=ce('identity', 'gzip'))
+    q = up.requests[-1]
+    env.eq('identity then gzip: inflated, rewritten, no Content-Encoding upstream',
+           (r.status, q.body, q.all('Content-Encoding')), (200, b'{"a":1}', []))
+    r = get(c, '/resp/fail/br')
+    env.gateway_error('response with Content-Encoding lines identity and br, on_error fail', r,
+                      502, 'upstream_invalid',
+                      'upstream response has a Content-Encoding that cannot be decoded', close=False)
+    r = get(c, '/resp/fail/gzip-gzip')
+    env.gateway_error('response gzip-coded twice, on_error fail', r, 502, 'upstream_invalid',
+                      'upstream response has a Content-Encoding that cannot be decoded', close=False)
+    r = get(c, '/resp/pass/br')
+    env.eq('on_error pass: the response untouched, both lines kept',
+           (r.status, r.body, r.all('Content-Encoding')), (200, b'\x1b\x00', ['identity', 'br']))
+    for target in ('/resp/fail/gzip', '/resp/fail/empty-gzip'):
+        r = get(c, target)
+        rewritten(env, '%s: inflated and rewritten' % target, r, b'{"a":1}')
+
+
+@T.case
+def compress_gzip_by_accept_encoding_weights(env):
+    body = b'{"code":0,"data":{"text":"' + b'again ' * 400 + b'"}}'
+    want = b'{"text":"' + b'again ' * 400 + b'"}'
+    up = served(env, {'/i': http_response(200, body)})
+    gw = start(env, up, route('z', '/', '[ {unwrap: data} ]', compress='gzip'))
+    c = env.client(gw.port)
+    long_list = ', '.join('x-coding-%03d' % i for i in range(60))
+    for sent, zipped in ((['gzip; Q=0'], False), (['gzip;q=0.000'], False), (['gzip;q=0'], False),
+                         (['gzip;q=0.5'], True), (['GZIP ; q=1.000'], True), (['x-gzip'], True),
+                         (['gzip;q=0, *'], False), (['br, *;q=0.1'], True), (['*;Q=0'], False),
+                         (['gzip;q=2'], False), (['gzip;q=0.0001'], False),
+                         (['br', 'gzip;q=0.2'], True), (['identity, gzip;q=0', '*'], False),
+                         ([long_list + ', gzip'], True), ([''], False)):
+        r = get(c, '/i', [('Accept-Encoding', v) for v in sent])
+        try:
+            plain = gzip.decompress(r.body) if zipped else r.body
+        except Exception as e:
+            plain = 'not gzip: %s' % e
+        env.eq('Accept-Encoding %r: %s' % (sent, 'gzip' if zipped else 'identity'),
+               (r.status, r.header('Content-Encoding'), plain),
+               (200, 'gzip' if zipped else None, want))
+
+
+@T.case
 def accept_encoding_upstream_on_routes_with_response_ops(env):
     up = served(env, {})
     up.default = answer(lambda req: http_response(200, b'{"data":1}'))
@@ -667,6 +741,12 @@ def accept_encoding_upstream_on_routes_with_response_ops(env):
                        (['br, *;q=0.1'], ['identity']),
                        (['GZIP;q=0.5 , x-gzip ,identity;q=0.1, compress'], ['GZIP;q=0.5, x-gzip, identity;q=0.1']),
                        (['gzip', 'br, deflate;q=0.5'], ['gzip, deflate;q=0.5']),
+                       # a refusal is not passed on: jsongate decodes what comes back
+                       (['identity;q=0, br'], ['identity']),
+                       (['identity;q=0', 'gzip'], ['gzip']),
+                       (['gzip; Q=0, deflate;q=0.000, br'], ['identity']),
+                       (['gzip;q=5, deflate;q=0.5'], ['deflate;q=0.5']),
+                       ([''], ['identity']),
                        ([], [])):
         get(c, '/ops', [('Accept-Encoding', v) for v in sent])
         env.eq('response ops: Accept-Encoding %r goes upstream as %r' % (sent, want),

@@ -359,6 +359,57 @@ START_TEST(test_ieq)
 }
 END_TEST
 
+/* Repeated lines as one list, empty elements skipped, other names left out. */
+START_TEST(test_elements)
+{
+	static const struct http_header h[] = {
+		{ { "Accept-Encoding", 15 }, { "a, ,b", 5 }, 0 },
+		{ { "X-Other", 7 }, { "c", 1 }, 0 },
+		{ { "accept-encoding", 15 }, { "", 0 }, 0 },
+		{ { "ACCEPT-ENCODING", 15 }, { " d ;q=0 ,", 9 }, 0 },
+	};
+	static const char *const want[] = { "a", "b", "d ;q=0" };
+	struct http_elements it;
+	struct http_str e;
+	size_t i = 0;
+
+	http_elements_start(&it, h, 4, "accept-encoding");
+	while (http_elements_next(&it, &e)) {
+		ck_assert_uint_lt(i, 3);
+		check_str("element", e, want[i++]);
+	}
+	ck_assert_uint_eq(i, 3);
+	http_elements_start(&it, h, 4, "content-encoding");
+	ck_assert_int_eq(http_elements_next(&it, &e), 0);
+}
+END_TEST
+
+/* Weights (RFC 9110 12.4.2): "q" in any case, qvalues only, other parameters skipped. */
+START_TEST(test_weight)
+{
+	static const struct {
+		const char *elem, *token;
+		int weight;
+	} cases[] = {
+		{ "gzip", "gzip", 1000 }, { "gzip;q=0.5", "gzip", 500 }, { "gzip; Q=0", "gzip", 0 },
+		{ "gzip ;q=0.000", "gzip", 0 }, { "br;q=1.000", "br", 1000 }, { "*;q=0.125", "*", 125 },
+		{ "x;q=1", "x", 1000 }, { "x;q=0.", "x", 0 }, { "x; level=9 ;q=0.3", "x", 300 },
+		{ "x;q = 0.2", "x", 200 }, { "x;q=1.5", "x", -1 }, { "x;q=0.0001", "x", -1 },
+		{ "x;q=", "x", -1 }, { "x;q=00", "x", -1 }, { "x;q=.5", "x", -1 },
+		{ "x;q=0.5x", "x", -1 }, { "x;qq=0", "x", 1000 }, { ";q=0", "", 0 },
+	};
+	struct http_str e, token;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		e.p = cases[i].elem;
+		e.len = strlen(e.p);
+		ck_assert_msg(http_weight(e, &token) == cases[i].weight, "%s", cases[i].elem);
+		check_str(cases[i].elem, token, cases[i].token);
+	}
+}
+END_TEST
+
 START_TEST(test_is_token)
 {
 	static const char *const tokens[] = { "x", "Content-Type", "a!#$%&'*+-.^_`|~z", "0" };
@@ -863,6 +914,8 @@ http_suite(void)
 	tcase_add_test(tc, test_list_next);
 	tcase_add_test(tc, test_ieq);
 	tcase_add_test(tc, test_is_token);
+	tcase_add_test(tc, test_elements);
+	tcase_add_test(tc, test_weight);
 	tcase_add_test(tc, test_reason);
 	tcase_add_test(tc, test_request_max_headers);
 	tcase_add_test(tc, test_request_scan_alignment);
