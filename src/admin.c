@@ -14,6 +14,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "http.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -71,28 +72,34 @@ admin_open(const struct config *cfg)
 	return 0;
 }
 
+/* The reason phrase of RFC 9110 for code, the one jsongate's other answers carry. */
+static const char *
+admin_reason(int code)
+{
+	return http_reason(code).p;
+}
+
 static void
-admin_reply(struct evhttp_request *req, int code, const char *reason, const char *type,
-    struct evbuffer *body)
+admin_reply(struct evhttp_request *req, int code, const char *type, struct evbuffer *body)
 {
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 
 	evhttp_add_header(h, "Content-Type", type);
 	evhttp_add_header(h, "Cache-Control", "no-store");
-	evhttp_send_reply(req, code, reason, body);
+	evhttp_send_reply(req, code, admin_reason(code), body);
 }
 
 static void
-admin_json(struct evhttp_request *req, int code, const char *reason, const char *json)
+admin_json(struct evhttp_request *req, int code, const char *json)
 {
 	struct evbuffer *body = evbuffer_new();
 
 	if (body == NULL) {
-		evhttp_send_error(req, 500, NULL);
+		evhttp_send_error(req, 500, admin_reason(500));
 		return;
 	}
 	evbuffer_add_printf(body, "%s\n", json);
-	admin_reply(req, code, reason, "application/json", body);
+	admin_reply(req, code, "application/json", body);
 	evbuffer_free(body);
 }
 
@@ -108,29 +115,29 @@ admin_request_cb(struct evhttp_request *req, void *arg)
 	if (path == NULL)
 		path = "";
 	if (strcmp(path, "/healthz") != 0 && strcmp(path, "/metrics") != 0) {
-		admin_json(req, 404, "Not Found", "{\"error\":{\"status\":404,\"code\":\"not_found\","
+		admin_json(req, 404, "{\"error\":{\"status\":404,\"code\":\"not_found\","
 		    "\"message\":\"the admin endpoint serves GET /healthz and GET /metrics\"}}");
 		return;
 	}
 	if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-		admin_json(req, 405, "Method Not Allowed", "{\"error\":{\"status\":405,"
+		admin_json(req, 405, "{\"error\":{\"status\":405,"
 		    "\"code\":\"method_not_allowed\",\"message\":\"only GET and HEAD\"}}");
 		return;
 	}
 	if (strcmp(path, "/healthz") == 0) {
 		if (admin_draining)
-			admin_json(req, 503, "Service Unavailable", "{\"status\":\"draining\"}");
+			admin_json(req, 503, "{\"status\":\"draining\"}");
 		else
-			admin_json(req, 200, "OK", "{\"status\":\"ok\"}");
+			admin_json(req, 200, "{\"status\":\"ok\"}");
 		return;
 	}
 	if ((body = evbuffer_new()) == NULL) {
-		evhttp_send_error(req, 500, NULL);
+		evhttp_send_error(req, 500, admin_reason(500));
 		return;
 	}
 	metrics_write(body);
-	admin_reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", body);
+	admin_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", body);
 	evbuffer_free(body);
 }
 

@@ -211,7 +211,8 @@ int http_elements_next(struct http_elements *it, struct http_str *elem);
  */
 int http_weight(struct http_str elem, struct http_str *token);
 
-/* The reason phrase of RFC 9110 for status ("Content Too Large"), or an empty string. */
+/* The reason phrase of RFC 9110 for status ("Content Too Large"), or an empty string;
+ * either is also NUL-terminated. */
 struct http_str http_reason(int status);
 
 /* Case-insensitive header name compare against a NUL-terminated lowercase name. */

@@ -107,6 +107,18 @@ def routing(env):
 
 
 @T.case
+def demo_upstream_reason_phrases(env):
+    """The demo upstream's /status/N speaks RFC 9110, as jsongate does."""
+    demo = env.demo()
+    c = env.client(demo.port)
+    for status, reason in ((200, 'OK'), (404, 'Not Found'), (413, 'Content Too Large'),
+                           (503, 'Service Unavailable')):
+        r = c.request('GET', '/status/%d' % status, [('Host', 'demo')])
+        env.eq('/status/%d' % status, r.head.split(b'\r\n')[0],
+               b'HTTP/1.1 %d %s' % (status, reason.encode()))
+
+
+@T.case
 def demo_envelopes_pass_unchanged(env):
     demo = env.demo()
     gw = env.daemon(upstream_config(demo.address))

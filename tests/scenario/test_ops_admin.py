@@ -26,9 +26,14 @@ def admin_get(port, path, method='GET'):
     try:
         c.request(method, path)
         r = c.getresponse()
+        ADMIN_REASONS[r.status] = r.reason
         return r.status, r.getheader('Content-Type'), r.read()
     finally:
         c.close()
+
+
+# The reason phrase the admin endpoint gave for each status: RFC 9110's, as everywhere.
+ADMIN_REASONS = {}
 
 
 def with_admin(conf):
@@ -66,6 +71,9 @@ def healthz_and_errors(env):
     status, ctype, body = admin_get(aport, '/healthz', 'POST')
     env.eq('POST: 405 JSON', (status, ctype, json.loads(body)['error']['code']),
            (405, 'application/json', 'method_not_allowed'))
+    admin_get(aport, '/metrics')
+    env.eq('reason phrases of RFC 9110', ADMIN_REASONS,
+           {200: 'OK', 404: 'Not Found', 405: 'Method Not Allowed'})
 
 
 @T.case
@@ -86,8 +94,8 @@ def healthz_503_while_draining(env):
     # The signal is handled asynchronously: poll until it took effect.
     got = wait_until(lambda: admin_get(aport, '/healthz')[0] == 503, 3 * SLOW)
     status, _, body = admin_get(aport, '/healthz')
-    env.eq('/healthz while draining', (got, status, body),
-           (True, 503, b'{"status":"draining"}\n'))
+    env.eq('/healthz while draining', (got, status, body, ADMIN_REASONS.get(503)),
+           (True, 503, b'{"status":"draining"}\n', 'Service Unavailable'))
     env.check('the slow request is still in flight then', gw.alive())
     r = slow.read_response(timeout=10 * SLOW)
     env.eq('the in-flight request completes', (r.status, r.body) if r else None,

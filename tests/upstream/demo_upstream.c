@@ -85,7 +85,7 @@ reason(int status)
 	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
-	case 413: return "Payload Too Large";
+	case 413: return "Content Too Large";
 	case 418: return "I'm a teapot";
 	case 429: return "Too Many Requests";
 	case 431: return "Request Header Fields Too Large";
