@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include <event2/event.h>
 
+#include "http.h"
 #include "log.h"
 #include "server.h"
 #include "tls.h"
@@ -322,7 +322,7 @@ exchange_hash_key(const struct config_upstream *up, const char *remote_addr,
 		n = strlen(var + 8);
 		for (i = 0; i < req->nheaders; i++)
 			if (req->headers[i].name.len == n &&
-			    strncasecmp(req->headers[i].name.p, var + 8, n) == 0) {
+			    http_ieq(req->headers[i].name.p, var + 8, n)) {
 				v = req->headers[i].value;
 				break;
 			}

@@ -10,7 +10,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 enum route_seg_kind { SEG_LITERAL, SEG_CAPTURE, SEG_REST };
 
@@ -218,7 +217,7 @@ route_host_matches(const struct config_route *route, const char *host, size_t ho
 	if (route->host == NULL)
 		return 1;
 	len = route_host_len(host, host_len);
-	return len == strlen(route->host) && strncasecmp(route->host, host, len) == 0;
+	return len == strlen(route->host) && http_ieq(route->host, host, len);
 }
 
 static int
