@@ -631,6 +631,20 @@ done
 commit=$(source_commit)
 [ -z "$commit" ] || versions="$versions; working tree $commit"
 
+# "; per round: median (lowest-highest)" of A's run divided by N times B's run of the same
+# round: runs of one round are minutes apart at most, so load that drifts over the whole
+# benchmark moves both alike.  Steadier than the ratio of the medians when differences are
+# small.
+round_ratios() { # round_ratios SIZE A B N
+	local round
+	[ "$ROUNDS" -gt 1 ] || return 0
+	for round in $(seq "$ROUNDS"); do
+		awk -v a="${RUN_CPU[$1|$2|$round]}" -v b="${RUN_CPU[$1|$3|$round]}" -v n="$4" \
+			'BEGIN { printf "%.4f\n", a / (b * n) }'
+	done | sort -n | awk '{ r[NR] = $1 } END {
+		printf "; per round: %.2f (%.2f–%.2f)", r[int((NR + 1) / 2)], r[1], r[NR] }'
+}
+
 report() {
 	local size name key ratio a b n
 	printf '# jsongate load benchmark\n\n'
@@ -660,11 +674,12 @@ report() {
 				continue
 			fi
 			ratios="$ratios- $size: $ratio = $(awk -v a="${CPU_US[$size|$a]}" -v b="${CPU_US[$size|$b]}" \
-				-v n="$n" 'BEGIN { printf "%.2f", a / (b * n) }')"$'\n'
+				-v n="$n" 'BEGIN { printf "%.2f", a / (b * n) }')$(round_ratios "$size" "$a" "$b" "$n")"$'\n'
 		done
 	done
 	if [ -n "$ratios" ]; then
-		printf '\nCPU per request, ratio of the medians (below 1.0: the first uses less CPU):\n\n%s' "$ratios"
+		printf '\nCPU per request, ratio of the medians (below 1.0: the first uses less CPU), and the\n'
+		printf 'median and range of the ratios of the two rows'"'"' runs of the same round:\n\n%s' "$ratios"
 	fi
 	if [ "$IDLE_CLIENTS" -gt 0 ]; then
 		printf '\nRSS of all the proxy'"'"'s processes with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
