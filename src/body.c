@@ -10,16 +10,22 @@
 
 #include "conn.h"
 #include "mempool.h"
+#include "timers.h"
 #include "tls.h"
 
 /* Spans at least this long go out as references to the input block; shorter ones are copied
  * (a reference costs a chain of its own). */
 #define BODY_REFERENCE_MIN 2048
 /* Freed blocks kept per worker for the next bodies: fresh memory for a 1 MB body costs more
- * in page faults than scanning it.  Larger blocks are one large body's: they are mapped on
- * their own and given back when freed, and the warm blocks make room for them first. */
+ * in page faults (257) than scanning it.  Blocks below BODY_POOL_BLOCK are kept up to
+ * BODY_POOL_BYTES for good.  Larger ones are large bodies': malloc maps each on its own, so
+ * they are kept apart, up to BODY_LARGE_KEEP, while large bodies keep coming, and given back
+ * to the system BODY_LARGE_DELAY_MS after the last one; the kept blocks make room for a
+ * large body none of them fits. */
 #define BODY_POOL_BYTES (4 * MEMPOOL_LARGE_BLOCK)
 #define BODY_POOL_BLOCK MEMPOOL_LARGE_BLOCK
+#define BODY_LARGE_KEEP (32 * 1024 * 1024)
+#define BODY_LARGE_DELAY_MS 1000
 /* Where a large body's copied output goes, a block at a time: a large block itself. */
 #define BODY_COPY_BLOCK (2 * BODY_POOL_BLOCK)
 
@@ -46,6 +52,13 @@ struct body_pool {
 	struct evbuffer *gz_out;
 	struct body_block *free;
 	size_t free_bytes;
+	struct body_block *large;       /* large blocks kept (with timers only) */
+	size_t large_bytes;
+	/* Runs BODY_LARGE_DELAY_MS after the last large body: then the large blocks kept and
+	 * what large bodies left free go back to the system (without timers, as in tests: at
+	 * once, and none is kept). */
+	struct deadline trim;
+	int has_timers;
 };
 
 int
@@ -95,6 +108,44 @@ body_pool_new(void)
 	return calloc(1, sizeof(struct body_pool));
 }
 
+static void
+body_pool_drop_large(struct body_pool *pool)
+{
+	struct body_block *b;
+
+	while ((b = pool->large) != NULL) {
+		pool->large = b->next;
+		free(b);
+	}
+	pool->large_bytes = 0;
+}
+
+static void
+body_pool_trim_cb(struct deadline *d, void *arg)
+{
+	(void)d;
+	body_pool_drop_large(arg);
+	mempool_trim();
+}
+
+void
+body_pool_set_timers(struct body_pool *pool, struct timers *t)
+{
+	deadline_init(&pool->trim, t, body_pool_trim_cb, pool);
+	pool->has_timers = 1;
+}
+
+/* A large body is done: its memory stays for the next one, and goes back to the system
+ * once none has come for a while. */
+static void
+body_pool_large_done(struct body_pool *pool)
+{
+	if (!pool->has_timers || deadline_start(&pool->trim, BODY_LARGE_DELAY_MS) != 0) {
+		body_pool_drop_large(pool);
+		mempool_trim();
+	}
+}
+
 /* Give the pool's free blocks back to the heap. */
 static void
 body_pool_drain(struct body_pool *pool)
@@ -113,6 +164,9 @@ body_pool_free(struct body_pool *pool)
 {
 	if (pool == NULL)
 		return;
+	if (pool->has_timers)
+		deadline_stop(&pool->trim);
+	body_pool_drop_large(pool);
 	if (pool->gz_ready)
 		deflateEnd(&pool->gz);
 	if (pool->inf_ready)
@@ -139,9 +193,18 @@ body_block_get(struct body_pool *pool, size_t len)
 		}
 	while (cap < len)
 		cap *= 2;
-	/* A large body: the memory the warm blocks hold is better spent on it. */
-	if (cap > BODY_POOL_BLOCK)
+	if (cap >= BODY_POOL_BLOCK) {
+		for (pp = &pool->large; (b = *pp) != NULL; pp = &b->next)
+			if (b->cap >= len) {
+				*pp = b->next;
+				pool->large_bytes -= b->cap;
+				b->refs = 1;
+				return b;
+			}
+		/* None fits: the memory the kept blocks hold is better spent on this one. */
 		body_pool_drain(pool);
+		body_pool_drop_large(pool);
+	}
 	if ((b = malloc(sizeof(*b) + cap)) == NULL)
 		return NULL;
 	b->pool = pool;
@@ -158,10 +221,15 @@ body_block_unref(struct body_block *b)
 	if (b == NULL || --b->refs != 0)
 		return;
 	pool = b->pool;
-	if (b->cap > BODY_POOL_BLOCK) {
-		/* A large body is done: what it left free on the heap goes back too. */
-		free(b);
-		mempool_trim();
+	if (b->cap >= BODY_POOL_BLOCK) {
+		if (pool->has_timers && pool->large_bytes + b->cap <= BODY_LARGE_KEEP) {
+			b->next = pool->large;
+			pool->large = b;
+			pool->large_bytes += b->cap;
+		} else {
+			free(b);
+		}
+		body_pool_large_done(pool);
 	} else if (pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
 		b->next = pool->free;
 		pool->free = b;
@@ -517,9 +585,9 @@ body_gzip(struct body_pool *pool, struct evbuffer *data)
 		} while (pool->gz.avail_out == 0);
 		evbuffer_drain(data, in.iov_len);
 	} while (flush != Z_FINISH);
-	/* A large body's buffers are free now, its compressed copy is small: give them back. */
+	/* A large body's buffers are free now, its compressed copy is small. */
 	if (len > BODY_POOL_BLOCK)
-		mempool_trim();
+		body_pool_large_done(pool);
 	return evbuffer_add_buffer(data, pool->gz_out);
 }
 
@@ -550,8 +618,10 @@ body_block_reserve(struct body_block **b, size_t len)
 	}
 	if ((*b)->refs != 1)
 		return -1;
-	if (cap > BODY_POOL_BLOCK)
+	if (cap >= BODY_POOL_BLOCK) {
 		body_pool_drain((*b)->pool);
+		body_pool_drop_large((*b)->pool);
+	}
 	if ((grown = realloc(*b, sizeof(*grown) + cap)) == NULL)
 		return -1;
 	grown->cap = cap;

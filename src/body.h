@@ -11,6 +11,7 @@
 
 struct evbuffer;
 struct body_pool;
+struct timers;
 struct conn;
 
 enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, BODY_CODING_OTHER };
@@ -46,6 +47,9 @@ void body_tls_vars(unsigned uses, const struct conn *client, struct rewrite_vars
 
 /* Per-worker scratch: the rewrite context and a few reusable body blocks. */
 struct body_pool *body_pool_new(void);
+/* The worker's deadlines: memory left by large bodies then goes back to the system a while
+ * after the last one, not after each (without: after each). */
+void body_pool_set_timers(struct body_pool *pool, struct timers *t);
 void body_pool_free(struct body_pool *pool);
 
 struct body_result {

@@ -391,6 +391,7 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 		return -1;
 	if ((w->bodies = body_pool_new()) == NULL || (w->rewritten = evbuffer_new()) == NULL)
 		return -1;
+	body_pool_set_timers(w->bodies, w->timers);
 	atomic_fetch_add(&rt->refs, 1);
 	worker_use_runtime(w, rt);
 	return 0;
