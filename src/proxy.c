@@ -390,6 +390,24 @@ request_free(struct request *rq)
 	free(rq);
 }
 
+static void
+request_drain_buffer(struct evbuffer *b)
+{
+	if (b != NULL)
+		evbuffer_drain(b, evbuffer_get_length(b));
+}
+
+/* Empty the buffers a request keeps for the next one. */
+static void
+request_drain(struct request *rq)
+{
+	request_drain_buffer(rq->up_head);
+	request_drain_buffer(rq->req_body);
+	request_drain_buffer(rq->req_copy);
+	request_drain_buffer(rq->resp_head);
+	request_drain_buffer(rq->body);
+}
+
 /* c's head is here: it gets a request, from the worker's free list when one is there, with
  * its per-request state zeroed.  0, or -1 without memory. */
 static int
@@ -426,6 +444,9 @@ client_request_detach(struct client *c)
 	c->rq = NULL;
 	route_scan_done(&rq->scan);
 	path_vars_clear(&rq->pathv);
+	/* A request its client's close ended kept what it had read: none of it may go out
+	 * with the next request that takes these buffers (an answer drained them already). */
+	request_drain(rq);
 	if (w->nfree_requests >= REQUESTS_KEPT) {
 		request_free(rq);
 		return;
@@ -580,13 +601,6 @@ client_log(struct client *c)
 	path_vars_clear(&c->rq->pathv);
 }
 
-static void
-proxy_drop(struct evbuffer *b)
-{
-	if (b != NULL)
-		evbuffer_drain(b, evbuffer_get_length(b));
-}
-
 /* Let go of the body blocks; the socket layer must not write into them any more. */
 static void
 proxy_drop_block(struct client *c)
@@ -610,7 +624,7 @@ proxy_drop_replay(struct client *c)
 		evbuffer_drain(c->conn.in, c->rq->replay_len);
 		c->rq->replay_len = 0;
 	}
-	proxy_drop(c->rq->req_body);
+	request_drain_buffer(c->rq->req_body);
 	c->rq->replayable = 0;
 }
 
@@ -622,10 +636,10 @@ client_request_end(struct client *c)
 
 	client_log(c);
 	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
-	proxy_drop(c->rq->body);
-	proxy_drop(c->rq->resp_head);
-	proxy_drop(c->rq->req_copy);
-	proxy_drop(c->rq->up_head);
+	request_drain_buffer(c->rq->body);
+	request_drain_buffer(c->rq->resp_head);
+	request_drain_buffer(c->rq->req_copy);
+	request_drain_buffer(c->rq->up_head);
 	proxy_drop_block(c);
 	if (c->rq->ex.stage != EXCHANGE_IDLE) {
 		/* The whole answer came: the server did well (unless its status said otherwise). */

@@ -68,6 +68,33 @@ def chunked_request_body(env):
 
 
 @T.case
+def a_body_cut_short_leaves_nothing_behind(env):
+    """A client that closes halfway through a chunked PUT (its body kept for another try:
+    PUT is idempotent) leaves none of it to the requests that come after on the same worker:
+    each goes upstream with its own body only."""
+    up = env.scripted([], answer(http_response(200, b'{"ok":1}')), truncated_ok=True)
+    gw = env.daemon(upstream_config(up.address))
+    cut = env.client(gw.port)
+    cut.send(build_request('PUT', '/cut', [('Host', 'a'), ('Transfer-Encoding', 'chunked')]) +
+             b'5\r\n{"a":\r\n2\r')
+    env.require('the PUT went upstream', wait_until(lambda: up.connections == 1, 5))
+    cut.close()
+    env.require('its upstream connection closed with it',
+                wait_until(lambda: up.open_connections == 0, 5))
+    c = env.client(gw.port)
+    r = c.request('GET', '/next', [('Host', 'a')])
+    env.eq('the GET after it', (r.status, r.body), (200, b'{"ok":1}'))
+    c.send(build_request('POST', '/after', [('Host', 'a'), ('Transfer-Encoding', 'chunked')]) +
+           chunked(b'hello'))
+    r = c.read_response('POST')
+    env.eq('the chunked POST after it', (r.status, r.body), (200, b'{"ok":1}'))
+    env.eq('the upstream got each request with its own body only',
+           [(q.method, q.target, q.framing, q.body) for q in up.requests],
+           [('GET', '/next', 'none', b''), ('POST', '/after', 'chunked', b'hello')])
+    env.eq('and nothing else', up.errors, [])
+
+
+@T.case
 def chunked_response_to_http11(env):
     pieces = [b'{"part":1,', BINARY, b'"end":true}']
     raw = (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
