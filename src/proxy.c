@@ -320,6 +320,25 @@ client_set_state(struct client *c, enum client_state state)
 	c->state = state;
 }
 
+static void
+proxy_drop(struct evbuffer *b)
+{
+	if (b != NULL)
+		evbuffer_drain(b, evbuffer_get_length(b));
+}
+
+/* Empty the buffers a request keeps for the next one: however the request ended, none of
+ * what it read or wrote may go out with the next request that takes them. */
+static void
+request_drain(struct request *rq)
+{
+	proxy_drop(rq->up_head);
+	proxy_drop(rq->req_body);
+	proxy_drop(rq->req_copy);
+	proxy_drop(rq->resp_head);
+	proxy_drop(rq->body);
+}
+
 /* Close at once.  The memory goes back from the loop, so callers up the stack may still look
  * at c->state (CLIENT_DEAD) after this. */
 static void
@@ -336,6 +355,7 @@ client_free(struct client *c)
 		proxy_forget_tried(c);
 		proxy_end_aggregate(c);
 		proxy_end_jsonrpc(c);
+		request_drain(c->rq);
 		if (c->rq->wr != NULL) {
 			worker_runtime_unref(c->rq->wr);
 			c->rq->wr = NULL;
@@ -390,24 +410,6 @@ request_free(struct request *rq)
 	free(rq);
 }
 
-static void
-request_drain_buffer(struct evbuffer *b)
-{
-	if (b != NULL)
-		evbuffer_drain(b, evbuffer_get_length(b));
-}
-
-/* Empty the buffers a request keeps for the next one. */
-static void
-request_drain(struct request *rq)
-{
-	request_drain_buffer(rq->up_head);
-	request_drain_buffer(rq->req_body);
-	request_drain_buffer(rq->req_copy);
-	request_drain_buffer(rq->resp_head);
-	request_drain_buffer(rq->body);
-}
-
 /* c's head is here: it gets a request, from the worker's free list when one is there, with
  * its per-request state zeroed.  0, or -1 without memory. */
 static int
@@ -444,9 +446,6 @@ client_request_detach(struct client *c)
 	c->rq = NULL;
 	route_scan_done(&rq->scan);
 	path_vars_clear(&rq->pathv);
-	/* A request its client's close ended kept what it had read: none of it may go out
-	 * with the next request that takes these buffers (an answer drained them already). */
-	request_drain(rq);
 	if (w->nfree_requests >= REQUESTS_KEPT) {
 		request_free(rq);
 		return;
@@ -624,7 +623,7 @@ proxy_drop_replay(struct client *c)
 		evbuffer_drain(c->conn.in, c->rq->replay_len);
 		c->rq->replay_len = 0;
 	}
-	request_drain_buffer(c->rq->req_body);
+	proxy_drop(c->rq->req_body);
 	c->rq->replayable = 0;
 }
 
@@ -636,10 +635,7 @@ client_request_end(struct client *c)
 
 	client_log(c);
 	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
-	request_drain_buffer(c->rq->body);
-	request_drain_buffer(c->rq->resp_head);
-	request_drain_buffer(c->rq->req_copy);
-	request_drain_buffer(c->rq->up_head);
+	request_drain(c->rq);
 	proxy_drop_block(c);
 	if (c->rq->ex.stage != EXCHANGE_IDLE) {
 		/* The whole answer came: the server did well (unless its status said otherwise). */
