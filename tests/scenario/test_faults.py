@@ -723,8 +723,9 @@ def ten_thousand_faulty_requests_leave_nothing_behind(env):
     env.check('no file descriptor left behind: its %d own files and listeners as before, and '
               'only pooled connections' % len(own), not problems, problems)
     rss = gw.rss()['VmRSS']
+    # ASan keeps what is freed in quarantine: there, a leak is LeakSanitizer's to find.
     env.check('memory stays put (%d kB before, %d kB after)' % (base_rss, rss),
-              rss <= base_rss + 2048)
+              rss <= base_rss + (256 * 1024 if instrumented() else 2048))
     count = {name: taken.count(name) for name in names}
     env.check('every fault taken: %r' % count, all(count.values()), count)
     # A reset or close before an answer, a slow answer and a 503 go to the other server;
