@@ -236,6 +236,7 @@ exchange_end(struct exchange *ex, int reusable)
 	if (ex->stage == EXCHANGE_QUEUED)
 		upstream_unqueue(ex->up, ex);
 	if (ex->uc != NULL) {
+		ex->uc->conn.read_max = CONN_READ_MAX;  /* as a try may have lowered it */
 		if (reusable)
 			upstream_release(ex->uc);
 		else

@@ -39,6 +39,10 @@
 #define FLOW_LOW (64 * 1024)
 /* Largest response head accepted from an upstream. */
 #define UPSTREAM_MAX_HEAD (64 * 1024)
+/* What a plain upstream connection reads before the head of an answer the route's ops
+ * collect: the part of a Content-Length body read with the head is copied into its block,
+ * the rest is read straight into place.  Bodies this small come in one read, as before. */
+#define UPSTREAM_HEAD_READ (32 * 1024)
 
 enum client_state {
 	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
@@ -1731,6 +1735,8 @@ proxy_send_request(struct client *c)
 		conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 		proxy_upstream_timeouts(c);
 	}
+	if (upconn(c)->ssl == NULL && proxy_has_response_ops(c->rq->route))
+		upconn(c)->read_max = UPSTREAM_HEAD_READ;
 	conn_read_start(upconn(c));
 }
 
@@ -1950,8 +1956,12 @@ proxy_read_response_head(struct client *c)
 		want = len < UPSTREAM_MAX_HEAD ? len : UPSTREAM_MAX_HEAD;
 		r = http_parse_response((const char *)evbuffer_pullup(in, (ev_ssize_t)want), want,
 		    resp);
-		if (r == HTTP_INCOMPLETE && len < UPSTREAM_MAX_HEAD)
+		if (r == HTTP_INCOMPLETE && len < UPSTREAM_MAX_HEAD) {
+			/* A long head: room for all of it (the socket layer reads on). */
+			if (len >= upconn(c)->read_max)
+				upconn(c)->read_max = UPSTREAM_MAX_HEAD;
 			return -1;
+		}
 		if (r <= 0 || resp->status == 101) {
 			proxy_invalid_response(c);
 			return -1;
@@ -1966,6 +1976,7 @@ proxy_read_response_head(struct client *c)
 		evbuffer_drain(in, (size_t)r);
 	}
 
+	upconn(c)->read_max = CONN_READ_MAX;
 	exchange_head_received(&c->rq->ex);
 	if (proxy_retry_status(c, resp))
 		return -1;

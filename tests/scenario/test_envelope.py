@@ -414,6 +414,36 @@ def chunked_upstream_bodies(env):
 
 
 @T.case
+def long_heads_and_large_bodies(env):
+    """Before the head of an answer its ops collect, the daemon reads 32 KB at most, so that
+    a large body is read straight into its block: a head longer than that still comes whole,
+    a body is right however it is cut, and a pass-through answer on the same pooled
+    connection afterwards is read as before."""
+    data = b'{"items":"' + b'i' * 300000 + b'"}'
+    body = b'{"code":0,"data":' + data + b'}'
+    long_head = http_response(200, body, [('X-Long', 'x' * 40000)])
+    head, _, _ = http_response(200, body).partition(b'\r\n\r\n')
+    cut = head + b'\r\n\r\n' + body[:100]
+    up = env.scripted([answer(long_head),
+                       pieces((cut, 0.2), (body[100:200000], 0.2), (body[200000:], 0),
+                              close=False),
+                       answer(http_response(200, body)),
+                       answer(http_response(200, b'{}', [('X-Long', 'x' * 70000)]))])
+    gw = start(env, up, route('u', '/u', '[ {unwrap: data} ]', on_error='fail'),
+               route('plain', '/plain'))
+    c = env.client(gw.port)
+    rewritten(env, 'a 40 KB head, a 300 KB body unwrapped', get(c, '/u/1'), data,
+              headers=[('Content-Type', 'application/json'), ('X-Long', 'x' * 40000)])
+    rewritten(env, 'the body cut in three, unwrapped', get(c, '/u/2'), data)
+    r = get(c, '/plain/3')
+    env.eq('then a pass-through answer on the same connection',
+           (r.status, r.body, r.complete), (200, body, True))
+    env.eq('one upstream connection for the three', up.connections, 1)
+    r = get(c, '/u/4', [('X-Request-Id', 'long')])
+    env.eq('a head over 64 KB: 502', r.status if r else None, 502)
+
+
+@T.case
 def close_delimited_upstream_bodies(env):
     body = b'{"code":0,"data":{"items":[1,2,3]}}'
     raw = raw_response(200, 'OK', [('Content-Type', 'application/json')], body)
