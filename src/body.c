@@ -741,7 +741,7 @@ body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
 				continue;
 			in->refs--;
 		}
-		if (o->large ? body_out_copy(o, s->p, s->len) : evbuffer_add(o->out, s->p, s->len))
+		if (o->large ? body_out_copy(o, s->p, s->len) : body_add_copy(o->out, s->p, s->len))
 			return -1;
 	}
 	return 0;
@@ -756,7 +756,21 @@ body_block_add_span(struct evbuffer *out, struct body_block *b, const char *p, s
 			return 0;
 		b->refs--;
 	}
-	return evbuffer_add(out, p, len);
+	return body_add_copy(out, p, len);
+}
+
+int
+body_add_copy(struct evbuffer *out, const void *p, size_t len)
+{
+	struct evbuffer_iovec v;
+
+	if (len == 0)
+		return 0;
+	if (evbuffer_reserve_space(out, (ev_ssize_t)len, &v, 1) != 1)
+		return -1;
+	memcpy(v.iov_base, p, len);
+	v.iov_len = len;
+	return evbuffer_commit_space(out, &v, 1);
 }
 
 struct body_block *

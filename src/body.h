@@ -91,6 +91,10 @@ int body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len);
 /* Append p[0..len), which lies in the block, to out: by reference when it is long enough to
  * be worth a chain of its own, else copied. */
 int body_block_add_span(struct evbuffer *out, struct body_block *b, const char *p, size_t len);
+/* Append a copy of p[0..len) to out, in a chain sized for it: after a reference, where
+ * evbuffer_add would take a chain as large as the referenced span (libevent sizes a new
+ * chain after the last one), a 1 MB allocation for a closing brace.  0 or -1. */
+int body_add_copy(struct evbuffer *out, const void *p, size_t len);
 /* A new block (one reference) holding a copy of src's bytes; NULL when out of memory. */
 struct body_block *body_block_copy(struct body_pool *pool, struct evbuffer *src);
 /*
