@@ -959,22 +959,22 @@ agg_add_errors(struct aggregate *a, int first)
 	int n = 0;
 
 	if (!first)
-		evbuffer_add(m, ",", 1);
-	evbuffer_add(m, a->route->errors_key_json, a->route->errors_key_json_len);
-	evbuffer_add(m, "{", 1);
+		body_add_copy(m, ",", 1);
+	body_add_copy(m, a->route->errors_key_json, a->route->errors_key_json_len);
+	body_add_copy(m, "{", 1);
 	for (i = 0; i < a->nb; i++) {
 		b = a->b[i];
 		if (b->state != AGG_FAILED)
 			continue;
 		e = &gateway_errors[b->f.error];
 		if (n++ != 0)
-			evbuffer_add(m, ",", 1);
-		evbuffer_add(m, b->cfg->key_json, b->cfg->key_json_len);
+			body_add_copy(m, ",", 1);
+		body_add_copy(m, b->cfg->key_json, b->cfg->key_json_len);
 		evbuffer_add_printf(m, "{\"error\":\"%s\",\"message\":\"", e->code);
 		respond_json_escape(m, b->f.message, strlen(b->f.message));
-		evbuffer_add(m, "\"}", 2);
+		body_add_copy(m, "\"}", 2);
 	}
-	evbuffer_add(m, "}", 1);
+	body_add_copy(m, "}", 1);
 }
 
 /* The keyed merge: {"key":answer,...} in the backends' order, values spliced; an optional
@@ -987,23 +987,23 @@ agg_merge_keyed(struct aggregate *a, int partial)
 	size_t i;
 	int first = 1;
 
-	evbuffer_add(m, "{", 1);
+	body_add_copy(m, "{", 1);
 	for (i = 0; i < a->nb; i++) {
 		b = a->b[i];
 		if (b->state != AGG_OK && b->cfg->missing == MISSING_OMIT)
 			continue;
 		if (!first)
-			evbuffer_add(m, ",", 1);
+			body_add_copy(m, ",", 1);
 		first = 0;
-		evbuffer_add(m, b->cfg->key_json, b->cfg->key_json_len);
+		body_add_copy(m, b->cfg->key_json, b->cfg->key_json_len);
 		if (b->state == AGG_OK)
 			agg_add_value(m, b);
 		else
-			evbuffer_add(m, "null", 4);
+			body_add_copy(m, "null", 4);
 	}
 	if (partial)
 		agg_add_errors(a, first);
-	evbuffer_add(m, "}", 1);
+	body_add_copy(m, "}", 1);
 }
 
 /* A run of members of a flat merge. */
@@ -1013,7 +1013,7 @@ agg_flat_span_cb(void *arg, size_t source, const char *p, size_t len)
 	struct aggregate *a = arg;
 
 	if (evbuffer_get_length(a->merged) > 1)
-		evbuffer_add(a->merged, ",", 1);
+		body_add_copy(a->merged, ",", 1);
 	body_block_add_span(a->merged, a->b[source]->vblk, p, len);
 }
 
@@ -1024,7 +1024,7 @@ agg_merge_flat(struct aggregate *a, int partial)
 {
 	long spans;
 
-	evbuffer_add(a->merged, "{", 1);
+	body_add_copy(a->merged, "{", 1);
 	if (partial && merge_reserve(a->flat, a->route->errors_key_json,
 	    a->route->errors_key_json_len - 1) < 0)
 		return -1;
@@ -1032,7 +1032,7 @@ agg_merge_flat(struct aggregate *a, int partial)
 		return -1;
 	if (partial)
 		agg_add_errors(a, spans == 0);
-	evbuffer_add(a->merged, "}", 1);
+	body_add_copy(a->merged, "}", 1);
 	return 0;
 }
 
