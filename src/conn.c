@@ -18,6 +18,8 @@
 
 /* Bytes asked for per read: large enough that a big body takes few system calls. */
 #define CONN_READ_CHUNK (64 * 1024)
+/* Pieces of the output handed to one sendmsg (libevent's own writes take up to 128). */
+#define CONN_WRITE_IOV 64
 /* A full TLS record's payload: smaller output pieces are gathered into one record. */
 #define CONN_TLS_RECORD 16384
 /* The most held back (a TLS 1.3 session ticket is a few hundred bytes; more goes out). */
@@ -266,7 +268,9 @@ conn_fill(struct conn *c)
 			if (nvec == 2 && vec[0].iov_len >= want)
 				nvec = 1;
 		}
-		n = readv(c->fd, (struct iovec *)vec, nvec);
+		/* recv for one piece: a socket's readv goes through the file layer first. */
+		n = nvec == 1 ? recv(c->fd, vec[0].iov_base, vec[0].iov_len, 0) :
+		    readv(c->fd, (struct iovec *)vec, nvec);
 		if (n <= 0 && c->sink == NULL)
 			evbuffer_commit_space(c->in, vec, 0);
 		else if (n <= 0 && nvec == 2)
@@ -398,15 +402,44 @@ conn_read_stop(struct conn *c)
 	conn_arm_timer(c, 0, 0, 0);
 }
 
+/*
+ * One send of the output's first pieces; what the socket took leaves the output.  send or
+ * sendmsg rather than evbuffer_write's writev: a socket's writev goes through the file
+ * layer (position lock, area checks) before it reaches the same sendmsg.
+ */
+static ssize_t
+conn_send(struct conn *c)
+{
+	struct evbuffer_iovec vec[CONN_WRITE_IOV];
+	struct msghdr msg;
+	ssize_t n;
+	int nvec;
+
+	nvec = evbuffer_peek(c->out, -1, NULL, vec, CONN_WRITE_IOV);
+	if (nvec > CONN_WRITE_IOV)
+		nvec = CONN_WRITE_IOV;
+	if (nvec == 1) {
+		n = send(c->fd, vec[0].iov_base, vec[0].iov_len, MSG_NOSIGNAL);
+	} else {
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = (struct iovec *)vec;
+		msg.msg_iovlen = (size_t)nvec;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+	}
+	if (n > 0)
+		evbuffer_drain(c->out, (size_t)n);
+	return n;
+}
+
 /* Write what the socket takes; returns CONN_ERROR on failure, else 0. */
 static int
 conn_drain(struct conn *c)
 {
 	size_t len;
-	int n;
+	ssize_t n;
 
 	while (c->writable && (len = evbuffer_get_length(c->out)) != 0) {
-		n = evbuffer_write_atmost(c->out, c->fd, -1);
+		n = conn_send(c);
 		if ((size_t)n == len)
 			break;          /* all of it: no need to look again */
 		if (n < 0) {
