@@ -431,44 +431,55 @@ conn_send(struct conn *c)
 	return n;
 }
 
-/* Write what the socket takes; returns CONN_ERROR on failure, else 0. */
+/* Write what the socket takes; returns CONN_ERROR on failure, else 0 with *left the bytes
+ * still waiting in the output. */
 static int
-conn_drain(struct conn *c)
+conn_drain(struct conn *c, size_t *left)
 {
-	size_t len;
+	size_t len = evbuffer_get_length(c->out);
 	ssize_t n;
 
-	while (c->writable && (len = evbuffer_get_length(c->out)) != 0) {
+	while (c->writable && len != 0) {
 		n = conn_send(c);
-		if ((size_t)n == len)
-			break;          /* all of it: no need to look again */
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				c->writable = 0;
-				break;
-			}
-			if (errno == EINTR)
-				continue;
+		if (n >= 0) {
+			len -= (size_t)n;       /* a short write: the next one says EAGAIN */
+			continue;
+		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			c->writable = 0;
+			break;
+		}
+		if (errno != EINTR) {
 			c->error = errno;
 			return CONN_ERROR;
 		}
 	}
+	*left = len;
 	return 0;
 }
 
 void
 conn_flush(struct conn *c)
 {
+	size_t left;
+	int err;
+
 	if (c->connecting || c->error || (c->ssl != NULL && c->handshaking))
 		return;
-	if ((c->ssl != NULL ? conn_tls_drain(c) : conn_drain(c)) != 0) {
+	if (c->ssl != NULL) {
+		err = conn_tls_drain(c);
+		left = evbuffer_get_length(c->out);
+	} else {
+		err = conn_drain(c, &left);
+	}
+	if (err != 0) {
 		/* Report from the loop: the caller is in the middle of something. */
 		event_active(c->ev, EV_WRITE, 0);
 		return;
 	}
-	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
+	conn_arm_timer(c, 1, c->write_timeout_ms, left != 0);
 	/* Drained here rather than by a socket edge: still report it, from the loop. */
-	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low)
+	if (c->want_drained && left <= c->write_low)
 		event_active(c->ev, EV_WRITE, 0);
 }
 
@@ -478,6 +489,7 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 	struct conn *c = arg;
 	int what = 0;
 	socklen_t len = sizeof(c->error);
+	size_t left;
 
 	(void)fd;
 	(void)events;
@@ -502,12 +514,12 @@ conn_write_event_cb(evutil_socket_t fd, short events, void *arg)
 		conn_tls_run(c);
 		return;
 	}
-	if (conn_drain(c) != 0) {
+	if (conn_drain(c, &left) != 0) {
 		c->cb(c, what | CONN_ERROR, c->arg);
 		return;
 	}
-	conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
-	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low) {
+	conn_arm_timer(c, 1, c->write_timeout_ms, left != 0);
+	if (c->want_drained && left <= c->write_low) {
 		c->want_drained = 0;
 		what |= CONN_DRAINED;
 	}
