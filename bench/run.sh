@@ -28,6 +28,9 @@ Environment:
   IDLE_CLIENTS=10000   idle keep-alive connections for the idle-RSS test (0: skip it)
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
+  JSONGATE_BASE=...    another jsongate binary (an earlier build): adds the row jsongate-base,
+                       pass-through as the jsongate row, and the ratio jsongate/jsongate-base,
+                       so that two builds are measured in turns in one run
   NGINX=nginx          nginx binary
   HAPROXY=haproxy      HAProxy binary (the haproxy row)
   COUNT_SECONDS=3      seconds of an extra wrk run per row (first round) during which perf
@@ -93,6 +96,7 @@ IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 VARIANTS=(
 	"nginx               nginx     nginx-proxy.conf.in      http"
 	"jsongate            jsongate  jsongate-pass.yaml.in    http"
+	"jsongate-base       jsongate_base jsongate-pass.yaml.in http"
 	"haproxy             haproxy   haproxy-proxy.cfg.in     http"
 	"nginx-tls           nginx     nginx-proxy-tls.conf.in  tls"
 	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
@@ -117,6 +121,7 @@ VARIANTS=(
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
 RATIOS=(
+	"jsongate/jsongate-base"
 	"jsongate/nginx"
 	"jsongate/haproxy"
 	"jsongate-tls/nginx-tls"
@@ -135,7 +140,11 @@ RATIOS=(
 	"jsongate-rpc-batch/jsongate-rpc*100"
 	"go-rpc/jsongate-rpc-batch"
 )
-PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%% *}"; done)}
+JSONGATE_BASE=${JSONGATE_BASE:-}
+# Every variant by default; jsongate-base only when there is a second build to run.
+PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do
+	case "${v%% *}:$JSONGATE_BASE" in jsongate-base:) ;; *) printf '%s ' "${v%% *}" ;; esac
+done)}
 
 # shellcheck source=lib.sh
 . "$BENCH_DIR/lib.sh"
@@ -201,6 +210,14 @@ jsongate_start() {
 	PROXY_CPU_PIDS=$BG_PID
 	PROXY_MEM_PID=$BG_PID
 }
+
+# The same daemon from another build, to tell two builds apart on a noisy machine.
+jsongate_base_require() {
+	[ -n "$JSONGATE_BASE" ] && [ -x "$JSONGATE_BASE" ] ||
+		printf '%s\n' "a second jsongate binary in JSONGATE_BASE (the jsongate-base row)"
+}
+jsongate_base_version() { JSONGATE=$JSONGATE_BASE jsongate_version; }
+jsongate_base_start() { JSONGATE=$JSONGATE_BASE jsongate_start "$@"; }
 
 # HAProxy, the other pass-through peer (the resilience benchmark's too).
 haproxy_require() { command -v "$HAPROXY" >/dev/null || printf '%s\n' "haproxy (Debian: haproxy)"; }
