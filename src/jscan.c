@@ -1,11 +1,14 @@
 /*
  * The skip scanner works on 64-byte blocks.  A variant only builds five bit masks per block
- * (quotes, backslashes, opening and closing brackets, curly brackets); the shared code then
+ * (quotes, backslashes, opening and closing brackets, '{' and ']'); the shared code then
  * removes escaped quotes and computes which bytes are inside strings with a prefix XOR.  A
  * block whose closing brackets cannot bring the depth to zero is settled with population
  * counts; only the block where the value may end is walked bracket by bracket.  Balance is
- * kept as the total depth plus the count of open objects, so a value whose brackets balance
- * per kind is accepted even if pairs cross ("[{]}"); strict validation rejects those.
+ * kept as the total depth plus ']' minus '[' (counted as '{' and ']' minus all openings, one
+ * population count); when the total balances, squares balancing means curlies balance too.
+ * So a value whose brackets balance per kind is accepted even if pairs cross ("[{]}");
+ * strict validation rejects those.  The work per block is bound by integer instructions, so
+ * each one saved there counts.
  */
 #include "jscan.h"
 
@@ -18,7 +21,7 @@
 #endif
 
 struct jscan_masks {
-	uint64_t quote, bslash, open, close, curly;
+	uint64_t quote, bslash, open, close, sqb;   /* sqb: '{' and ']' */
 };
 
 /* Scan state carried from block to block. */
@@ -27,15 +30,21 @@ struct jscan_state {
 	uint64_t in_string;             /* all ones while inside a string */
 	unsigned depth;
 	unsigned max_depth;
-	int objects;                    /* '{' minus '}' so far */
+	int squares;                    /* ']' minus '[' so far */
 };
 
-/* Bytes escaped by a backslash: after an odd run of backslashes.  Rare, so a plain loop. */
+/* Bytes escaped by a backslash: after an odd run of backslashes.  Most backslashes stand
+ * alone (\" \n \u); runs of two or more, and a run carried in, take a plain loop. */
 static inline __attribute__((always_inline)) uint64_t
 jscan_escaped(uint64_t bs, uint64_t *carry)
 {
 	uint64_t esc = *carry, bit;
 
+	if ((bs & (bs << 1)) == 0 && esc == 0) {
+		/* No run longer than one: each backslash escapes the byte after it. */
+		*carry = bs >> 63;
+		return bs << 1;
+	}
 	bs &= ~*carry;
 	*carry = 0;
 	while (bs != 0) {
@@ -88,12 +97,10 @@ static inline __attribute__((always_inline)) int
 jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *end, int clmul)
 {
 	uint64_t quote, inside, brackets, open, close;
-	unsigned bit, obj, nopen, nclose;
+	unsigned bit, nopen, nclose;
 	unsigned char c;
 
-	quote = m->quote;
-	if (m->bslash != 0 || st->esc_carry != 0)
-		quote &= ~jscan_escaped(m->bslash, &st->esc_carry);
+	quote = m->quote & ~jscan_escaped(m->bslash, &st->esc_carry);
 	inside = (clmul ? jscan_prefix_xor_clmul(quote) : jscan_prefix_xor(quote)) ^ st->in_string;
 	st->in_string = (uint64_t)((int64_t)inside >> 63);
 	if (st->depth == 0) {
@@ -111,8 +118,7 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 	if (st->depth > nclose && st->depth + nopen <= st->max_depth) {
 		/* The value cannot end or get too deep inside this block: counts suffice. */
 		st->depth += nopen - nclose;
-		st->objects += __builtin_popcountll(open & m->curly) -
-		    __builtin_popcountll(close & m->curly);
+		st->squares += (int)__builtin_popcountll(m->sqb & ~inside) - (int)nopen;
 		return 0;
 	}
 	brackets = open | close;
@@ -120,15 +126,15 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 		bit = (unsigned)__builtin_ctzll(brackets);
 		brackets &= brackets - 1;
 		c = (unsigned char)p[bit];
-		obj = (c & 0x20) != 0;          /* '{' '}' vs '[' ']' */
 		if ((c & 0x04) == 0) {          /* '{' or '[' */
 			if (++st->depth > st->max_depth)
 				return JSCAN_ERR_DEPTH;
-			st->objects += (int)obj;
+			st->squares -= c == '[';
 		} else {
-			st->objects -= (int)obj;
+			st->squares += c == ']';
 			if (--st->depth == 0) {
-				if (st->objects != 0)
+				/* Balanced in total and in squares: balanced in curlies too. */
+				if (st->squares != 0)
 					return JSCAN_ERR_SYNTAX;
 				*end = (int)bit + 1;
 				return 1;
@@ -150,7 +156,7 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 		bit = 1ULL << i;
 		q |= x == '"' ? bit : 0;
 		b |= x == '\\' ? bit : 0;
-		k |= (x | 6) == 0x7f ? bit : 0;     /* '{' and '}' (others are masked out later) */
+		k |= x == '{' || x == ']' ? bit : 0;
 		x &= 0xdf;
 		o |= x == 0x5b ? bit : 0;
 		c |= x == 0x5d ? bit : 0;
@@ -159,7 +165,7 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 	m->bslash = b;
 	m->open = o;
 	m->close = c;
-	m->curly = k;
+	m->sqb = k;
 }
 
 #ifdef JSCAN_X86
@@ -170,7 +176,7 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
 	const __m128i vdf = _mm_set1_epi8((char)0xdf);
 	const __m128i vo = _mm_set1_epi8(0x5b), vc = _mm_set1_epi8(0x5d);
-	const __m128i v6 = _mm_set1_epi8(6), vk = _mm_set1_epi8(0x7f);
+	const __m128i vlc = _mm_set1_epi8('{'), vrs = _mm_set1_epi8(']');
 	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0;
 	__m128i x, y;
 	int i;
@@ -182,14 +188,14 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 		b |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)) << (16 * i);
 		o |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vo)) << (16 * i);
 		c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vc)) << (16 * i);
-		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(x, v6),
-		    vk)) << (16 * i);
+		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, vlc),
+		    _mm_cmpeq_epi8(x, vrs))) << (16 * i);
 	}
 	m->quote = q;
 	m->bslash = b;
 	m->open = o;
 	m->close = c;
-	m->curly = k;
+	m->sqb = k;
 }
 
 __attribute__((target("avx2,popcnt,bmi")))
@@ -199,7 +205,7 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
 	const __m256i vdf = _mm256_set1_epi8((char)0xdf);
 	const __m256i vo = _mm256_set1_epi8(0x5b), vc = _mm256_set1_epi8(0x5d);
-	const __m256i v6 = _mm256_set1_epi8(6), vk = _mm256_set1_epi8(0x7f);
+	const __m256i vlc = _mm256_set1_epi8('{'), vrs = _mm256_set1_epi8(']');
 	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
 	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
 	__m256i lo2 = _mm256_and_si256(lo, vdf), hi2 = _mm256_and_si256(hi, vdf);
@@ -210,7 +216,10 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	m->bslash = JSCAN_MM(lo, hi, vb);
 	m->open = JSCAN_MM(lo2, hi2, vo);
 	m->close = JSCAN_MM(lo2, hi2, vc);
-	m->curly = JSCAN_MM(_mm256_or_si256(lo, v6), _mm256_or_si256(hi, v6), vk);
+	m->sqb = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(lo, vlc), _mm256_cmpeq_epi8(lo, vrs))) |
+	    (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(hi, vlc), _mm256_cmpeq_epi8(hi, vrs))) << 32;
 #undef JSCAN_MM
 }
 
@@ -226,8 +235,8 @@ jscan_masks_avx512(const char *p, struct jscan_masks *m)
 	m->bslash = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
 	m->open = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5b));
 	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
-	m->curly = _mm512_cmpeq_epi8_mask(_mm512_or_si512(x, _mm512_set1_epi8(6)),
-	    _mm512_set1_epi8(0x7f));
+	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
 }
 #endif
 
@@ -249,14 +258,14 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	st.max_depth = max_depth > JSCAN_MAX_DEPTH ? JSCAN_MAX_DEPTH : max_depth;	\
 	if (buf[pos] == '"') {								\
 		st.depth = 0;								\
-		st.objects = 0;								\
+		st.squares = 0;								\
 		st.in_string = ~0ULL;							\
 	} else {									\
 		if (st.max_depth < 1)							\
 			return JSCAN_ERR_DEPTH;						\
 		st.depth = 1;								\
 		st.in_string = 0;							\
-		st.objects = buf[pos] == '{';						\
+		st.squares = -(buf[pos] == '[');					\
 	}										\
 	for (i = pos + 1; i + 64 <= len; i += 64) {					\
 		masks_fn(buf + i, &m);							\

@@ -112,6 +112,44 @@ START_TEST(test_skip_reference)
 }
 END_TEST
 
+/*
+ * Deep values: a run of openings, a middle, and the closings in reverse, sometimes of the
+ * other kind.  Whole blocks then pass on counts alone (the depth exceeds their closings), so
+ * the balance kept there, not only the one kept bracket by bracket, is checked.
+ */
+START_TEST(test_skip_deep)
+{
+	static const char middle[] = "ab, :\"\\\\[]{}";
+	char buf[700], opens[100];
+	unsigned seed = 4242;
+	size_t len, i, n;
+	ssize_t ref, got;
+
+	for (int round = 0; round < 50000; round++) {
+		n = 1 + rand_r(&seed) % sizeof(opens);
+		len = 0;
+		for (i = 0; i < n; i++)
+			buf[len++] = opens[i] = "[{"[rand_r(&seed) % 2];
+		for (i = rand_r(&seed) % 300; i > 0; i--)
+			buf[len++] = middle[rand_r(&seed) % (sizeof(middle) - 1)];
+		while (n > 0) {
+			n--;
+			buf[len++] = opens[n] == '[' ? ']' : '}';
+			if (rand_r(&seed) % 64 == 0)
+				buf[len - 1] ^= ']' ^ '}';
+		}
+		ref = skip_reference(buf, len, 0, 1000);
+		for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
+			if (!jscan_impl_available((enum jscan_impl)impl))
+				continue;
+			got = jscan_skip_impl((enum jscan_impl)impl, buf, len, 0, 1000);
+			ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
+			    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
+		}
+	}
+}
+END_TEST
+
 /* Long values cross many 64-byte blocks, with escapes landing on block boundaries. */
 START_TEST(test_skip_long)
 {
@@ -442,6 +480,7 @@ envelope_suite(void)
 	tcase_add_loop_test(tc, test_skip_table, 0, (int)(sizeof(skip_cases) / sizeof(skip_cases[0])));
 	tcase_add_test(tc, test_skip_variants_agree);
 	tcase_add_test(tc, test_skip_reference);
+	tcase_add_test(tc, test_skip_deep);
 	tcase_add_test(tc, test_skip_long);
 	tcase_add_test(tc, test_skip_counted_blocks);
 	tcase_add_test(tc, test_skip_depth_clamp);
