@@ -72,13 +72,27 @@ skip_reference(const char *buf, size_t len, size_t pos, unsigned max_depth)
 	return JSCAN_ERR_SYNTAX;
 }
 
+/* Every variant against the reference on buf[0..len) from start. */
+static void
+skip_agrees(const char *buf, size_t len, size_t start, unsigned max_depth)
+{
+	ssize_t ref = skip_reference(buf, len, start, max_depth), got;
+
+	for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
+		if (!jscan_impl_available((enum jscan_impl)impl))
+			continue;
+		got = jscan_skip_impl((enum jscan_impl)impl, buf, len, start, max_depth);
+		ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
+		    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
+	}
+}
+
 /* Random bodies over alphabet, each from every variant against the reference. */
 static void
 skip_random_bodies(const char *alphabet, unsigned seed, int rounds)
 {
 	size_t nalpha = strlen(alphabet), len, i, start;
 	char buf[400];
-	ssize_t ref, got;
 
 	for (int round = 0; round < rounds; round++) {
 		len = 1 + rand_r(&seed) % (sizeof(buf) - 1);
@@ -86,14 +100,7 @@ skip_random_bodies(const char *alphabet, unsigned seed, int rounds)
 			buf[i] = alphabet[rand_r(&seed) % nalpha];
 		start = rand_r(&seed) % 3 < 2 ? 0 : rand_r(&seed) % len;
 		buf[start] = "[{\""[rand_r(&seed) % 3];
-		ref = skip_reference(buf, len, start, 5);
-		for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
-			if (!jscan_impl_available((enum jscan_impl)impl))
-				continue;
-			got = jscan_skip_impl((enum jscan_impl)impl, buf, len, start, 5);
-			ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
-			    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
-		}
+		skip_agrees(buf, len, start, 5);
 	}
 }
 
@@ -113,9 +120,10 @@ START_TEST(test_skip_reference)
 END_TEST
 
 /*
- * Deep values: a run of openings, a middle, and the closings in reverse, sometimes of the
- * other kind.  Whole blocks then pass on counts alone (the depth exceeds their closings), so
- * the balance kept there, not only the one kept bracket by bracket, is checked.
+ * Deep random values against the reference: a run of openings, a middle, and the closings in
+ * reverse, sometimes of the other kind.  Whole blocks then pass on counts alone (the depth
+ * exceeds their closings), so the balance kept there, not only the one kept bracket by
+ * bracket, is checked (test_skip_counted_blocks does it on fixed bodies).
  */
 START_TEST(test_skip_deep)
 {
@@ -123,7 +131,6 @@ START_TEST(test_skip_deep)
 	char buf[700], opens[100];
 	unsigned seed = 4242;
 	size_t len, i, n;
-	ssize_t ref, got;
 
 	for (int round = 0; round < 50000; round++) {
 		n = 1 + rand_r(&seed) % sizeof(opens);
@@ -138,14 +145,7 @@ START_TEST(test_skip_deep)
 			if (rand_r(&seed) % 64 == 0)
 				buf[len - 1] ^= ']' ^ '}';
 		}
-		ref = skip_reference(buf, len, 0, 1000);
-		for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
-			if (!jscan_impl_available((enum jscan_impl)impl))
-				continue;
-			got = jscan_skip_impl((enum jscan_impl)impl, buf, len, 0, 1000);
-			ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
-			    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
-		}
+		skip_agrees(buf, len, 0, 1000);
 	}
 }
 END_TEST
