@@ -136,16 +136,24 @@ children_of() {
 # shellcheck disable=SC2034 # used by the scripts that source this
 CLK_TCK=$(getconf CLK_TCK)
 
-# utime + stime, in clock ticks, of the given processes (all their threads).
-cpu_ticks() {
-	local total=0 pid stat rest fields
+# "utime stime", in clock ticks, of the given processes (all their threads).
+cpu_ticks_split() {
+	local user=0 system=0 pid stat rest fields
 	for pid in "$@"; do
 		stat=$(cat /proc/"$pid"/stat) || die "process $pid is gone"
 		rest=${stat##*) }
 		read -ra fields <<<"$rest"
-		total=$((total + fields[11] + fields[12]))
+		user=$((user + fields[11]))
+		system=$((system + fields[12]))
 	done
-	printf '%s\n' "$total"
+	printf '%s %s\n' "$user" "$system"
+}
+
+# utime + stime, in clock ticks, of the given processes (all their threads).
+cpu_ticks() {
+	local user system
+	read -r user system <<<"$(cpu_ticks_split "$@")"
+	printf '%s\n' $((user + system))
 }
 
 # A field of /proc/PID/status in kB (VmRSS, VmHWM).

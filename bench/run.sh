@@ -449,8 +449,8 @@ done
 
 # Per row (SIZE|NAME): the median run's figures, the spread of CPU per request over the runs,
 # the highest peak RSS and every run's wrk errors. Per run (SIZE|NAME|ROUND): RUN_*.
-declare -A CPU_US RPS P50 P99 HWM NOTE SPREAD SYSCALLS MALLOCS
-declare -A RUN_CPU RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
+declare -A CPU_US USER_US RPS P50 P99 HWM NOTE SPREAD SYSCALLS MALLOCS
+declare -A RUN_CPU RUN_USER RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
 CLIENT_MODE=http
 run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
@@ -502,7 +502,7 @@ wait_idle() { # wait_idle PID...
 }
 
 measure() { # measure NAME SIZE ROUND
-	local name=$1 size=$2 key="$2|$1|$3" out t0 t1 requests errors
+	local name=$1 size=$2 key="$2|$1|$3" out u0 s0 u1 s1 requests errors
 	CLIENT_MODE=$(variant_field "$name" 3)
 	proxy_start "$name" "$LOAD_MAX_CONNECTIONS"
 	verify_proxy "$name" "$size"
@@ -513,17 +513,18 @@ measure() { # measure NAME SIZE ROUND
 	fi
 	out=$RUNDIR/wrk-$name-$size-$3.txt
 	# shellcheck disable=SC2086 # pid lists
-	t0=$(cpu_ticks $PROXY_CPU_PIDS)
+	read -r u0 s0 <<<"$(cpu_ticks_split $PROXY_CPU_PIDS)"
 	run_wrk "$DURATION" "$PROXY_PORT" "$size" "$out" --latency
 	# shellcheck disable=SC2086
-	t1=$(cpu_ticks $PROXY_CPU_PIDS)
+	read -r u1 s1 <<<"$(cpu_ticks_split $PROXY_CPU_PIDS)"
 	RUN_HWM[$key]=$(status_kb "$PROXY_MEM_PID" VmHWM)
 	[ "$3" != 1 ] || count_calls "$name" "$size"
 	stop_pid "$PROXY_MAIN"
 
 	requests=$(awk '/ requests in / { print $1 }' "$out")
 	{ is_uint "$requests" && [ "$requests" -gt 0 ]; } || die "no requests completed by $name at $size: $(cat "$out")"
-	RUN_CPU[$key]=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RUN_CPU[$key]=$(awk -v t=$((u1 + s1 - u0 - s0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RUN_USER[$key]=$(awk -v t=$((u1 - u0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
 	RUN_RPS[$key]=$(awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$out")
 	RUN_P50[$key]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
 	RUN_P99[$key]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
@@ -558,6 +559,7 @@ pick_median() { # pick_median NAME SIZE
 		printf '%s %s\n' "${RUN_CPU[$row|$round]}" "$round"
 	done | sort -g | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2) { print $2 }')
 	CPU_US[$row]=${RUN_CPU[$row|$median]}
+	USER_US[$row]=${RUN_USER[$row|$median]}
 	RPS[$row]=${RUN_RPS[$row|$median]}
 	P50[$row]=${RUN_P50[$row|$median]}
 	P99[$row]=${RUN_P99[$row|$median]}
@@ -671,14 +673,15 @@ report() {
 	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
 	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
 		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
-	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs\n\n' "$ROUNDS"
-	printf '| size | proxy | CPU µs/req | CPU range | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
-	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback)\n\n' "$ROUNDS"
+	printf '| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
+	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for name in $PROXIES; do
 			key="$size|$name"
-			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
-				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
+			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
+				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "$(fmt_cpu "${USER_US[$key]}")" \
+				"${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
 				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" "${SYSCALLS[$key]:-–}" "${MALLOCS[$key]:-–}"
 		done
 	done
