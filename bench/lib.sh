@@ -133,7 +133,6 @@ children_of() {
 	return 0
 }
 
-# shellcheck disable=SC2034 # used by the scripts that source this
 CLK_TCK=$(getconf CLK_TCK)
 
 # "utime stime", in clock ticks, of the given processes (all their threads).
@@ -147,6 +146,11 @@ cpu_ticks_split() {
 		system=$((system + fields[12]))
 	done
 	printf '%s %s\n' "$user" "$system"
+}
+
+# CPU clock ticks spread over requests, in µs per request with three decimals.
+ticks_per_request_us() { # ticks_per_request_us TICKS REQUESTS
+	awk -v t="$1" -v hz="$CLK_TCK" -v n="$2" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }'
 }
 
 # utime + stime, in clock ticks, of the given processes (all their threads).

@@ -433,7 +433,7 @@ cost_run() { # cost_run POLICY ROUND PORT...
 	stop_pid "$PROXY_MAIN"
 	requests=$(wrk_requests "$out")
 	{ is_uint "$requests" && [ "$requests" -gt 0 ]; } || die "no requests completed: $(cat "$out")"
-	RUN_CPU[$key]=$(awk -v t=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RUN_CPU[$key]=$(ticks_per_request_us $((t1 - t0)) "$requests")
 	RUN_RPS[$key]=$(wrk_rps "$out")
 	# Each server's share of the requests (warm-up included), in the order of the ports.
 	RUN_SHARES[$key]=$(for port in "$@"; do

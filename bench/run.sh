@@ -523,8 +523,8 @@ measure() { # measure NAME SIZE ROUND
 
 	requests=$(awk '/ requests in / { print $1 }' "$out")
 	{ is_uint "$requests" && [ "$requests" -gt 0 ]; } || die "no requests completed by $name at $size: $(cat "$out")"
-	RUN_CPU[$key]=$(awk -v t=$((u1 + s1 - u0 - s0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
-	RUN_USER[$key]=$(awk -v t=$((u1 - u0)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.3f\n", t / hz * 1e6 / n }')
+	RUN_CPU[$key]=$(ticks_per_request_us $((u1 + s1 - u0 - s0)) "$requests")
+	RUN_USER[$key]=$(ticks_per_request_us $((u1 - u0)) "$requests")
 	RUN_RPS[$key]=$(awk '/^Requests\/sec:/ { printf "%.0f\n", $2 }' "$out")
 	RUN_P50[$key]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
 	RUN_P99[$key]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
