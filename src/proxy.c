@@ -43,6 +43,13 @@
  * collect: the part of a Content-Length body read with the head is copied into its block,
  * the rest is read straight into place.  Bodies this small come in one read, as before. */
 #define UPSTREAM_HEAD_READ (32 * 1024)
+/* Unsent output above which a connection's next request waits for its client to read what
+ * it was sent: a client that pipelines requests and never reads costs this much, not an
+ * answer per request it wrote. */
+#define PIPELINE_HIGH (64 * 1024)
+#define PIPELINE_LOW (16 * 1024)
+/* Requests of one pipeline handled in one turn; then the other connections get theirs. */
+#define PIPELINE_TURN 32
 
 enum client_state {
 	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
@@ -161,6 +168,12 @@ struct client {
 	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
 	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
 	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+	unsigned processing : 1;        /* client_process runs for it: a request's end goes on
+	                                 * with the next one from there, not by recursion */
+	unsigned out_paused : 1;        /* waiting for the client to read before the next
+	                                 * pipelined request */
+	unsigned resume_queued : 1;     /* in w->resume: its pipeline goes on at its next turn */
+	TAILQ_ENTRY(client) resume_entry;
 
 	struct request *rq;             /* from its head to its end (until the reaper once closed) */
 };
@@ -366,6 +379,10 @@ client_free(struct client *c)
 		}
 	}
 	client_set_state(c, CLIENT_DEAD);
+	if (c->resume_queued) {
+		TAILQ_REMOVE(&w->resume, c, resume_entry);
+		c->resume_queued = 0;
+	}
 	LIST_REMOVE(c, entry);
 	w->nclients--;
 	metrics_client(w, -1);
@@ -671,10 +688,7 @@ client_request_end(struct client *c)
 	conn_set_timeouts(&c->conn, 0, 0);
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
 	conn_read_start(&c->conn);
-	if (evbuffer_get_length(c->conn.in) != 0)
-		client_process(c);
-	if (c->state == CLIENT_IDLE && c->conn.eof)
-		client_close_after_flush(c);
+	client_process(c);
 }
 
 /* Answer with a gateway error; a request that cannot be framed any more closes after. */
@@ -1567,17 +1581,102 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		proxy_try(c, 0);
 }
 
+/* The client has enough answers to read: no further request of its pipeline is parsed
+ * until it reads them, within client_body. */
+static void
+client_wait_for_reader(struct client *c)
+{
+	c->out_paused = 1;
+	conn_read_stop(&c->conn);
+	client_timer_set(c, TIMER_OFF, 0);
+	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+	conn_notify_drained(&c->conn, 1, PIPELINE_LOW);
+}
+
+/* The client read enough of its answers: its pipeline goes on. */
+static void
+client_reader_caught_up(struct client *c)
+{
+	c->out_paused = 0;
+	conn_notify_drained(&c->conn, 0, 0);
+	conn_set_timeouts(&c->conn, 0, 0);
+	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	conn_read_start(&c->conn);
+	client_process(c);
+}
+
+/* One pipeline had its turn: the others go first, then it goes on from the loop.  A zero
+ * timer, not an active event, so that the loop polls the sockets in between. */
+static void
+client_resume_later(struct client *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	conn_read_stop(&c->conn);
+	c->resume_queued = 1;
+	TAILQ_INSERT_TAIL(&c->w->resume, c, resume_entry);
+	evtimer_add(c->w->resume_ev, &now);
+}
+
+void
+proxy_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	static const struct timeval now = { 0, 0 };
+	struct worker *w = arg;
+	struct client *c;
+	size_t n = 0;
+
+	(void)fd;
+	(void)what;
+	/* A turn each for those queued until now; a client queued again waits for the next. */
+	TAILQ_FOREACH(c, &w->resume, resume_entry)
+		n++;
+	while (n-- > 0 && (c = TAILQ_FIRST(&w->resume)) != NULL) {
+		TAILQ_REMOVE(&w->resume, c, resume_entry);
+		c->resume_queued = 0;
+		conn_read_start(&c->conn);
+		client_process(c);
+		proxy_flush(c);
+	}
+	if (!TAILQ_EMPTY(&w->resume))
+		evtimer_add(w->resume_ev, &now);
+}
+
+/*
+ * Handle the requests whose heads lead the input, one after the other: in a loop, never by
+ * recursion (20,000 pipelined requests in one read must not grow the stack), at most
+ * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
+ * answers.  A request that ends inside the loop leaves the next one to it.
+ */
 static void
 client_process(struct client *c)
 {
-	while (c->state == CLIENT_IDLE &&
-	    evbuffer_get_length(c->conn.in) != 0) {
-		size_t before = evbuffer_get_length(c->conn.in);
+	unsigned handled = 0;
+	size_t before;
+
+	if (c->processing)
+		return;
+	c->processing = 1;
+	while (c->state == CLIENT_IDLE && (before = evbuffer_get_length(c->conn.in)) != 0) {
+		if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+			conn_flush(&c->conn);
+			if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+				client_wait_for_reader(c);
+				break;
+			}
+		}
+		if (handled++ == PIPELINE_TURN) {
+			client_resume_later(c);
+			break;
+		}
 		client_read_head(c);
-		if (c->state == CLIENT_IDLE &&
-		    evbuffer_get_length(c->conn.in) == before)
+		if (c->state == CLIENT_IDLE && evbuffer_get_length(c->conn.in) == before)
 			break;          /* incomplete head: wait for more */
 	}
+	c->processing = 0;
+	/* The client closed its side after its last request: the answers go, then we close. */
+	if (c->state == CLIENT_IDLE && c->conn.eof && !c->out_paused && !c->resume_queued)
+		client_close_after_flush(c);
 }
 
 /* Send what both sides have queued. */
@@ -2823,6 +2922,10 @@ client_on_drained(struct client *c)
 			client_close_now(c);
 		return;
 	}
+	if (c->out_paused) {
+		client_reader_caught_up(c);
+		return;
+	}
 	if (c->up_paused && c->rq != NULL && c->rq->ex.uc != NULL) {
 		c->up_paused = 0;
 		conn_read_start(upconn(c));
@@ -2839,6 +2942,8 @@ client_on_close(struct client *c, int what)
 		return;
 	if (what == CONN_EOF && c->state == CLIENT_CLOSING && !c->lingering)
 		return;         /* still flushing our last response */
+	if (what == CONN_EOF && c->state == CLIENT_IDLE && (c->out_paused || c->resume_queued))
+		return;         /* its pipeline is still being answered */
 	if (c->state == CLIENT_BUSY) {
 		/* Logged like nginx: 499 before the response started, else its status, cut short. */
 		if (!c->rq->resp_started)

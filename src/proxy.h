@@ -20,5 +20,7 @@ void proxy_close_all(struct worker *w);
 void proxy_worker_free(struct worker *w);
 /* Frees the memory of closed clients; the worker's reaper event runs it. */
 void proxy_reap_cb(int fd, short what, void *arg);
+/* Goes on with the pipelines that gave other connections their turn (w->resume). */
+void proxy_resume_cb(int fd, short what, void *arg);
 
 #endif

@@ -23,6 +23,11 @@
 #include "upstream.h"
 #include "upstream_set.h"
 
+/* A burst of connections (a pipeline flood, a client that never read its answers) grows
+ * the heap by their buffers; once they are closed, malloc keeps what it freed in the middle
+ * of the heap.  Trimmed a second after a close, at most once a second, it goes back. */
+#define WORKER_TRIM_DELAY_MS 1000
+
 static struct worker *workers;
 static unsigned nworkers;
 static int exit_fd = -1;                /* eventfd: workers tell the main thread they ended */
@@ -231,6 +236,8 @@ void
 worker_client_closed(struct worker *w)
 {
 	worker_slot_give(w);
+	if (!deadline_running(&w->trim))
+		deadline_start(&w->trim, WORKER_TRIM_DELAY_MS);
 	if (w->draining) {
 		if (w->nclients == 0)
 			event_base_loopbreak(w->base);
@@ -360,6 +367,14 @@ worker_main(void *arg)
 	return NULL;
 }
 
+static void
+worker_trim_cb(struct deadline *d, void *arg)
+{
+	(void)d;
+	(void)arg;
+	mempool_trim();
+}
+
 int
 worker_init(struct worker *w, unsigned id, struct runtime *rt)
 {
@@ -368,6 +383,7 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 	w->id = id;
 	LIST_INIT(&w->clients);
 	LIST_INIT(&w->dead);
+	TAILQ_INIT(&w->resume);
 	pthread_mutex_init(&w->lock, NULL);
 	/* Each base is touched by its own thread only: no locking needed inside libevent. */
 	if ((ecfg = event_config_new()) == NULL)
@@ -387,8 +403,10 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 	w->notify_ev = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, worker_notify_cb, w);
 	if (w->notify_ev == NULL || event_add(w->notify_ev, NULL) < 0)
 		return -1;
-	if ((w->reaper = event_new(w->base, -1, 0, proxy_reap_cb, w)) == NULL)
+	if ((w->reaper = event_new(w->base, -1, 0, proxy_reap_cb, w)) == NULL ||
+	    (w->resume_ev = event_new(w->base, -1, 0, proxy_resume_cb, w)) == NULL)
 		return -1;
+	deadline_init(&w->trim, w->timers, worker_trim_cb, w);
 	if ((w->bodies = body_pool_new()) == NULL || (w->rewritten = evbuffer_new()) == NULL)
 		return -1;
 	body_pool_set_timers(w->bodies, w->timers);
@@ -525,6 +543,8 @@ server_join(void)
 		free(w->pending_sets);
 		event_free(w->notify_ev);
 		event_free(w->reaper);
+		event_free(w->resume_ev);
+		deadline_stop(&w->trim);
 		proxy_worker_free(w);
 		body_pool_free(w->bodies);
 		evbuffer_free(w->rewritten);

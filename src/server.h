@@ -9,6 +9,7 @@
 #include "access_log.h"
 #include "config.h"
 #include "http.h"
+#include "timers.h"
 
 struct event_base;
 struct event;
@@ -41,6 +42,7 @@ struct worker_runtime {
 };
 
 LIST_HEAD(client_list, client);
+TAILQ_HEAD(client_queue, client);
 
 struct worker {
 	unsigned id;
@@ -61,6 +63,9 @@ struct worker {
 	struct client_list clients;     /* every open client connection */
 	struct client_list dead;        /* closed clients whose memory the reaper frees */
 	struct event *reaper;
+	struct client_queue resume;     /* clients whose pipelined requests wait for their turn */
+	struct event *resume_ev;        /* active while resume is not empty */
+	struct deadline trim;           /* memory left by closed connections goes back */
 	unsigned nclients;
 	int accepting;                  /* listeners enabled */
 	int draining;
@@ -99,7 +104,8 @@ void worker_set_accepting(struct worker *w, int on);
 int worker_slot_take(struct worker *w);
 /* Give a slot back (an accept failed, or its connection closed): wakes full workers. */
 void worker_slot_give(struct worker *w);
-/* Called by proxy when a client connection closes: may resume accepting, or end the drain. */
+/* Called by proxy when a client connection closes: may resume accepting, or end the drain;
+ * the memory its buffers left in the heap goes back to the system a second later. */
 void worker_client_closed(struct worker *w);
 
 /* Main-thread side: start workers on rt, swap all of them to a new runtime, stop them. */

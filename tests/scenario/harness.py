@@ -1031,7 +1031,7 @@ class _SockReader:
 class Daemon:
     """A running jsongate. port is its first listener's port."""
 
-    def __init__(self, env, conf, port, args=(), cwd=None):
+    def __init__(self, env, conf, port, args=(), cwd=None, stack_kb=None):
         self.env = env
         self.port = port
         self.dir = env.tmp
@@ -1040,9 +1040,14 @@ class Daemon:
         self.stdout_path = os.path.join(env.tmp, 'jsongate-%d.stdout' % port)
         self.write_config(conf)
         self.cmd = WRAPPER + [JSONGATE, '-f', '-c', self.config_path] + list(args)
+        def limit_stack():
+            import resource
+            hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+            resource.setrlimit(resource.RLIMIT_STACK, (stack_kb * 1024, hard))
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, cwd=cwd,
                                      stdout=open(self.stdout_path, 'wb'),
-                                     stderr=open(self.stderr_path, 'wb'))
+                                     stderr=open(self.stderr_path, 'wb'),
+                                     preexec_fn=limit_stack if stack_kb else None)
         self.pid = self.proc.pid
         self.signalled = False
         self.returncode = None
@@ -1148,13 +1153,14 @@ class Env:
         self.held = []
 
     # -- starting things
-    def daemon(self, conf, port=None, args=(), wait=True, cwd=None):
+    def daemon(self, conf, port=None, args=(), wait=True, cwd=None, stack_kb=None):
         """Starts jsongate on conf (a dict gets a listener on a free port), in the working
-        directory cwd (default: the test's)."""
+        directory cwd (default: the test's); stack_kb: its stack limit (RLIMIT_STACK, which
+        sizes its threads' stacks too)."""
         port = port or free_port()
         if isinstance(conf, dict) and 'listeners' not in conf:
             conf = dict(conf, listeners=[{'listen': '127.0.0.1:%d' % port}])
-        d = Daemon(self, conf, port, args, cwd)
+        d = Daemon(self, conf, port, args, cwd, stack_kb)
         self.daemons.append(d)
         if wait:
             d.wait_ready()
