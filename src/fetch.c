@@ -495,10 +495,18 @@ fetch_upstream_failed(struct fetch *f, int what)
 	}
 	if (uc->conn.tls_failed && !f->head_seen) {
 		/* A TLS 1.3 server refuses a client certificate after our side of the
-		 * handshake: the request never reached the application. */
+		 * handshake: the request never reached the application, and may go elsewhere.
+		 * But its bytes went out: one that is not safe to send twice goes to no other
+		 * server, whatever the alert was for. */
 		tls_conn_error(&uc->conn, reason, sizeof(reason));
 		log_warnx("TLS with upstream %s server %s failed: %s (request %s)", name, addr,
 		    reason, f->request_id);
+		if (!f->idempotent) {
+			exchange_verdict(&f->ex, FAIL_CONNECT);
+			fetch_fail(f, GW_UPSTREAM_TLS, "TLS handshake with upstream %s failed: %s",
+			    reason);
+			return;
+		}
 		fetch_next_try(f, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR, GW_UPSTREAM_TLS,
 		    "TLS handshake with upstream %s failed: %s", reason);
 		return;

@@ -2487,13 +2487,20 @@ proxy_upstream_failed(struct client *c, int what)
 	}
 	if (upconn(c)->tls_failed) {
 		/* A TLS 1.3 server refuses a client certificate after our side of the handshake:
-		 * the request never reached the application. */
+		 * the request never reached the application, and may go elsewhere.  But its bytes
+		 * went out: one that is not safe to send twice goes to no other server, whatever
+		 * the alert was for. */
 		char reason[160];
 		tls_conn_error(upconn(c), reason, sizeof(reason));
 		log_warnx("TLS with upstream %s server %s failed: %s (request %s)", name, addr,
 		    reason, c->rq->request_id);
 		proxy_try_error(c, GW_UPSTREAM_TLS, "TLS handshake with upstream %s failed: %s",
 		    reason);
+		if (c->rq->sent && !c->rq->idempotent) {
+			exchange_verdict(&c->rq->ex, FAIL_CONNECT);
+			client_error(c, c->rq->last_error, c->rq->last_message, 0);
+			return;
+		}
 		proxy_next_try(c, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR);
 		return;
 	}

@@ -158,7 +158,8 @@ class TLSUpstream:
     """A TLS server answering every request with a small JSON body; records the SNI names
     asked for, handshakes and resumed sessions."""
 
-    def __init__(self, cert):
+    def __init__(self, cert, alert_after_request=False):
+        self.alert_after_request = alert_after_request
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(pki_path(cert + '.crt'), pki_path(cert + '.key'))
         self.names = []
@@ -201,6 +202,11 @@ class TLSUpstream:
                     buf += data
                 head, buf = buf.split(b'\r\n\r\n', 1)
                 self.requests.append(head)
+                if self.alert_after_request:
+                    # A fatal alert in a plaintext record where only encrypted ones may
+                    # come: the client's TLS layer fails the connection.
+                    os.write(s.fileno(), b'\x15\x03\x03\x00\x02\x02\x28')
+                    return
                 body = b'{"ok":true}'
                 s.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
                           b'Content-Length: %d\r\n\r\n%s' % (len(body), body))
@@ -214,8 +220,8 @@ class TLSUpstream:
         self.sock.close()
 
 
-def tls_upstream(env, cert):
-    up = TLSUpstream(cert)
+def tls_upstream(env, cert, **kw):
+    up = TLSUpstream(cert, **kw)
     env.procs.append(up)
     return up
 
@@ -665,6 +671,53 @@ def tls_handshake_failover(env):
     env.check('the failed handshake ejects the server', gw.wait_log(
         r'upstream app: server %s ejected for 10s after 1 connect error'
         % re.escape(bad.address)))
+
+
+@T.case
+def tls_alert_after_request_not_replayed(env):
+    """A server that reads a request and then fails the connection with a TLS alert has
+    had the request's bytes: a POST is answered 502 upstream_tls and never sent to another
+    server (a GET, safe to send twice, still fails over), on a proxied route and for the
+    groups of a JSON-RPC batch alike."""
+    bad = tls_upstream(env, 'up', alert_after_request=True)
+    good = tls_upstream(env, 'up')
+    conf = upstream_config(bad.address, good.address, routes=[
+        {'name': 'rpc', 'match': {'path': '/rpc'},
+         'jsonrpc': {'methods': [{'match': 'm', 'upstream': 'app'}]}},
+        {'name': 'all', 'match': {'path_prefix': '/'}, 'upstream': 'app'}])
+    conf['upstreams']['app'].update(tls={'ca': CA, 'server_name': 'up.test'}, max_fails=0,
+                                    balance='round_robin')
+    gw = env.daemon(conf)
+    for i in range(2):
+        c = env.client(gw.port)
+        r = c.request('POST', '/p%d' % i, [('Host', 'a'), ('Content-Type', 'application/json')],
+                      body=b'{"n":%d}' % i)
+        if r.status == 502:
+            env.eq('POST %d to the failing server: upstream_tls' % i,
+                   json.loads(r.body)['error']['code'], 'upstream_tls')
+        else:
+            env.eq('POST %d to the good server: answered' % i, (r.status, r.body),
+                   (200, b'{"ok":true}'))
+    posts = lambda up: [h.split(b' ')[1] for h in up.requests if h.startswith(b'POST /p')]
+    env.eq('each POST reached exactly one server, once',
+           sorted(posts(bad) + posts(good)), [b'/p0', b'/p1'])
+    env.eq('the failing server had one of them', len(posts(bad)), 1)
+    for i in range(2):
+        c = env.client(gw.port)
+        r = c.request('GET', '/g%d' % i, [('Host', 'a')])
+        env.eq('GET %d answered (failing over when it met the failing server)' % i,
+               (r.status, r.body), (200, b'{"ok":true}'))
+    batch = b'[{"jsonrpc":"2.0","method":"m","id":1},{"jsonrpc":"2.0","method":"m","id":2}]'
+    before_bad, before_good = len(bad.requests), len(good.requests)
+    answers = []
+    for i in range(2):
+        c = env.client(gw.port)
+        r = c.request('POST', '/rpc', [('Host', 'a'), ('Content-Type', 'application/json')],
+                      body=batch)
+        answers.append(r.status)
+    env.eq('the batch sent twice reached the servers twice in all, never retried',
+           len(bad.requests) - before_bad + len(good.requests) - before_good, 2)
+    env.eq('the failing server got one of the batches', len(bad.requests) - before_bad, 1)
 
 
 @T.case
