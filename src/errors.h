@@ -6,6 +6,8 @@
 	X(BAD_REQUEST,          400, "bad_request",          "malformed request") \
 	X(NO_ROUTE,             404, "no_route",             "no route matches the request") \
 	X(METHOD_NOT_ALLOWED,   405, "method_not_allowed",   "method not allowed on this route") \
+	X(REQUEST_TIMEOUT,      408, "request_timeout", \
+	    "request head not received within timeouts.client_header") \
 	X(PAYLOAD_TOO_LARGE,    413, "payload_too_large",    "request body exceeds limits.max_body") \
 	X(INVALID_JSON,         400, "invalid_json",         "request body is not valid JSON") \
 	X(UNSUPPORTED_MEDIA_TYPE, 415, "unsupported_media_type", \

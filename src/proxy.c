@@ -1373,38 +1373,15 @@ proxy_keep_chunked(struct client *c)
 		proxy_send_request(c);
 }
 
-/* Parse a request head at the front of the input and start proxying it. */
-static void
-client_read_head(struct client *c)
+/* A request begins on c (its head is here, or what came of it is all that will): it gets
+ * its request, with the state every request starts from.  0, or -1 when c was closed. */
+static int
+client_request_begin(struct client *c)
 {
-	struct worker *w = c->w;
-	struct evbuffer *in = c->conn.in;
-	const struct config *cfg = w->cur->rt->cfg;
-	struct http_request *req = &w->req;
-	size_t len, want;
-	unsigned char *p;
-	ssize_t r;
-
-	/* Empty lines before the request line are part of the head for the parser and the limit. */
-	if ((len = evbuffer_get_length(in)) == 0)
-		return;
-	want = len < cfg->limits.max_header ? len : cfg->limits.max_header;
-	p = evbuffer_pullup(in, (ev_ssize_t)want);
-	r = http_parse_request((const char *)p, want, req);
-	if (r == HTTP_INCOMPLETE) {
-		if (len < cfg->limits.max_header) {
-			/* A head in pieces: from its first byte it has client_header to arrive. */
-			if (c->timer_mode == TIMER_KEEPALIVE)
-				client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
-			return;
-		}
-		r = HTTP_ERR_TOO_MANY_HEADERS;
-	}
-
 	if (client_request_attach(c) < 0) {
 		log_errorx("out of memory for a request from %s", c->addr);
 		client_free(c);
-		return;
+		return -1;
 	}
 	client_set_state(c, CLIENT_BUSY);
 	client_timer_set(c, TIMER_OFF, 0);
@@ -1435,13 +1412,62 @@ client_read_head(struct client *c)
 	c->rq->replay_len = 0;
 	c->rq->last_error = GW_UPSTREAM_UNAVAILABLE;
 	c->rq->last_message[0] = '\0';
+	return 0;
+}
+
+/* A request whose head could not be read is answered with err, and the connection closes:
+ * nothing after it can be framed. */
+static void
+client_refuse_head(struct client *c, enum gateway_error err)
+{
+	strcpy(c->rq->method, "-");
+	strcpy(c->rq->target, "-");
+	headers_request_id_generate(c->rq->request_id);
+	c->rq->request_id_len = REQUEST_ID_LEN;
+	c->rq->request_id[REQUEST_ID_LEN] = '\0';
+	evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+	client_error(c, err, NULL, 1);
+}
+
+/* Parse a request head at the front of the input and start proxying it. */
+static void
+client_read_head(struct client *c)
+{
+	struct worker *w = c->w;
+	struct evbuffer *in = c->conn.in;
+	const struct config *cfg = w->cur->rt->cfg;
+	struct http_request *req = &w->req;
+	size_t len, want;
+	unsigned char *p;
+	ssize_t r;
+
+	/* Empty lines before the request line are part of the head for the parser and the limit. */
+	if ((len = evbuffer_get_length(in)) == 0)
+		return;
+	want = len < cfg->limits.max_header ? len : cfg->limits.max_header;
+	p = evbuffer_pullup(in, (ev_ssize_t)want);
+	r = http_parse_request((const char *)p, want, req);
+	if (r == HTTP_INCOMPLETE) {
+		if (len < cfg->limits.max_header) {
+			/* A head in pieces: from its first byte it has client_header to arrive. */
+			if (c->timer_mode == TIMER_KEEPALIVE)
+				client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
+			/* A head longer than the input may hold: room for all of it. */
+			if (len >= c->conn.read_max) {
+				c->conn.read_max = cfg->limits.max_header;
+				conn_read_stop(&c->conn);
+				conn_read_start(&c->conn);
+			}
+			return;
+		}
+		r = HTTP_ERR_TOO_MANY_HEADERS;
+	}
+
+	if (client_request_begin(c) < 0)
+		return;
+	c->conn.read_max = FLOW_HIGH;
 	if (r < 0) {
-		strcpy(c->rq->method, "-");
-		strcpy(c->rq->target, "-");
-		headers_request_id_generate(c->rq->request_id);
-		c->rq->request_id_len = REQUEST_ID_LEN;
-		c->rq->request_id[REQUEST_ID_LEN] = '\0';
-		client_error(c, parse_error_to_gateway(r), NULL, 1);
+		client_refuse_head(c, parse_error_to_gateway(r));
 		return;
 	}
 
@@ -2975,13 +3001,24 @@ client_conn_cb(struct conn *conn, int what, void *arg)
 	proxy_flush(c);
 }
 
-/* Idle keep-alive, a head that did not arrive in time, or a lingering close: close quietly,
- * like nginx. */
+/* Idle keep-alive or a lingering close: close quietly, like nginx.  A head that began but
+ * did not arrive in time gets 408 first; a connection that sent nothing, nothing. */
 static void
 client_timer_cb(struct deadline *d, void *arg)
 {
+	struct client *c = arg;
+
 	(void)d;
-	client_free(arg);
+	if (c->timer_mode != TIMER_HEADER || c->state != CLIENT_IDLE ||
+	    evbuffer_get_length(c->conn.in) == 0) {
+		client_free(c);
+		return;
+	}
+	c->timer_mode = TIMER_OFF;
+	if (client_request_begin(c) < 0)
+		return;
+	client_refuse_head(c, GW_REQUEST_TIMEOUT);
+	proxy_flush(c);
 }
 
 /* --- accept, drain ---------------------------------------------------------------------- */

@@ -188,7 +188,8 @@ def gateway_error_body(status, code, message, request_id):
 # RFC 9110's reason phrases, as the gateway writes them.
 REASONS = {100: 'Continue', 200: 'OK', 201: 'Created', 204: 'No Content',
            304: 'Not Modified', 400: 'Bad Request', 404: 'Not Found',
-           405: 'Method Not Allowed', 413: 'Content Too Large', 415: 'Unsupported Media Type',
+           405: 'Method Not Allowed', 408: 'Request Timeout', 413: 'Content Too Large',
+           415: 'Unsupported Media Type',
            431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
            501: 'Not Implemented', 502: 'Bad Gateway', 503: 'Service Unavailable',
            504: 'Gateway Timeout', 505: 'HTTP Version Not Supported'}

@@ -1,5 +1,6 @@
 """Hostile clients: pipeline floods that are never read, pipelines deeper than a small
-stack allows, one pipelining connection against another client.
+stack allows, one pipelining connection against another client, heads as large as
+max_header allows.
 
 Memory bounds are VmRSS against the daemon's idle figure.  Under a sanitizer or valgrind the
 allocator keeps freed memory in quarantine: the bounds are then the wrapper's, and the
@@ -163,6 +164,24 @@ def pipeline_shares_the_worker(env):
     env.check('the other request logged before the pipeline\'s end',
               'other' in order and order.index('other') < n - 1,
               'at %s of %d' % (order.index('other') if 'other' in order else None, n))
+
+
+@T.case
+def head_as_large_as_max_header(env):
+    """A 300 KB cookie jar under max_header: 512k is proxied (the input grows to hold the
+    head); over it, 431."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, limits={'max_header': '512k'}))
+    jar = 'c=' + 'j' * (300 * 1024)
+    c = env.client(gw.port)
+    r = c.request('GET', '/jar', [('Host', 'a'), ('Cookie', jar)], timeout=8)
+    env.eq('a 300 KB head is proxied', r.status, 200)
+    env.eq('the upstream got the whole cookie', up.requests[0].header('cookie'), jar)
+    c = env.client(gw.port)
+    r = c.request('GET', '/jar', [('Host', 'a'), ('Cookie', 'c=' + 'j' * (600 * 1024))],
+                  timeout=8)
+    env.gateway_error('a 600 KB head', r, 431, 'header_too_large',
+                      'request header exceeds limits.max_header', close=True)
 
 
 T.run()
