@@ -1277,7 +1277,9 @@ proxy_keep_request_head(struct client *c, size_t len)
 }
 
 /* 1 when the request body is one for request ops (a JSON body; one in a coding they cannot
- * read follows on_error); else it goes untouched, counted with the reason. */
+ * read follows on_error); else it goes untouched, counted with the reason.  Under on_error:
+ * fail a body that is not JSON by its type is refused (-1, answered 415): most frameworks
+ * read such a body as JSON all the same, and it must not reach them past the ops. */
 static int
 proxy_wants_request_body(struct client *c, const struct http_request *req)
 {
@@ -1292,7 +1294,12 @@ proxy_wants_request_body(struct client *c, const struct http_request *req)
 		why = METRICS_REASON_NOT_JSON;
 	if (why == METRICS_REASON_NONE)
 		return 1;
-	metrics_envelope(c->w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, why);
+	if (why == METRICS_REASON_NOT_JSON && proxy_unrewritten(c, METRICS_REQUEST, why,
+	    GW_UNSUPPORTED_MEDIA_TYPE, "request body is not JSON: its Content-Type is none of the "
+	    "route's json_types", 1))
+		return -1;
+	if (why == METRICS_REASON_EMPTY)
+		metrics_envelope(c->w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, why);
 	return 0;
 }
 
@@ -1534,7 +1541,7 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	struct worker *w = c->w;
 	struct evbuffer *in = c->conn.in;
 	const struct config *cfg = client_cfg(c);
-	int mismatch = 0;
+	int mismatch = 0, wants;
 
 	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
 	    &mismatch) == ROUTE_SCAN_WAIT) {
@@ -1574,7 +1581,9 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (c->rq->route->request != NULL && proxy_wants_request_body(c, req)) {
+	if (c->rq->route->request != NULL && (wants = proxy_wants_request_body(c, req)) < 0)
+		return;
+	if (c->rq->route->request != NULL && wants) {
 		/* Too large for the ops: refused, or streamed untouched below. */
 		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
 		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,

@@ -1053,14 +1053,17 @@ def request_ops(env):
     env.eq('gzip request: inflated and rewritten upstream', q.raw,
            head.encode() + b'Content-Length: %d\r\n\r\n' % len(want) + want)
 
-    # non-JSON request bodies pass untouched, whatever their framing
+    # non-JSON request bodies pass untouched under on_error: pass, whatever their framing
+    # (under fail they are refused: request_on_error_fail_and_limits)
     text = b'{"data":{"id":7}}'
-    r = post(c, '/req', text, ctype='text/plain')
+    r = post(c, '/lenient', text, ctype='text/plain')
     q = up.requests[-1]
     env.eq('text/plain request body untouched', (r.status, q.body, q.all('Content-Length')),
            (200, text, [str(len(text))]))
-    c.send(build_request('POST', '/req', [('Host', 'a'), ('Content-Type', 'application/octet-stream'),
-                                          ('Transfer-Encoding', 'chunked')]) + chunked(text[:4], text[4:]))
+    c.send(build_request('POST', '/lenient', [('Host', 'a'),
+                                              ('Content-Type', 'application/octet-stream'),
+                                              ('Transfer-Encoding', 'chunked')]) +
+           chunked(text[:4], text[4:]))
     r = c.read_response('POST')
     q = up.requests[-1]
     env.eq('non-JSON chunked request body untouched and still chunked',
@@ -1163,6 +1166,27 @@ def request_on_error_fail_and_limits(env):
     env.gateway_error('over max_body chunked: 413', r, 413, 'payload_too_large',
                       'request body exceeds limits.max_body', close=True)
     env.eq('still nothing upstream from these', [q.target for q in up.requests], ['/fail'])
+
+    # A body that is not JSON by its type: refused under fail (frameworks often read it as
+    # JSON all the same, past the ops), nothing forwarded; passed untouched under pass.
+    secret = b'{"data":{"a":1},"secret":"s"}'
+    for ctype_value in ('application/x-www-form-urlencoded', None):
+        c = env.client(gw.port)
+        hdrs = [('Host', 'a'), ('X-Request-Id', 'form-1')]
+        if ctype_value:
+            hdrs.append(('Content-Type', ctype_value))
+        r = c.request('POST', '/fail', hdrs, body=secret)
+        env.gateway_error('fail: a %s body is refused' % (ctype_value or 'type-less'), r, 415,
+                          'unsupported_media_type', 'request body is not JSON: its '
+                          'Content-Type is none of the route\'s json_types', close=True,
+                          request_id='form-1')
+    env.eq('and never forwarded', [q.target for q in up.requests], ['/fail'])
+    c = env.client(gw.port)
+    r = c.request('POST', '/pass', [('Host', 'a'),
+                                    ('Content-Type', 'application/x-www-form-urlencoded')],
+                  body=secret)
+    env.eq('pass: a form-typed body goes untouched (best effort)',
+           (r.status, up.requests[-1].body), (200, secret))
 
     c = env.client(gw.port)
     r = post(c, '/pass', big)
