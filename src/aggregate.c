@@ -61,8 +61,11 @@ struct agg_backend {
 	size_t hash_key_len;
 	unsigned sent : 1;              /* its request went out (a fetch started) */
 	unsigned skipped : 1;           /* not sent: a backend it waits for failed */
+	unsigned mapped : 1;            /* failed on the status its status_from chose: out
+	                                 * holds its answer as its ops left it */
 	uint64_t ended_ms;              /* when it failed or answered (upstream_state_now) */
-	int status;                     /* its answer's status, 0 when none */
+	int status;                     /* its answer's status (as status_from set it), 0
+	                                 * when none */
 };
 
 struct aggregate {
@@ -452,9 +455,20 @@ agg_settle(struct agg_backend *b)
 		if (bc->response != NULL) {
 			agg_vars(a, agg_prog_vars(bc->response), fetch_server(f), NULL, &vars,
 			    &tls_text);
+			vars.status = f->status;        /* for when: { status: ... } */
 			if (body_apply_block(a->w->bodies, cfg, a->route, bc->response,
 			    BODY_CODING_IDENTITY, b->vblk, len, &vars, b->out, &res) == 0) {
 				metrics_bytes(a->w, res.spliced, res.copied);
+				if (res.status != 0)
+					b->status = res.status;
+				if (b->status < 200 || b->status > 299) {
+					/* An error envelope: the backend failed, its answer kept
+					 * for a route that answers with it. */
+					b->mapped = 1;
+					agg_invalid(b, GW_UPSTREAM_STATUS, "is status %d by "
+					    "status_from", b->status);
+					return;
+				}
 			} else {
 				evbuffer_drain(b->out, evbuffer_get_length(b->out));
 				if (bc->on_error == ON_ERROR_FAIL) {
@@ -912,7 +926,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 		b = a->b[i];
 		b->cfg = &route->backends[i];
 		b->state = AGG_IDLE;
-		b->sent = b->skipped = 0;
+		b->sent = b->skipped = b->mapped = 0;
 		b->status = 0;
 		b->f.request_id = a->request_id;
 		waits |= b->cfg->nafter != 0 || body_needs_headers(b->cfg->response);
@@ -1104,6 +1118,12 @@ agg_finish_cb(evutil_socket_t fd, short what, void *arg)
 	ans.partial = ok < a->nb;
 	if (a->refused) {
 		ans.error = GW_BAD_REQUEST;
+	} else if (failed != NULL && failed->mapped && failed->status >= 400) {
+		/* Its status_from said it failed: its status and answer, as on a route of its
+		 * own (a 1xx or 3xx, which would not carry the answer, is a gateway error). */
+		ans.status = failed->status;
+		ans.body = failed->out;
+		ans.partial = 0;
 	} else if (failed != NULL) {
 		/* The failure that decided answers: a required backend's, or the first of all. */
 		ans.error = failed->f.error;

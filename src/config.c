@@ -3228,16 +3228,11 @@ config_parse_backend_missing(struct config_parse *ctx, const yaml_node_t *node, 
 		config_error(ctx, node, "expected one of omit, null; got \"%s\"", text);
 }
 
-/* A backend's ops: its answer's status is not the route's, so no status_from. */
+/* A backend's ops: status_from there says whether the backend answered (2xx) or failed. */
 static void
 config_parse_backend_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
-	struct config_backend *b = obj;
-
-	config_parse_ops(ctx, node, REWRITE_RESPONSE, &b->response);
-	if (b->response != NULL && rewrite_program_sets_status(b->response))
-		config_error(ctx, node, "status_from has nothing to act on in a backend's ops: "
-		    "the route's status is its own (use it in the route's response)");
+	config_parse_ops(ctx, node, REWRITE_RESPONSE, &((struct config_backend *)obj)->response);
 }
 
 static void

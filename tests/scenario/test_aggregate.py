@@ -925,6 +925,108 @@ def a_flat_partial_answer_keeps_its_errors_member(env):
     env.eq('partial', r.header('X-Jsongate-Partial'), 'true')
 
 
+# A code/msg/data envelope: code 0 is the data with 200, 1001 a bad token, anything else 502.
+ENVELOPE_OPS = [{'status_from': {'field': 'code', 'map': {0: 200, 1001: 401, 3: 302, 404: 404},
+                                 'default': 502}},
+                {'unwrap': 'data', 'when': {'field': 'code', 'equals': 0}}]
+
+
+def error_head(status, reason, body_len, rid):
+    return (b'HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\n'
+            b'Content-Length: %d\r\n\r\n' % (status, reason, rid.encode(), body_len))
+
+
+@T.case
+def a_required_backend_maps_its_error_envelope(env):
+    """status_from on a required backend: a 2xx mapping is an answer to merge; a 4xx or 5xx
+    one fails the route with that status and the backend's answer as its ops left it."""
+    users = env.scripted([
+        json_answer(b'{"code":0,"data":{"id":7,"name":"N"}}'),
+        json_answer(b'{"code":1001,"msg":"bad token"}'),
+        json_answer(b' {"code":99,"msg":"\\u00e9"}\n'),
+        json_answer(b'{"code":3,"to":"/elsewhere"}'),
+        json_answer(b'{"code":1001,"msg":"bad token"}')])
+    orders = env.scripted(default=json_answer(b'{"items":[],"secret":1}'))
+    log_path = os.path.join(env.tmp, 'access.log')
+    conf = aggregated(
+        {'user': {'upstream': 'users', 'path': '/u', 'response': ENVELOPE_OPS},
+         'orders': {'upstream': 'orders', 'path': '/o',
+                    'response': [{'drop': ['secret'], 'when': {'status': 200}},
+                                 {'set': {'late': True}, 'when': {'status': 201}}]}},
+        {'users': [users.address], 'orders': [orders.address]},
+        response=[{'wrap': 'result'}], compress='gzip')
+    conf['log'] = {'level': 'info', 'access': log_path, 'format': 'json'}
+    aport = with_admin(conf)
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'e-0')])
+    want = b'{"result":{"user":{"id":7,"name":"N"},"orders":{"items":[]}}}'
+    env.eq('code 0: its data merged (when: on a field, when: on the status)', r.body, want)
+    env.eq('code 0: 200, complete', r.head, head_of(len(want), 'e-0'))
+    r = get(env, gw, headers=[('X-Request-Id', 'e-1')])
+    want = b'{"code":1001,"msg":"bad token"}'
+    env.eq('code 1001: 401 with the backend\'s answer, not merged, not the route\'s ops',
+           (r.head, r.body), (error_head(401, b'Unauthorized', len(want), 'e-1'), want))
+    r = get(env, gw, headers=[('X-Request-Id', 'e-2')])
+    want = b' {"code":99,"msg":"\\u00e9"}\n'
+    env.eq('an unmapped code: the default, 502, the answer as it came',
+           (r.head, r.body), (error_head(502, b'Bad Gateway', len(want), 'e-2'), want))
+    r = get(env, gw, headers=[('X-Request-Id', 'e-3')])
+    env.gateway_error('a 3xx mapping fails the backend too, as a gateway error', r, 502,
+                      'upstream_status', 'backend user: the answer of upstream users is status '
+                      '302 by status_from', False, request_id='e-3')
+    r = get(env, gw, headers=[('X-Request-Id', 'e-4'), ('Accept-Encoding', 'gzip')])
+    env.eq('compress: gzip applies to it', (r.status, r.header('Content-Encoding'),
+                                            zlib.decompress(r.body, 31)),
+           (401, 'gzip', b'{"code":1001,"msg":"bad token"}'))
+    lines = wait_until(lambda: [json.loads(l) for l in open(log_path).read().splitlines()]
+                       if open(log_path).read().count('\n') >= 5 else None, 5)
+    env.eq('access log: the route\'s status, and the backend\'s as status_from made it',
+           [(l['status'], l['backends']['user']['status'], l['backends']['user']['outcome'])
+            for l in lines],
+           [(200, 200, 'ok'), (401, 401, 'status'), (502, 502, 'status'),
+            (502, 302, 'status'), (401, 401, 'status')])
+    m = scrape(aport)
+    env.eq('counted as failed on its status', [m.get(('jsongate_backend_requests_total', (
+        ('backend', 'user'), ('outcome', o), ('route', 'agg')))) for o in ('ok', 'status')],
+        [1, 4])
+    env.eq('the upstream\'s own answers were 200', m.get((
+        'jsongate_upstream_requests_total', (('outcome', 'ok'), ('server', users.address),
+                                             ('upstream', 'users')))), 5)
+
+
+@T.case
+def an_optional_backend_maps_its_error_envelope(env):
+    """status_from on an optional backend: a status that is not 2xx leaves it out of a
+    partial answer, the errors member naming it and its status."""
+    users = env.scripted(default=json_answer(b'{"id":7}'))
+    profiles = env.scripted([json_answer(b'{"code":404,"data":null}'),
+                             json_answer(b'{"code":0,"data":{"bio":"x"}}'),
+                             json_answer(b'{"code":404,"data":null}')])
+    conf = aggregated(
+        {'user': {'upstream': 'users', 'path': '/u'},
+         'profile': {'upstream': 'profiles', 'path': '/p', 'response': ENVELOPE_OPS,
+                     'required': False, 'missing': 'null'}},
+        {'users': [users.address], 'profiles': [profiles.address]})
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'o-1')])
+    want = (b'{"user":{"id":7},"profile":null,"errors":{"profile":{"error":"upstream_status",'
+            b'"message":"the answer of upstream profiles is status 404 by status_from"}}}')
+    env.eq('code 404: partial, null, in the errors member', r.body, want)
+    env.eq('code 404: 200 and X-Jsongate-Partial', r.head, partial_head(len(want), 'o-1'))
+    r = get(env, gw, headers=[('X-Request-Id', 'o-2')])
+    want = b'{"user":{"id":7},"profile":{"bio":"x"}}'
+    env.eq('code 0: complete', (r.head, r.body), (head_of(len(want), 'o-2'), want))
+    # Both fail, the mapped one first: nothing to merge, its answer is the route's.
+    slow = env.scripted(default=answer(http_response(500, b'{}'), delay=0.2 * SLOW))
+    conf['upstreams']['users']['servers'] = [slow.address]
+    conf['routes'][0]['backends']['user']['required'] = False
+    gw = env.daemon(conf)
+    r = get(env, gw, headers=[('X-Request-Id', 'o-3')])
+    want = b'{"code":404,"data":null}'
+    env.eq('every backend failed, the mapped one first: its status and answer, not partial',
+           (r.head, r.body), (error_head(404, b'Not Found', len(want), 'o-3'), want))
+
+
 @T.case
 def metrics_and_access_log_per_backend(env):
     users = env.scripted([json_answer(b'{"id":1}'), json_answer(b'{"id":2}'),
