@@ -63,7 +63,8 @@ struct agg_backend {
 	unsigned skipped : 1;           /* not sent: a backend it waits for failed */
 	unsigned mapped : 1;            /* failed on the status its status_from chose: out
 	                                 * holds its answer as its ops left it */
-	uint64_t ended_ms;              /* when it failed or answered (upstream_state_now) */
+	uint64_t ended_us;              /* when it answered, failed or was given up
+	                                 * (upstream_state_now_us); 0: not yet */
 	int status;                     /* its answer's status (as status_from set it), 0
 	                                 * when none */
 };
@@ -215,8 +216,10 @@ agg_finish(struct aggregate *a)
 	a->finishing = 1;
 	evtimer_del(a->timer);
 	for (i = 0; i < a->nb; i++)
-		if (a->b[i]->state == AGG_RUNNING)
+		if (a->b[i]->state == AGG_RUNNING) {
 			fetch_cancel(&a->b[i]->f);
+			a->b[i]->ended_us = upstream_state_now_us();
+		}
 	event_active(a->finish_ev, EV_TIMEOUT, 0);
 }
 
@@ -228,7 +231,6 @@ agg_failed(struct agg_backend *b)
 	struct aggregate *a = b->a;
 
 	b->state = AGG_FAILED;
-	b->ended_ms = upstream_state_now();
 	if (a->first_failed == NULL)
 		a->first_failed = b;
 	if (!b->cfg->required)
@@ -479,7 +481,6 @@ agg_settle(struct agg_backend *b)
 			}
 		}
 	}
-	b->ended_ms = upstream_state_now();
 	if ((a->route->merge == MERGE_FLAT || agg_read_later(b)) && agg_contiguous(b) < 0) {
 		agg_invalid(b, GW_UPSTREAM_INVALID, "does not fit in memory");
 		return;
@@ -505,6 +506,7 @@ agg_fetch_done_cb(struct fetch *f, void *arg)
 
 	a->pending--;
 	b->status = f->status;
+	b->ended_us = f->ended_us;
 	metrics_upstream_request(a->w, fetch_server(f), f->status, f->status != 0 ? -1 :
 	    (int)f->error);
 	if (f->status == 0)
@@ -882,7 +884,7 @@ agg_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		snprintf(b->f.message, sizeof(b->f.message), "no answer within the route's "
 		    "timeout");
 		b->state = AGG_FAILED;
-		b->ended_ms = upstream_state_now();
+		b->ended_us = upstream_state_now_us();
 		if (a->first_failed == NULL)
 			a->first_failed = b;
 		if (b->cfg->required && a->failed == NULL)
@@ -928,6 +930,7 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 		b->state = AGG_IDLE;
 		b->sent = b->skipped = b->mapped = 0;
 		b->status = 0;
+		b->ended_us = 0;
 		b->f.request_id = a->request_id;
 		waits |= b->cfg->nafter != 0 || body_needs_headers(b->cfg->response);
 	}
@@ -1164,14 +1167,16 @@ agg_outcome(const struct agg_backend *b)
 	}
 }
 
-/* Time from its request's start to its end (or to now, still out); 0 when never sent. */
+/* Microseconds from its request's start to its end; 0 when never sent.  Still out (the
+ * client went away first), it ends now, once, so that the log and the histogram agree. */
 static uint64_t
-agg_duration_ms(const struct agg_backend *b)
+agg_duration_us(struct agg_backend *b)
 {
-	uint64_t end = b->state == AGG_OK || b->state == AGG_FAILED ? b->ended_ms :
-	    upstream_state_now();
-
-	return b->sent && end > b->f.started_ms ? end - b->f.started_ms : 0;
+	if (!b->sent)
+		return 0;
+	if (b->ended_us == 0)
+		b->ended_us = upstream_state_now_us();
+	return b->ended_us > b->f.started_us ? b->ended_us - b->f.started_us : 0;
 }
 
 const struct access_backend *
@@ -1185,7 +1190,7 @@ aggregate_log(struct aggregate *a, size_t *n)
 		a->log[i].name = b->cfg->name;
 		a->log[i].status = b->status;
 		a->log[i].outcome = metrics_backend_outcome_names[agg_outcome(b)];
-		a->log[i].duration_ms = (double)agg_duration_ms(b);
+		a->log[i].duration_ms = (double)agg_duration_us(b) / 1000;
 	}
 	*n = a->nb;
 	return a->log;
@@ -1200,7 +1205,7 @@ aggregate_end(struct aggregate *a)
 	for (i = 0; i < a->nb; i++) {
 		struct agg_backend *b = a->b[i];
 
-		metrics_backend(w, b->cfg, agg_outcome(b), b->sent, agg_duration_ms(b) * 1000);
+		metrics_backend(w, b->cfg, agg_outcome(b), b->sent, agg_duration_us(b));
 		if (b->state == AGG_RUNNING)
 			metrics_upstream_request(w, fetch_server(&b->f), 499, -1);
 		fetch_cancel(&b->f);

@@ -144,7 +144,7 @@ fetch_finish(struct fetch *f, int reusable)
 	fetch_end_try(f, reusable);
 	evtimer_del(f->timer);
 	f->state = FETCH_DONE;
-	f->ended_ms = upstream_state_now();
+	f->ended_us = upstream_state_now_us();
 	f->cb(f, f->arg);
 }
 
@@ -178,7 +178,7 @@ fetch_start(struct fetch *f, struct upstream_pool *up, const char *key, size_t k
 	f->ex.key = key;
 	f->ex.keylen = keylen;
 	f->state = FETCH_RUNNING;
-	f->started_ms = upstream_state_now();
+	f->started_us = upstream_state_now_us();
 	if (timeout_ms != 0)
 		evtimer_add(f->timer, conn_timeout_tv(f->timer, timeout_ms, &tv));
 	fetch_try(f, 0);

@@ -62,7 +62,7 @@ struct fetch {
 	int body_mode;                  /* private: framing of the answer's body */
 	uint64_t left;
 	struct http_chunked chunk;
-	uint64_t started_ms, ended_ms;
+	uint64_t started_us, ended_us;  /* when it started and ended (upstream_state_now_us) */
 };
 
 /* Once per owner; 0 or -1. */

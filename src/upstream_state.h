@@ -79,8 +79,11 @@ void upstream_state_free_all(void);
 size_t upstream_state_servers(struct upstream_server_state ***out);
 size_t upstream_state_groups(struct upstream_group_state ***out);
 
-/* A monotonic clock in milliseconds, cheap enough to read per request. */
+/* A monotonic clock in milliseconds, cheap enough to read per request, as coarse as the
+ * kernel's tick (up to 4 ms): for ejection, Retry-After and health windows. */
 uint64_t upstream_state_now(void);
+/* The monotonic clock in microseconds, read at the moment: for the durations reported. */
+uint64_t upstream_state_now_us(void);
 
 enum upstream_availability {
 	UPSTREAM_IN_SERVICE,

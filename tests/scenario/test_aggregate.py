@@ -1103,7 +1103,47 @@ def metrics_and_access_log_per_backend(env):
     line = wait_until(lambda: open(log_path).read().splitlines()[-1]
                       if open(log_path).read().count('\n') >= 4 else None, 5)
     env.check('combined: a quoted field of name:status:outcome:ms words', re.search(
-        r'"ua" "user:200:ok:\d+\.000 orders:200:ok:\d+\.000 slow:0:timeout:\d+\.000"$', line), line)
+        r'"ua" "user:200:ok:\d+\.\d{3} orders:200:ok:\d+\.\d{3} slow:0:timeout:\d+\.\d{3}"$',
+        line), line)
+
+
+@T.case
+def backend_durations_are_precise(env):
+    """Backends answering after 3 ms and 7 ms: each logged time is at least its delay and at
+    most the request's, with microseconds (not a coarse clock's whole milliseconds), and
+    the histogram's sums are the logged times."""
+    delays = {'a': 0.003, 'b': 0.007}
+    ups = {n: env.scripted(default=json_answer(b'1', delay=d)) for n, d in delays.items()}
+    log_path = os.path.join(env.tmp, 'access.log')
+    conf = aggregated({n: {'upstream': n, 'path': '/' + n} for n in delays},
+                      {n: [u.address] for n, u in ups.items()})
+    conf['log'] = {'level': 'info', 'access': log_path, 'format': 'json'}
+    aport = with_admin(conf)
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    n = 6
+    env.eq('answered', [get(env, gw, client=c).body for _ in range(n)], [b'{"a":1,"b":1}'] * n)
+    lines = wait_until(lambda: [json.loads(l) for l in open(log_path).read().splitlines()]
+                       if open(log_path).read().count('\n') >= n else None, 5)
+    env.require('a line a request', lines is not None and len(lines) == n, lines)
+    took = [(l['duration_ms'], {b: l['backends'][b]['duration_ms'] for b in delays})
+            for l in lines]
+    env.check('each backend took at least its delay', all(
+        t[b] >= delays[b] * 1000 for _, t in took for b in delays), took)
+    env.check('each backend took at most the request', all(
+        t[b] <= req for req, t in took for b in delays), took)
+    whole = [t[b] for _, t in took for b in delays if t[b] == int(t[b])]
+    env.check('microseconds: hardly any time a whole number of milliseconds', len(whole) < 3,
+              (whole, took))
+    env.check('not in 4 ms steps', any(t[b] % 4 != 0 for _, t in took for b in delays), took)
+    m = scrape(aport)
+    for b in delays:
+        key = (('backend', b), ('route', 'agg'))
+        logged = sum(t[b] for _, t in took) / 1000
+        got = m.get(('jsongate_backend_duration_seconds_sum', key))
+        env.check('%s: the histogram\'s sum is the logged times\' (%r, %r)' % (b, got, logged),
+                  got is not None and abs(got - logged) < 0.001)
+        env.eq('%s: counted' % b, m.get(('jsongate_backend_duration_seconds_count', key)), n)
 
 
 @T.case
