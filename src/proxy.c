@@ -1479,8 +1479,9 @@ client_read_head(struct client *c)
 	}
 
 	c->http_minor = req->version_minor;
-	c->keepalive = req->version_minor == 1 ? !req->framing.conn_close :
-	    req->framing.conn_keepalive && !req->framing.conn_close;
+	/* timeouts.keepalive: 0 disables keep-alive: every answer says Connection: close. */
+	c->keepalive = cfg->timeouts.keepalive != 0 && (req->version_minor == 1 ?
+	    !req->framing.conn_close : req->framing.conn_keepalive && !req->framing.conn_close);
 	c->rq->expect_continue = req->framing.expect_continue;
 	c->rq->head_request = req->method_bit == METHOD_HEAD;
 	c->rq->head_as_get = 0;

@@ -457,8 +457,11 @@ upstream_release(struct upconn *uc)
 	struct server_pool *sp = uc->sp;
 	struct worker_runtime *wr = sp->up->wr;
 
-	/* Pool only into the current runtime: an old one is on its way out. */
+	/* Pool only into the current runtime: an old one is on its way out.  timeouts.keepalive:
+	 * 0 disables keep-alive, upstream connections included (a 0 deadline would keep them
+	 * for good). */
 	if (sp->nidle >= sp->up->cfg->keepalive || sp->retired || wr->w->cur != wr ||
+	    wr->rt->cfg->timeouts.keepalive == 0 ||
 	    wr->w->draining ||
 	    evbuffer_get_length(uc->conn.in) != 0 || evbuffer_get_length(uc->conn.out) != 0 ||
 	    uc->conn.eof || uc->conn.error) {

@@ -150,6 +150,25 @@ def keepalive_timeout(env):
 
 
 @T.case
+def keepalive_zero(env):
+    """timeouts.keepalive: 0 disables keep-alive: the answer says Connection: close and the
+    connection closes after it, and no upstream connection is pooled (each request opens
+    one, and the daemon holds none afterwards)."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    gw = env.daemon(upstream_config(up.address, timeouts=timeouts(keepalive='0')))
+    for i in range(3):
+        c = env.client(gw.port)
+        r = c.request('GET', '/k%d' % i, [('Host', 'a')])
+        env.eq('request %d: 200 with Connection: close' % i, (r.status, r.header('Connection')),
+               (200, 'close'))
+        env.check('request %d: then closed' % i, c.wait_closed(5), 'still open')
+    env.eq('a new upstream connection for each request', up.connections, 3)
+    env.check('none kept open by the daemon',
+              wait_until(lambda: up.open_connections == 0, 5 * SLOW),
+              '%d still open' % up.open_connections)
+
+
+@T.case
 def max_connections(env):
     up = env.scripted(default=answer(lambda q: http_response(200, json.dumps({'t': q.target}).encode())))
     gw = env.daemon(upstream_config(up.address, limits={'max_connections': 2}))
