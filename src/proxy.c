@@ -673,6 +673,7 @@ client_request_end(struct client *c)
 	}
 	c->rq->route = NULL;
 	c->rq->upool = NULL;
+	c->conn.read_max = FLOW_HIGH;
 	if (c->up_paused || c->client_paused)
 		conn_notify_drained(&c->conn, 0, 0);
 	c->up_paused = c->client_paused = 0;
@@ -1304,9 +1305,9 @@ proxy_wants_request_body(struct client *c, const struct http_request *req)
 }
 
 /* How a request without request ops takes its body: kept whole in the input for another try
- * when it is small, else streamed once the connection is ready. */
+ * when it is within retry_body, else streamed once the connection is ready. */
 static void
-proxy_plan_body(struct client *c, size_t head_len)
+proxy_plan_body(struct client *c)
 {
 	const struct config_upstream *up = c->rq->upool->cfg;
 	const struct config *cfg = client_cfg(c);
@@ -1323,10 +1324,12 @@ proxy_plan_body(struct client *c, size_t head_len)
 		proxy_keep_chunked(c);
 		return;
 	}
-	if (c->rq->req_mode == BODY_LENGTH && c->rq->idempotent && c->rq->req_left <= up->retry_body &&
-	    head_len + c->rq->req_left <= FLOW_HIGH) {
+	if (c->rq->req_mode == BODY_LENGTH && c->rq->idempotent && c->rq->req_left <= up->retry_body) {
 		c->rq->buffer_body = c->rq->replayable = 1;
 		c->rq->replay_len = (size_t)c->rq->req_left;
+		/* The input holds it whole (its usual limit again once the request ends). */
+		if (c->conn.read_max < c->rq->replay_len)
+			c->conn.read_max = c->rq->replay_len;
 		if (evbuffer_get_length(c->conn.in) >= c->rq->replay_len) {
 			c->rq->req_done = 1;
 			return;
@@ -1612,7 +1615,7 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		return;
 	}
 	evbuffer_drain(in, (size_t)r);
-	proxy_plan_body(c, (size_t)r);
+	proxy_plan_body(c);
 	if (c->state == CLIENT_BUSY)
 		proxy_try(c, 0);
 }

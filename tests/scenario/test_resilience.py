@@ -275,6 +275,27 @@ def chunked_body_kept_for_a_retry(env):
 
 
 @T.case
+def large_body_within_retry_body_kept(env):
+    """A 300 KB PUT with a Content-Length under retry_body: 1m is kept whole for another try
+    (the client's input grows to hold it): each of four, reset by one server, is answered by
+    the other with the body byte for byte."""
+    a = env.scripted(default=reset())
+    b = env.scripted(default=ok_from('b'))
+    conf = upstream_config(a.address, b.address)
+    conf['upstreams']['app'].update(max_fails=0, retry_body='1m')
+    gw = env.daemon(conf)
+    body = (pattern_block() * 5)[:300 * 1024]
+    for i in range(4):
+        c = env.client(gw.port)
+        r = c.request('PUT', '/big%d' % i, [('Host', 'a')], body=body, timeout=10)
+        env.eq('PUT %d answered by the other server' % i, (r.status, r.body),
+               (200, b'{"server":"b"}'))
+    env.eq('the other server got each body whole',
+           [(q.target, q.body == body) for q in b.requests],
+           [('/big%d' % i, True) for i in range(4)])
+
+
+@T.case
 def chunked_body_over_retry_body_streams(env):
     a = env.scripted(default=reset())
     b = env.scripted(default=ok_from('b'))
