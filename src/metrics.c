@@ -11,6 +11,7 @@
 
 #include <event2/buffer.h>
 
+#include "close_reason.h"
 #include "errors.h"
 #include "server.h"
 #include "upstream_state.h"
@@ -65,6 +66,7 @@ struct metrics_rpc {
 struct metrics_worker {
 	int64_t clients;                /* open client connections */
 	uint64_t accepted;              /* client connections accepted */
+	uint64_t closes[CLIENT_CLOSE__COUNT];   /* client connections closed, by reason */
 	int64_t clients_active;         /* of those, serving a request */
 	uint64_t bytes_spliced, bytes_copied;
 	struct metrics_route *routes[MAX_BLOCKS];
@@ -555,6 +557,15 @@ metrics_client(struct worker *w, int delta)
 	COUNT(&mw->clients, delta);
 	if (delta > 0)
 		COUNT(&mw->accepted, 1);
+}
+
+void
+metrics_client_closed(struct worker *w, int why)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL && why >= 0 && why < CLIENT_CLOSE__COUNT)
+		COUNT(&mw->closes[why], 1);
 }
 
 void
@@ -1060,7 +1071,7 @@ metrics_write(struct evbuffer *out)
 {
 	uint64_t spliced = 0, copied = 0;
 	int64_t clients = 0, active = 0;
-	unsigned i;
+	unsigned i, why;
 
 	for (i = 0; i < nworkers; i++) {
 		spliced += READ(&workers[i].bytes_spliced);
@@ -1086,6 +1097,15 @@ metrics_write(struct evbuffer *out)
 		evbuffer_add_printf(out, "%s{worker=\"%u\"} %llu\n",
 		    metric_names[METRIC_CONNECTIONS_ACCEPTED], i,
 		    (unsigned long long)READ(&workers[i].accepted));
+	metrics_head(out, METRIC_CLIENT_CLOSES);
+	for (why = 0; why < CLIENT_CLOSE__COUNT; why++) {
+		uint64_t n = 0;
+		for (i = 0; i < nworkers; i++)
+			n += READ(&workers[i].closes[why]);
+		evbuffer_add_printf(out, "%s{reason=\"%s\"} %llu\n",
+		    metric_names[METRIC_CLIENT_CLOSES], client_closes[why].label,
+		    (unsigned long long)n);
+	}
 	metrics_head(out, METRIC_CONFIG_RELOADS);
 	evbuffer_add_printf(out, "%s{result=\"success\"} %llu\n",
 	    metric_names[METRIC_CONFIG_RELOADS], (unsigned long long)reloads[1]);

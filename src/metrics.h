@@ -71,6 +71,8 @@ struct worker;
 	    "Client connections: active (serving a request) or idle (keep-alive).", "state") \
 	X(CONNECTIONS_ACCEPTED, "jsongate_connections_accepted_total", "counter", \
 	    "Client connections accepted, by worker thread.", "worker") \
+	X(CLIENT_CLOSES, "jsongate_client_closes_total", "counter", \
+	    "Client connections closed, by the reason they closed.", "reason") \
 	X(CONFIG_RELOADS, "jsongate_config_reloads_total", "counter", \
 	    "Configuration reloads, by result.", "result") \
 	X(RESOLVER_LOOKUPS, "jsongate_resolver_lookups_total", "counter", \
@@ -218,6 +220,8 @@ void metrics_upstream_conns(struct worker *w, const struct config_server *server
     int d_idle);
 /* A client connection opened (+1: accepted) or closed (-1). */
 void metrics_client(struct worker *w, int delta);
+/* A client connection closed, for why (an enum client_close). */
+void metrics_client_closed(struct worker *w, int why);
 /* A client connection starts (+1) or ends (-1) serving a request; the rest are idle. */
 void metrics_client_active(struct worker *w, int delta);
 /* A body on a route with envelope ops: applied (reason NONE), or passed or failed and why. */

@@ -16,6 +16,7 @@
 #include "access_log.h"
 #include "aggregate.h"
 #include "body.h"
+#include "close_reason.h"
 #include "conn.h"
 #include "errors.h"
 #include "exchange.h"
@@ -162,6 +163,7 @@ struct client {
 	struct deadline timer;          /* keep-alive, header and lingering-close limits */
 	enum timer_mode timer_mode;
 	enum client_state state;
+	enum client_close close_reason; /* why it closes, once decided (the first reason given) */
 	char addr[INET6_ADDRSTRLEN];
 	int http_minor;
 	unsigned keepalive : 1;
@@ -356,15 +358,29 @@ request_drain(struct request *rq)
 	proxy_drop(rq->body);
 }
 
-/* Close at once.  The memory goes back from the loop, so callers up the stack may still look
- * at c->state (CLIENT_DEAD) after this. */
+/* The connection will close, for why (unless a reason was given before). */
 static void
-client_free(struct client *c)
+client_closing_for(struct client *c, enum client_close why)
+{
+	if (c->close_reason == CLIENT_CLOSE_NONE)
+		c->close_reason = why;
+}
+
+/* Close at once, for why unless a reason was given before: every close ends here.  The
+ * memory goes back from the loop, so callers up the stack may still look at c->state
+ * (CLIENT_DEAD) after this. */
+static void
+client_free(struct client *c, enum client_close why)
 {
 	struct worker *w = c->w;
 
 	if (c->state == CLIENT_DEAD)
 		return;
+	client_closing_for(c, why);
+	/* A lingering close ends a close that had its reason; none is left to the client. */
+	client_closing_for(c, CLIENT_CLOSE_CLIENT_CLOSED);
+	metrics_client_closed(w, c->close_reason);
+	log_debug("client %s: closed: %s", c->addr, client_closes[c->close_reason].text);
 	if (c->rq != NULL) {
 		/* The request stays the client's until the reaper: callers may still look. */
 		proxy_drop_block(c);
@@ -502,12 +518,12 @@ client_close_now(struct client *c)
 	if (c->lingering || c->conn.error || c->conn.eof || c->conn.ssl != NULL ||
 	    ((c->rq == NULL || c->rq->req_done) && evbuffer_get_length(c->conn.in) == 0 &&
 	    !c->conn.readable)) {
-		client_free(c);
+		client_free(c, CLIENT_CLOSE_NONE);
 		return;
 	}
 	c->lingering = 1;
 	if (shutdown(c->conn.fd, SHUT_WR) < 0) {
-		client_free(c);
+		client_free(c, CLIENT_CLOSE_NONE);
 		return;
 	}
 	conn_notify_drained(&c->conn, 0, 0);
@@ -517,16 +533,17 @@ client_close_now(struct client *c)
 	conn_read_start(&c->conn);
 }
 
-/* Stop reading, send what is queued, then close. */
+/* Stop reading, send what is queued, then close for why. */
 static void
-client_close_after_flush(struct client *c)
+client_close_after_flush(struct client *c, enum client_close why)
 {
+	client_closing_for(c, why);
 	client_set_state(c, CLIENT_CLOSING);
 	client_timer_set(c, TIMER_OFF, 0);
 	conn_read_stop(&c->conn);
 	conn_flush(&c->conn);
 	if (c->conn.error) {
-		client_free(c);
+		client_free(c, CLIENT_CLOSE_CLIENT_ERROR);
 		return;
 	}
 	if (evbuffer_get_length(c->conn.out) == 0) {
@@ -681,7 +698,8 @@ client_request_end(struct client *c)
 	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
 	if (!c->keepalive || !c->rq->req_done ||
 	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
-		client_close_after_flush(c);
+		client_close_after_flush(c, !c->rq->req_done ? CLIENT_CLOSE_UNREAD_BODY :
+		    w->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_NOT_KEEPALIVE);
 		return;
 	}
 	client_request_detach(c);
@@ -690,6 +708,27 @@ client_request_end(struct client *c)
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
 	conn_read_start(&c->conn);
 	client_process(c);
+}
+
+/* Why the connection closes after answering err. */
+static enum client_close
+client_error_closes(enum gateway_error err, int draining)
+{
+	switch (err) {
+	case GW_BAD_REQUEST:
+	case GW_NOT_IMPLEMENTED:
+	case GW_VERSION_NOT_SUPPORTED:
+		return CLIENT_CLOSE_BAD_REQUEST;
+	case GW_REQUEST_TIMEOUT:
+		return CLIENT_CLOSE_HEADER_TIMEOUT;
+	case GW_PAYLOAD_TOO_LARGE:
+	case GW_HEADER_TOO_LARGE:
+		return CLIENT_CLOSE_LIMIT;
+	case GW_INTERNAL_ERROR:
+		return CLIENT_CLOSE_OUT_OF_MEMORY;
+	default:
+		return draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_UNREAD_BODY;
+	}
 }
 
 /* Answer with a gateway error; a request that cannot be framed any more closes after. */
@@ -707,7 +746,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
 		client_log(c);
 		exchange_end(&c->rq->ex, 0);
-		client_close_after_flush(c);
+		client_close_after_flush(c, CLIENT_CLOSE_UPSTREAM_ERROR);
 		return;
 	}
 	exchange_end(&c->rq->ex, 0);
@@ -715,8 +754,10 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
 		return;
 	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
-	if (must_close || !c->rq->req_done || c->w->draining)
+	if (must_close || !c->rq->req_done || c->w->draining) {
 		c->keepalive = 0;
+		client_closing_for(c, client_error_closes(err, c->w->draining));
+	}
 	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
 	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
 	c->rq->status = gateway_errors[err].status;
@@ -1390,7 +1431,7 @@ client_request_begin(struct client *c)
 {
 	if (client_request_attach(c) < 0) {
 		log_errorx("out of memory for a request from %s", c->addr);
-		client_free(c);
+		client_free(c, CLIENT_CLOSE_OUT_OF_MEMORY);
 		return -1;
 	}
 	client_set_state(c, CLIENT_BUSY);
@@ -1715,7 +1756,7 @@ client_process(struct client *c)
 	c->processing = 0;
 	/* The client closed its side after its last request: the answers go, then we close. */
 	if (c->state == CLIENT_IDLE && c->conn.eof && !c->out_paused && !c->resume_queued)
-		client_close_after_flush(c);
+		client_close_after_flush(c, CLIENT_CLOSE_CLIENT_CLOSED);
 }
 
 /* Send what both sides have queued. */
@@ -2996,7 +3037,8 @@ client_on_close(struct client *c, int what)
 			c->rq->status = 499;
 		client_log(c);
 	}
-	client_free(c);
+	client_free(c, what & CONN_TIMEOUT ? CLIENT_CLOSE_CLIENT_TIMEOUT :
+	    what & CONN_ERROR ? CLIENT_CLOSE_CLIENT_ERROR : CLIENT_CLOSE_CLIENT_CLOSED);
 }
 
 static void
@@ -3024,7 +3066,9 @@ client_timer_cb(struct deadline *d, void *arg)
 	(void)d;
 	if (c->timer_mode != TIMER_HEADER || c->state != CLIENT_IDLE ||
 	    evbuffer_get_length(c->conn.in) == 0) {
-		client_free(c);
+		client_free(c, c->timer_mode == TIMER_KEEPALIVE ? CLIENT_CLOSE_KEEPALIVE_TIMEOUT :
+		    c->timer_mode == TIMER_HEADER ? CLIENT_CLOSE_HEADER_TIMEOUT :
+		    CLIENT_CLOSE_NONE);
 		return;
 	}
 	c->timer_mode = TIMER_OFF;
@@ -3049,6 +3093,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 		return -1;
 	}
 	c->w = w;
+	c->close_reason = CLIENT_CLOSE_NONE;
 	deadline_init(&c->timer, w->timers, client_timer_cb, c);
 	if (conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
 		close(fd);
@@ -3084,7 +3129,7 @@ proxy_drain_idle(struct worker *w)
 		next = LIST_NEXT(c, entry);
 		if (c->state == CLIENT_IDLE &&
 		    evbuffer_get_length(c->conn.in) == 0)
-			client_free(c);
+			client_free(c, CLIENT_CLOSE_SHUTDOWN);
 	}
 }
 
@@ -3094,5 +3139,5 @@ proxy_close_all(struct worker *w)
 	struct client *c;
 
 	while ((c = LIST_FIRST(&w->clients)) != NULL)
-		client_free(c);
+		client_free(c, CLIENT_CLOSE_SHUTDOWN);
 }

@@ -185,6 +185,67 @@ def metrics_after_known_requests(env):
         scrape(env, aport)[1], 'jsongate_connections', state='idle') == 0, 5 * SLOW))
 
 
+CLOSE_REASONS = ['client_closed', 'client_error', 'keepalive_timeout', 'header_timeout',
+                 'client_timeout', 'not_keepalive', 'bad_request', 'limit', 'unread_body',
+                 'upstream_error', 'shutdown', 'out_of_memory']
+
+
+@T.case
+def client_closes_by_reason(env):
+    """Every client connection that closes is counted once in jsongate_client_closes_total,
+    under the reason it closed for; the debug log names it."""
+    up = env.scripted(default=answer(http_response(200, b'{}')), truncated_ok=True)
+    conf, aport = with_admin(upstream_config(
+        up.address, routes=[{'name': 'api', 'match': {'path_prefix': '/api/'},
+                             'upstream': 'app'}],
+        timeouts={'keepalive': '1s', 'client_header': '1s', 'client_body': '1s',
+                  'upstream_connect': '2s', 'upstream_response': '10s'},
+        limits={'max_header': '2k'}, log={'level': 'debug', 'access': 'off'}))
+    gw = env.daemon(conf)
+
+    def closes():
+        samples = scrape(env, aport)[1]
+        return {r: value(samples, 'jsongate_client_closes_total', reason=r)
+                for r in CLOSE_REASONS}
+    env.eq('every reason listed, none counted yet', closes(), {r: 0 for r in CLOSE_REASONS})
+    c = env.client(gw.port)
+    r = c.request('GET', '/api/a', [('Host', 'a'), ('Connection', 'close')])
+    env.check('Connection: close: answered, then closed', r.status == 200 and c.wait_closed(5))
+    c = env.client(gw.port)
+    c.send(b'GET /api/a HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n')
+    env.check('a malformed head: 400, then closed', c.read_response().status == 400 and
+              c.wait_closed(5))
+    c = env.client(gw.port)
+    env.eq('a request, then the client closes', c.request('GET', '/api/b', [('Host', 'a')]).status,
+           200)
+    c.close()
+    c = env.client(gw.port)
+    env.eq('a request, then idle', c.request('GET', '/api/c', [('Host', 'a')]).status, 200)
+    env.check('closed at keepalive', c.wait_closed(5 * SLOW))
+    c = env.client(gw.port)
+    c.send(b'GET /api/slow HTTP/1.1\r\n')
+    env.check('a head cut short: 408 at client_header, then closed',
+              c.read_response(timeout=5 * SLOW).status == 408 and c.wait_closed(5))
+    c = env.client(gw.port)
+    c.send(b'POST /nothing HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{"a":')
+    env.check('a body not read (no route): 404, then closed',
+              c.read_response().status == 404 and c.wait_closed(5))
+    c = env.client(gw.port)
+    c.send(b'GET /api/big HTTP/1.1\r\nHost: a\r\nX-Fill: ' + b'f' * 3000 + b'\r\n\r\n')
+    env.check('a head over max_header: 431, then closed',
+              c.read_response().status == 431 and c.wait_closed(5))
+    c = env.client(gw.port)
+    c.send(b'POST /api/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{')
+    env.check('a body that stalls: closed at client_body', c.wait_closed(5 * SLOW))
+    want = {r: 0 for r in CLOSE_REASONS}
+    want.update(not_keepalive=1, bad_request=1, client_closed=1, keepalive_timeout=1,
+                header_timeout=1, unread_body=1, limit=1, client_timeout=1)
+    env.check('each close counted under its reason', wait_until(lambda: closes() == want, 5),
+              'got %s, want %s' % (closes(), want))
+    env.check('the debug log names a reason',
+              gw.wait_log(r'client 127\.0\.0\.1: closed: idle for timeouts\.keepalive'))
+
+
 @T.case
 def connections_spread_over_workers(env):
     """Each worker accepts on its own SO_REUSEPORT socket: the kernel spreads connections over
