@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/stat.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -29,6 +30,8 @@
 #define RESOLVER_ATTEMPTS       "2"
 /* The longest a configuration load waits for its names. */
 #define RESOLVER_SYNC_TIMEOUT_MS 5000
+/* A hosts file larger than this is not read (nor is it one). */
+#define RESOLVER_HOSTS_MAX      (64 * 1024 * 1024)
 
 LIST_HEAD(resolver_lookup_list, resolver_lookup);
 
@@ -36,6 +39,9 @@ struct resolver {
 	struct event_base *base;
 	struct evdns_base *dns;
 	struct resolver_lookup_list lookups;    /* in flight, cancelled ones included */
+	char *hosts_path;
+	char *hosts;                    /* its text as last read, or NULL */
+	struct stat hosts_st;           /* the file that text was read from */
 };
 
 /* One family's request of a lookup. */
@@ -52,6 +58,7 @@ struct resolver_lookup {
 	void *arg;
 	struct resolver_query q[2];     /* A, AAAA */
 	unsigned pending;               /* queries that have not called back */
+	struct event *hosts_ev;         /* an answer from the hosts file, to call back with */
 	struct resolver_answer ans;     /* addresses of both families, as they come */
 	uint32_t ttl;                   /* smallest TTL of the families with addresses */
 };
@@ -104,6 +111,8 @@ resolver_answer_copy(struct resolver_answer *dst, const struct resolver_answer *
 	dst->addrs = addrs;
 	dst->naddrs = src->naddrs;
 	dst->ttl = src->ttl;
+	dst->partial = src->partial;
+	dst->partial_error = src->partial_error;
 	return 0;
 }
 
@@ -120,6 +129,22 @@ resolver_addr_text(const struct resolver_addr *addr, char *buf, size_t cap)
 	if (inet_ntop(addr->family, addr->ip, buf, (socklen_t)cap) == NULL)
 		snprintf(buf, cap, "?");
 	return buf;
+}
+
+/* Add n addresses to ans (0, or -1 out of memory). */
+static int
+resolver_answer_add(struct resolver_answer *ans, const struct resolver_addr *addrs, size_t n)
+{
+	struct resolver_addr *more;
+
+	if (n == 0)
+		return 0;
+	if ((more = realloc(ans->addrs, (ans->naddrs + n) * sizeof(*more))) == NULL)
+		return -1;
+	ans->addrs = more;
+	memcpy(&ans->addrs[ans->naddrs], addrs, n * sizeof(*addrs));
+	ans->naddrs += n;
+	return 0;
 }
 
 /* "10.0.0.1, 10.0.0.2" (cut short with "..." when buf is too small), or "no address". */
@@ -194,6 +219,108 @@ resolver_strerror(int error)
 	}
 }
 
+/* ------------------------------------------------------------------ the hosts file */
+
+/*
+ * The hosts file's text, read again only when the file changed (another inode, size or
+ * modification time); NULL when there is none or it cannot be read: then names go to DNS,
+ * as the C library's "files" source lets them.
+ */
+static const char *
+resolver_hosts_text(struct resolver *r)
+{
+	struct stat st;
+	char *text;
+	FILE *f;
+	size_t n;
+
+	if (stat(r->hosts_path, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size > RESOLVER_HOSTS_MAX) {
+		free(r->hosts);
+		r->hosts = NULL;
+		return NULL;
+	}
+	if (r->hosts != NULL && st.st_dev == r->hosts_st.st_dev &&
+	    st.st_ino == r->hosts_st.st_ino && st.st_size == r->hosts_st.st_size &&
+	    st.st_mtim.tv_sec == r->hosts_st.st_mtim.tv_sec &&
+	    st.st_mtim.tv_nsec == r->hosts_st.st_mtim.tv_nsec)
+		return r->hosts;
+	free(r->hosts);
+	r->hosts = NULL;
+	if ((f = fopen(r->hosts_path, "r")) == NULL)
+		return NULL;
+	if ((text = malloc((size_t)st.st_size + 1)) != NULL) {
+		n = fread(text, 1, (size_t)st.st_size, f);
+		text[n] = '\0';
+		r->hosts = text;
+		r->hosts_st = st;
+	}
+	fclose(f);
+	return r->hosts;
+}
+
+/* The next field of a line (blanks between fields, stop at its end): its length, 0 at the end. */
+static size_t
+resolver_hosts_field(const char **p, const char *stop)
+{
+	const char *s = *p, *e;
+
+	while (s < stop && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f'))
+		s++;
+	for (e = s; e < stop && *e != ' ' && *e != '\t' && *e != '\r' && *e != '\v' &&
+	    *e != '\f'; e++)
+		;
+	*p = s;
+	return (size_t)(e - s);
+}
+
+/*
+ * Add to ans the address of every line of text that names name, as its canonical name or an
+ * alias, compared without case and without a final dot, as getaddrinfo(3) gives them: the
+ * lines of both families, all of them when several name it.  A line whose first field is no
+ * numeric IPv4 or IPv6 address is skipped; "#" starts a comment.  Returns the addresses
+ * added, or -1 out of memory.
+ */
+static int
+resolver_hosts_find(const char *text, const char *name, struct resolver_answer *ans)
+{
+	const char *line, *end, *stop, *p, *hash;
+	size_t namelen = strlen(name), len, found = 0;
+	char field[INET6_ADDRSTRLEN];
+	struct resolver_addr a;
+
+	if (namelen > 0 && name[namelen - 1] == '.')
+		namelen--;
+	if (namelen == 0)
+		return 0;
+	for (line = text; *line != '\0'; line = *end != '\0' ? end + 1 : end) {
+		end = line + strcspn(line, "\n");
+		hash = memchr(line, '#', (size_t)(end - line));
+		stop = hash != NULL ? hash : end;
+		p = line;
+		if ((len = resolver_hosts_field(&p, stop)) == 0 || len >= sizeof(field))
+			continue;
+		memcpy(field, p, len);
+		field[len] = '\0';
+		p += len;
+		memset(&a, 0, sizeof(a));
+		a.family = strchr(field, ':') != NULL ? AF_INET6 : AF_INET;
+		if (inet_pton(a.family, field, a.ip) != 1)
+			continue;
+		while ((len = resolver_hosts_field(&p, stop)) > 0) {
+			if (len - (p[len - 1] == '.' && len > 1) == namelen &&
+			    strncasecmp(p, name, namelen) == 0) {
+				if (resolver_answer_add(ans, &a, 1) < 0)
+					return -1;
+				found++;
+				break;
+			}
+			p += len;
+		}
+	}
+	return (int)found;
+}
+
 /* ------------------------------------------------------------------ the resolver */
 
 struct resolver *
@@ -201,6 +328,7 @@ resolver_new(struct event_base *base, const struct sockaddr *ns, socklen_t nslen
     size_t errlen)
 {
 	struct resolver *r = calloc(1, sizeof(*r));
+	const char *env;
 	int rc;
 
 	if (r == NULL) {
@@ -209,8 +337,16 @@ resolver_new(struct event_base *base, const struct sockaddr *ns, socklen_t nslen
 	}
 	r->base = base;
 	LIST_INIT(&r->lookups);
+	if ((env = getenv(RESOLVER_HOSTS_ENV)) == NULL || *env == '\0')
+		env = RESOLVER_HOSTS;
+	if ((r->hosts_path = strdup(env)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		free(r);
+		return NULL;
+	}
 	if ((r->dns = evdns_base_new(base, 0)) == NULL) {
 		snprintf(err, errlen, "cannot create the DNS resolver");
+		free(r->hosts_path);
 		free(r);
 		return NULL;
 	}
@@ -221,13 +357,15 @@ resolver_new(struct event_base *base, const struct sockaddr *ns, socklen_t nslen
 	else {
 		/* Without the file, or without a nameserver in it, libevent asks 127.0.0.1, as
 		 * the C library does. */
-		rc = evdns_base_resolv_conf_parse(r->dns, DNS_OPTIONS_ALL, RESOLVER_RESOLV_CONF);
+		rc = evdns_base_resolv_conf_parse(r->dns, DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE,
+		    RESOLVER_RESOLV_CONF);
 		rc = rc == 4 ? -1 : 0;
 	}
 	if (rc != 0) {
 		snprintf(err, errlen, ns != NULL ? "cannot use the nameserver" :
 		    "cannot read " RESOLVER_RESOLV_CONF);
 		evdns_base_free(r->dns, 0);
+		free(r->hosts_path);
 		free(r);
 		return NULL;
 	}
@@ -249,25 +387,75 @@ resolver_free(struct resolver *r)
 		l->cb = NULL;
 	}
 	evdns_base_free(r->dns, 1);
+	free(r->hosts_path);
+	free(r->hosts);
 	free(r);
 }
 
-/* Both families answered: the lookup's result. */
+/* A family's query failed: not answered, or not with "no such record". */
+static int
+resolver_query_failed(int error)
+{
+	return error != DNS_ERR_NONE && error != DNS_ERR_NODATA && error != DNS_ERR_NOTEXIST;
+}
+
+/*
+ * Both families answered: the lookup's result.  Addresses of either family make a good
+ * answer, marked partial when the other family's query failed; without any, the first
+ * failure is the error, else the name does not exist or has no address.
+ */
 static int
 resolver_lookup_result(struct resolver_lookup *l)
 {
 	int e4 = l->q[0].error, e6 = l->q[1].error, i;
 
-	/* A family without records is no failure; any other error is. */
-	for (i = 0; i < 2; i++) {
-		int e = l->q[i].error;
-		if (e != DNS_ERR_NONE && e != DNS_ERR_NODATA && e != DNS_ERR_NOTEXIST)
-			return e;
-	}
-	if (l->ans.naddrs > 0)
+	if (e4 == RESOLVER_ERR_NOMEM || e6 == RESOLVER_ERR_NOMEM)
+		return RESOLVER_ERR_NOMEM;
+	if (l->ans.naddrs > 0) {
+		for (i = 0; i < 2; i++)
+			if (resolver_query_failed(l->q[i].error)) {
+				l->ans.partial = i == 0 ? AF_INET : AF_INET6;
+				l->ans.partial_error = l->q[i].error;
+			}
 		return 0;
+	}
+	for (i = 0; i < 2; i++)
+		if (resolver_query_failed(l->q[i].error))
+			return l->q[i].error;
 	return e4 == DNS_ERR_NOTEXIST || e6 == DNS_ERR_NOTEXIST ? DNS_ERR_NOTEXIST :
 	    RESOLVER_ERR_NOADDR;
+}
+
+/* Both queries (or the hosts file) answered: call back, and free the lookup. */
+static void
+resolver_lookup_done(struct resolver_lookup *l)
+{
+	resolver_cb cb;
+	int error;
+
+	if (l->r != NULL)
+		LIST_REMOVE(l, entry);
+	cb = l->cb;
+	if (cb != NULL) {
+		error = resolver_lookup_result(l);
+		resolver_answer_sort(&l->ans);
+		l->ans.ttl = l->ttl;
+		cb(error, error == 0 ? &l->ans : NULL, l->arg);
+	}
+	resolver_answer_free(&l->ans);
+	free(l);
+}
+
+static void
+resolver_hosts_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct resolver_lookup *l = arg;
+
+	(void)fd;
+	(void)what;
+	event_free(l->hosts_ev);
+	l->hosts_ev = NULL;
+	resolver_lookup_done(l);
 }
 
 static void
@@ -277,8 +465,6 @@ resolver_query_cb(int result, char type, int count, int ttl, void *addresses, vo
 	struct resolver_lookup *l = q->l;
 	struct resolver_addr *more;
 	size_t i, size = type == DNS_IPv4_A ? 4 : 16;
-	resolver_cb cb;
-	int error;
 
 	q->req = NULL;
 	q->error = result;
@@ -302,24 +488,15 @@ resolver_query_cb(int result, char type, int count, int ttl, void *addresses, vo
 	}
 	if (--l->pending > 0)
 		return;
-
-	if (l->r != NULL)
-		LIST_REMOVE(l, entry);
-	cb = l->cb;
-	if (cb != NULL) {
-		error = resolver_lookup_result(l);
-		resolver_answer_sort(&l->ans);
-		l->ans.ttl = l->ttl;
-		cb(error, error == 0 ? &l->ans : NULL, l->arg);
-	}
-	resolver_answer_free(&l->ans);
-	free(l);
+	resolver_lookup_done(l);
 }
 
 struct resolver_lookup *
 resolver_lookup(struct resolver *r, const char *name, resolver_cb cb, void *arg)
 {
 	struct resolver_lookup *l = calloc(1, sizeof(*l));
+	const char *hosts;
+	int found;
 
 	if (l == NULL)
 		return NULL;
@@ -328,6 +505,19 @@ resolver_lookup(struct resolver *r, const char *name, resolver_cb cb, void *arg)
 	l->arg = arg;
 	l->ttl = UINT32_MAX;
 	l->q[0].l = l->q[1].l = l;
+	if ((hosts = resolver_hosts_text(r)) != NULL &&
+	    (found = resolver_hosts_find(hosts, name, &l->ans)) != 0) {
+		/* called back from the loop, as evdns does */
+		if (found < 0 ||
+		    (l->hosts_ev = event_new(r->base, -1, 0, resolver_hosts_cb, l)) == NULL) {
+			resolver_answer_free(&l->ans);
+			free(l);
+			return NULL;
+		}
+		LIST_INSERT_HEAD(&r->lookups, l, entry);
+		event_active(l->hosts_ev, EV_TIMEOUT, 0);
+		return l;
+	}
 	LIST_INSERT_HEAD(&r->lookups, l, entry);
 	if ((l->q[0].req = evdns_base_resolve_ipv4(r->dns, name, 0, resolver_query_cb,
 	    &l->q[0])) != NULL)
@@ -459,6 +649,7 @@ struct resolver_watch {
 	struct resolver_lookup *lookup; /* in flight, or NULL */
 	struct event *timer;
 	unsigned failures;              /* lookups failed in a row */
+	unsigned partial;               /* partial answers in a row that kept addresses */
 	resolver_watch_cb cb;
 	void *arg;
 };
@@ -473,23 +664,54 @@ resolver_watch_arm(struct resolver_watch *w)
 	evtimer_add(w->timer, &tv);
 }
 
-static void
-resolver_watch_answer_cb(int error, const struct resolver_answer *ans, void *arg)
+/*
+ * A partial answer: into out, its addresses and those of the family that failed from the
+ * last good answer, which kept (those kept only) tells.  0, or -1 out of memory.
+ */
+static int
+resolver_watch_keep(struct resolver_watch *w, const struct resolver_answer *ans,
+    struct resolver_answer *out, struct resolver_answer *kept)
 {
-	struct resolver_watch *w = arg;
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	memset(kept, 0, sizeof(*kept));
+	for (i = 0; i < w->good.naddrs; i++)
+		if (w->good.addrs[i].family == ans->partial &&
+		    resolver_answer_add(kept, &w->good.addrs[i], 1) < 0)
+			goto nomem;
+	if (resolver_answer_add(out, ans->addrs, ans->naddrs) < 0 ||
+	    resolver_answer_add(out, kept->addrs, kept->naddrs) < 0)
+		goto nomem;
+	resolver_answer_sort(out);
+	out->ttl = ans->ttl;
+	return 0;
+nomem:
+	resolver_answer_free(out);
+	resolver_answer_free(kept);
+	return -1;
+}
+
+/* A lookup failed: keep the last good answer, and say so once for a streak. */
+static void
+resolver_watch_fail(struct resolver_watch *w, int error)
+{
 	char text[512];
+
+	metrics_resolver_lookup(w->name, 0);
+	if (w->failures++ == 0)
+		log_warnx("resolver: cannot resolve %s: %s; keeping %s", w->name,
+		    resolver_strerror(error), resolver_answer_text(&w->good, text, sizeof(text)));
+	resolver_watch_arm(w);
+}
+
+/* A good answer: report it when the addresses changed. */
+static void
+resolver_watch_use(struct resolver_watch *w, const struct resolver_answer *ans)
+{
 	int changed;
 
-	w->lookup = NULL;
-	metrics_resolver_lookup(w->name, error == 0);
-	if (error != 0) {
-		if (w->failures++ == 0)
-			log_warnx("resolver: cannot resolve %s: %s; keeping %s", w->name,
-			    resolver_strerror(error), resolver_answer_text(&w->good, text,
-			    sizeof(text)));
-		resolver_watch_arm(w);
-		return;
-	}
+	metrics_resolver_lookup(w->name, 1);
 	if (w->failures > 0)
 		log_info("resolver: %s resolves again after %u failed lookup%s", w->name,
 		    w->failures, w->failures == 1 ? "" : "s");
@@ -502,6 +724,41 @@ resolver_watch_answer_cb(int error, const struct resolver_answer *ans, void *arg
 	/* last: the callback may free the watch */
 	if (changed)
 		w->cb(w, &w->good, w->arg);
+}
+
+static void
+resolver_watch_answer_cb(int error, const struct resolver_answer *ans, void *arg)
+{
+	struct resolver_watch *w = arg;
+	struct resolver_answer merged, kept;
+	char text[512];
+
+	w->lookup = NULL;
+	if (error == 0 && ans->partial != 0) {
+		/* keep the last good addresses of the family whose query failed */
+		if (resolver_watch_keep(w, ans, &merged, &kept) < 0)
+			error = RESOLVER_ERR_NOMEM;
+		else {
+			if (kept.naddrs > 0 && w->partial++ == 0)
+				log_warnx("resolver: cannot resolve %s (%s): %s; keeping %s",
+				    w->name, ans->partial == AF_INET ? "A" : "AAAA",
+				    resolver_strerror(ans->partial_error),
+				    resolver_answer_text(&kept, text, sizeof(text)));
+			resolver_answer_free(&kept);
+			resolver_watch_use(w, &merged);
+			resolver_answer_free(&merged);
+			return;
+		}
+	}
+	if (error == 0 && w->partial > 0) {
+		log_info("resolver: %s resolves again in full after %u partial answer%s",
+		    w->name, w->partial, w->partial == 1 ? "" : "s");
+		w->partial = 0;
+	}
+	if (error != 0)
+		resolver_watch_fail(w, error);
+	else
+		resolver_watch_use(w, ans);
 }
 
 static void

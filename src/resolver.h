@@ -23,11 +23,17 @@ struct resolver_addr {
 };
 
 /* What a name resolves to: its addresses sorted (IPv4 before IPv6, each in ascending byte
- * order) without duplicates, and the smallest TTL of the records, in seconds. */
+ * order) without duplicates, and the smallest TTL of the records, in seconds (UINT32_MAX for
+ * an answer from the hosts file, which has none). */
 struct resolver_answer {
 	struct resolver_addr *addrs;
 	size_t naddrs;
 	uint32_t ttl;
+	/* A lookup's answer whose A or AAAA query failed (an error, not "no record") while the
+	 * other family gave addresses: that family (AF_INET or AF_INET6) and its error; the
+	 * answer holds the other family's addresses only.  0 and 0 otherwise. */
+	sa_family_t partial;
+	int partial_error;
 };
 
 /* Errors besides evdns's DNS_ERR_* codes (event2/dns.h). */
@@ -42,18 +48,25 @@ struct resolver_lookup;
 
 /*
  * A resolver on base asking the nameserver at ns (a numeric address with its port), or the
- * nameservers, search list and options of /etc/resolv.conf when ns is NULL.  NULL on error,
- * with the reason in err.
+ * nameservers, search list and options of /etc/resolv.conf when ns is NULL.  Either way a
+ * name the hosts file lists (RESOLVER_HOSTS, or the file RESOLVER_HOSTS_ENV names when set)
+ * resolves from that file alone, as getaddrinfo(3) does with "hosts: files dns".  NULL on
+ * error, with the reason in err.
  */
+#define RESOLVER_HOSTS          "/etc/hosts"
+#define RESOLVER_HOSTS_ENV      "JSONGATE_HOSTS_FILE"
+
 struct resolver *resolver_new(struct event_base *base, const struct sockaddr *ns,
     socklen_t nslen, char *err, size_t errlen);
 /* Lookups still in flight end without calling back; their memory goes when base's loop
  * runs next (after the loop's end, one more EVLOOP_NONBLOCK run releases it). */
 void resolver_free(struct resolver *r);
 
-/* Look name up (A and AAAA at once) and call cb with the merged answer.  The answer counts as
- * good when every family either answered or has no record; then at least one address.  NULL
- * when the lookup cannot start (cb is not called). */
+/* Look name up (in the hosts file, else A and AAAA at once) and call cb, always from base's
+ * loop, with the merged answer.  The answer counts as good when it has at least one address:
+ * a family whose query failed while the other gave addresses is left out (ans->partial says
+ * so); only when neither gives an address does the lookup fail.  NULL when the lookup cannot
+ * start (cb is not called). */
 struct resolver_lookup *resolver_lookup(struct resolver *r, const char *name, resolver_cb cb,
     void *arg);
 /* Forget a lookup in flight: its callback will not be called. */
@@ -94,7 +107,8 @@ uint64_t resolver_delay(uint64_t interval_ms, uint32_t ttl);
 /*
  * A watch looks name up again and again (resolver_delay after each answer, from the last good
  * one) and calls cb with the new answer only when the addresses changed.  A failing lookup
- * keeps the last good answer: it is logged once per streak of failures, and every lookup is
+ * keeps the last good answer, and a partial one (ans->partial) the last good addresses of the
+ * family that failed: it is logged once per streak of failures, and every lookup is
  * counted in jsongate_resolver_lookups_total{name,result}.  initial (may be NULL) is the
  * answer already known, from the configuration's load; without one the first lookup starts
  * at once.

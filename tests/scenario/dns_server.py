@@ -10,6 +10,7 @@ runs, can be told to fail and to recover, and counts the queries it gets:
     dns.remove('api.test')                  # NXDOMAIN from now on
     dns.fail('servfail')                    # or 'refused', or 'drop' (no answer at all)
     dns.fail(None)                          # answer again
+    dns.fail('refused', only='AAAA')        # fail AAAA queries only, answer A ones
     dns.queries('api.test')                 # queries for that name so far (any type)
     dns.wait_queries('api.test', 3, 10)     # until 3 were counted, or 10 s passed
     dns.stop()
@@ -39,6 +40,7 @@ class DNSServer:
         self.lock = threading.Condition()
         self.records = {}           # name -> [(qtype, packed address, ttl)]
         self.failure = None         # None, or a key of FAILURES
+        self.failing = None         # the query type failed, None: every type
         self.counts = {}            # name -> {qtype: queries}
         self.errors = []            # malformed queries, for the test to check
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -64,12 +66,14 @@ class DNSServer:
         with self.lock:
             self.records.pop(_norm(name), None)
 
-    def fail(self, mode):
-        """'servfail', 'refused' or 'drop' from now on; None answers again."""
+    def fail(self, mode, only=None):
+        """'servfail', 'refused' or 'drop' from now on, for queries of type only ('A' or
+        'AAAA') or of every type; None answers again."""
         if mode is not None and mode not in FAILURES:
             raise ValueError('unknown failure %r' % mode)
         with self.lock:
             self.failure = mode
+            self.failing = TYPES[only] if only else None
 
     # -- what the test reads
     def queries(self, name, qtype=None):
@@ -128,6 +132,8 @@ class DNSServer:
             per_type[qtype] = per_type.get(qtype, 0) + 1
             self.lock.notify_all()
             failure = self.failure
+            if self.failing is not None and self.failing != qtype:
+                failure = None
             records = self.records.get(name)
         if failure == 'drop':
             return None

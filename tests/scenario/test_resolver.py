@@ -2,7 +2,11 @@
 `resolver:`: -t resolves them (a name that does not resolve is FILE:LINE:COL), every A and
 AAAA address becomes a server with the entry's weight, SIGHUP resolves again, and while
 running a failing nameserver keeps the last good answer (logged once per streak, counted in
-/metrics) and a change of addresses is logged."""
+/metrics) and a change of addresses is logged.  Names the hosts file lists (one of the
+test's own, named by JSONGATE_HOSTS_FILE) resolve from it, at load and while running; a
+nameserver refusing AAAA queries leaves the A addresses in use."""
+
+import contextlib
 
 import http.client
 import os
@@ -42,6 +46,29 @@ def get_many(env, gw, n, path='/x'):
     statuses = [c.request('GET', '%s/%d' % (path, i), [('Host', 'api.example')]).status
                 for i in range(n)]
     env.eq('%d GETs answered 200' % n, statuses, [200] * n)
+
+
+@contextlib.contextmanager
+def hosts_file(path):
+    """Daemons and -t started meanwhile read path as their hosts file."""
+    old = os.environ.get('JSONGATE_HOSTS_FILE')
+    os.environ['JSONGATE_HOSTS_FILE'] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ['JSONGATE_HOSTS_FILE']
+        else:
+            os.environ['JSONGATE_HOSTS_FILE'] = old
+
+
+def check_ok(env, dns, servers, what):
+    conf = named_config(dns, servers)
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % free_port()}]
+    path = write(env, 'check.yaml', to_yaml(conf) + '\n')
+    p = env.run([JSONGATE, '-t', '-c', path])
+    env.eq('-t %s' % what, (p.returncode, p.stdout, p.stderr),
+           (0, b'configuration ok\n', b''))
 
 
 def metrics(port):
@@ -114,7 +141,84 @@ def check_reports_unknown_names(env):
         % path))
 
 
+@T.case
+def check_names_from_hosts_file(env):
+    dns = dns_server.start(env)
+    hosts = write(env, 'hosts', '# extra_hosts\n127.0.0.2 db web.test\n')
+    with hosts_file(hosts):
+        check_ok(env, dns, ['Web.Test:80'], 'with a name the hosts file lists')
+    env.eq('the nameserver was not asked', dns.queries('web.test'), 0)
+
+
+@T.case
+def check_a_without_aaaa(env):
+    dns = dns_server.start(env)
+    dns.set('half.test', a=['127.0.0.2'], aaaa=['::1'])
+    dns.fail('refused', only='AAAA')
+    check_ok(env, dns, ['half.test:80'], 'with AAAA queries refused')
+    env.eq('one A and one AAAA query', (dns.queries('half.test', 'A'),
+                                        dns.queries('half.test', 'AAAA')), (1, 1))
+
+
 # ------------------------------------------------------------------ serving
+
+@T.case
+def names_from_hosts_file(env):
+    dns = dns_server.start(env)
+    up2, up3, up4 = twins(env, '127.0.0.2', '127.0.0.3', '127.0.0.4')
+    dns.set('web.test', a=['127.0.0.4'])
+    hosts = write(env, 'hosts', '127.0.0.1 localhost\n'
+                                '127.0.0.2 web.test  # a comment\n'
+                                '127.0.0.3 db WEB.test\n')
+    with hosts_file(hosts):
+        gw = env.daemon(named_config(dns, ['web.test:%d' % up2.port], resolve_interval='1s'))
+    get_many(env, gw, 4, '/before')
+    env.eq('every line naming it is a server, not what DNS says',
+           (len(up2.requests), len(up3.requests), len(up4.requests)), (2, 2, 0))
+
+    start = len(gw.log())
+    write(env, 'hosts', '127.0.0.4 web.test\n')
+    env.require('a change of the file is seen while running', gw.wait_log(
+        r'\[info\] resolver: web\.test now resolves to 127\.0\.0\.4\n', start=start,
+        timeout=10 * SLOW))
+    env.require('and applied', gw.wait_log(r'upstream app: now 1 server\n', start=start))
+    get_many(env, gw, 2, '/after')
+    env.eq('requests go to the new address', [r.target for r in up4.requests],
+           ['/after/0', '/after/1'])
+    env.eq('the nameserver was never asked', dns.queries('web.test'), 0)
+
+
+@T.case
+def a_without_aaaa(env):
+    dns = dns_server.start(env)
+    v4, v4b, v6 = twins(env, '127.0.0.2', '127.0.0.3', '::1')
+    dns.set('half.test', a=['127.0.0.2'], aaaa=['::1'])
+    dns.fail('refused', only='AAAA')
+    gw = env.daemon(named_config(dns, ['half.test:%d' % v4.port]))
+    get_many(env, gw, 3, '/refused')
+    env.eq('the A address takes every request', (len(v4.requests), len(v6.requests)), (3, 0))
+
+    # both at first, then AAAA refused while A changes: the new A, the last AAAA kept
+    dns.fail(None)
+    dns.set('dual.test', a=['127.0.0.2'], aaaa=['::1'], ttl=1)
+    gw2 = env.daemon(named_config(dns, ['dual.test:%d' % v4.port]))
+    start = len(gw2.log())
+    dns.fail('refused', only='AAAA')
+    dns.set('dual.test', a=['127.0.0.3'], aaaa=['::2'], ttl=1)
+    env.require('the change is logged', gw2.wait_log(
+        r'\[info\] resolver: dual\.test now resolves to 127\.0\.0\.3, ::1\n', start=start,
+        timeout=10 * SLOW))
+    env.check('the refused family is logged once', gw2.wait_log(
+        r'\[warn\] resolver: cannot resolve dual\.test \(AAAA\): refused; keeping ::1\n',
+        start=start))
+    env.require('and applied', gw2.wait_log(r'upstream app: now 2 servers\n', start=start))
+    c = env.client(gw2.port)
+    statuses = [c.request('GET', '/kept/%d' % i, [('Host', 'api.example')]).status
+                for i in range(4)]
+    env.eq('answered', statuses, [200] * 4)
+    env.eq('the new A address and the kept AAAA one share them',
+           (len(v4b.requests), len([r for r in v6.requests if r.target.startswith('/kept')])),
+           (2, 2))
 
 @T.case
 def every_address_is_a_server(env):

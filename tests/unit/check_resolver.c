@@ -289,7 +289,7 @@ lookup(const char *name)
 static struct resolver_answer
 answer_of(const char *text, uint32_t ttl)
 {
-	struct resolver_answer ans = { NULL, 0, ttl };
+	struct resolver_answer ans = { NULL, 0, ttl, 0, 0 };
 	char buf[256], *tok, *save;
 
 	snprintf(buf, sizeof(buf), "%s", text);
@@ -357,16 +357,221 @@ START_TEST(test_errors)
 	ck_assert_int_eq(r.error, RESOLVER_ERR_NOADDR);
 	ck_assert_str_eq(resolver_strerror(r.error), "no A or AAAA record");
 
-	/* half an answer is no answer: the AAAA query was refused */
+	/* both refused: the error */
 	dns_set("half.test", 1, v4);
-	dns_refuse_aaaa(1);
+	dns_set_mode(DNS_REFUSED);
 	r = lookup("half.test");
 	ck_assert_int_eq(r.error, DNS_ERR_REFUSED);
-	dns_refuse_aaaa(0);
 
 	dns_set_mode(DNS_SERVFAIL);
 	r = lookup("half.test");
 	ck_assert_int_ne(r.error, 0);
+
+	/* AAAA refused, no A record either */
+	dns_set_mode(DNS_ANSWER);
+	dns_refuse_aaaa(1);
+	r = lookup("empty.test");
+	ck_assert_int_eq(r.error, DNS_ERR_REFUSED);
+}
+END_TEST
+
+struct partial {
+	int done, error;
+	char text[256];
+	sa_family_t family;
+	int family_error;
+};
+
+static void
+partial_cb(int error, const struct resolver_answer *ans, void *arg)
+{
+	struct partial *p = arg;
+
+	p->done = 1;
+	p->error = error;
+	if (error == 0) {
+		answer_text(ans, p->text, sizeof(p->text));
+		p->family = ans->partial;
+		p->family_error = ans->partial_error;
+	}
+}
+
+/* A resolver that answers A but refuses AAAA: the A addresses, the answer marked partial. */
+START_TEST(test_a_without_aaaa)
+{
+	static const char *const v4[] = { "A 10.0.0.7 300", "AAAA fd00::7 300" };
+	static const char *const v6[] = { "AAAA fd00::8 300" };
+	const char *names[] = { "half.test" };
+	struct resolver_answer answers[1];
+	struct partial p = { 0, 0, "", 0, 0 };
+	char err[128], text[128];
+	int errors[1];
+
+	dns_set("half.test", 2, v4);
+	dns_set("v6only.test", 1, v6);
+	dns_refuse_aaaa(1);
+	ck_assert_ptr_nonnull(resolver_lookup(res, "half.test", partial_cb, &p));
+	RUN_UNTIL(p.done, "answer");
+	ck_assert_int_eq(p.error, 0);
+	ck_assert_str_eq(p.text, "10.0.0.7");
+	ck_assert_int_eq(p.family, AF_INET6);
+	ck_assert_int_eq(p.family_error, DNS_ERR_REFUSED);
+
+	/* at load too */
+	ck_assert_int_eq(resolver_lookup_sync((struct sockaddr *)&dns.sin, sizeof(dns.sin), names,
+	    1, answers, errors, err, sizeof(err)), 0);
+	ck_assert_int_eq(errors[0], 0);
+	ck_assert_str_eq(answer_text(&answers[0], text, sizeof(text)), "10.0.0.7");
+	resolver_answer_free(&answers[0]);
+
+	/* the refused family was the only one with addresses: the name fails */
+	memset(&p, 0, sizeof(p));
+	ck_assert_ptr_nonnull(resolver_lookup(res, "v6only.test", partial_cb, &p));
+	RUN_UNTIL(p.done, "answer");
+	ck_assert_int_eq(p.error, DNS_ERR_REFUSED);
+
+	/* a whole answer is not partial */
+	dns_refuse_aaaa(0);
+	memset(&p, 0, sizeof(p));
+	ck_assert_ptr_nonnull(resolver_lookup(res, "half.test", partial_cb, &p));
+	RUN_UNTIL(p.done, "answer");
+	ck_assert_str_eq(p.text, "10.0.0.7 fd00::7");
+	ck_assert_int_eq(p.family, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ the hosts file */
+
+static char hosts_path[64];
+
+static void
+hosts_write(const char *text)
+{
+	FILE *f;
+
+	ck_assert_ptr_nonnull(f = fopen(hosts_path, "w"));
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A hosts file of the test's own, named by the environment, and a resolver reading it. */
+static struct resolver *
+hosts_resolver(const char *text)
+{
+	struct resolver *r;
+	char err[128];
+	int fd;
+
+	snprintf(hosts_path, sizeof(hosts_path), "/tmp/check_resolver_hosts.XXXXXX");
+	ck_assert_int_ge(fd = mkstemp(hosts_path), 0);
+	close(fd);
+	hosts_write(text);
+	ck_assert_int_eq(setenv(RESOLVER_HOSTS_ENV, hosts_path, 1), 0);
+	r = resolver_new(base, (struct sockaddr *)&dns.sin, sizeof(dns.sin), err, sizeof(err));
+	ck_assert_msg(r != NULL, "%s", err);
+	return r;
+}
+
+static struct result
+lookup_with(struct resolver *r, const char *name)
+{
+	struct result res_;
+
+	memset(&res_, 0, sizeof(res_));
+	ck_assert_ptr_nonnull(resolver_lookup(r, name, result_cb, &res_));
+	/* never called back before the loop runs */
+	ck_assert_int_eq(res_.done, 0);
+	RUN_UNTIL(res_.done, "answer");
+	return res_;
+}
+
+static const char hosts_text[] =
+    "# extra_hosts\n"
+    "127.0.0.1\tlocalhost\n"
+    "10.1.0.1   alpha.test alias.test   # the first line naming it\n"
+    "fd00::a alpha.test\n"
+    "10.1.0.2 other.test ALPHA.TEST.\n"
+    "10.1.0.2 alpha.test\n"
+    "not-an-address beta.test\n"
+    "10.1.0.9 #beta.test\n"
+    "10.1.0.3 gamma.test";               /* no final newline */
+
+/* Names the hosts file lists resolve from it, as getaddrinfo gives them; DNS is not asked. */
+START_TEST(test_hosts_file)
+{
+	static const char *const dnsrecs[] = { "A 10.9.9.9 30" };
+	struct resolver *r;
+	struct result got;
+
+	dns_set("alpha.test", 1, dnsrecs);
+	dns_set("beta.test", 1, dnsrecs);
+	r = hosts_resolver(hosts_text);
+	got = lookup_with(r, "alpha.test");
+	ck_assert_int_eq(got.error, 0);
+	ck_assert_str_eq(got.text, "10.1.0.1 10.1.0.2 fd00::a");
+	ck_assert_uint_eq(got.ttl, UINT32_MAX);
+	got = lookup_with(r, "Alias.Test.");
+	ck_assert_str_eq(got.text, "10.1.0.1");
+	got = lookup_with(r, "gamma.test");
+	ck_assert_str_eq(got.text, "10.1.0.3");
+	ck_assert_int_eq(dns_queries("alpha.test"), 0);
+	/* not in the file (a bad address, a comment): DNS */
+	got = lookup_with(r, "beta.test");
+	ck_assert_str_eq(got.text, "10.9.9.9");
+	ck_assert_int_eq(dns_queries("beta.test"), 2);
+	got = lookup_with(r, "delta.test");
+	ck_assert_int_eq(got.error, DNS_ERR_NOTEXIST);
+
+	/* the file is read again when it changes */
+	hosts_write("10.1.0.77 alpha.test\n");
+	got = lookup_with(r, "alpha.test");
+	ck_assert_str_eq(got.text, "10.1.0.77");
+	/* and without it, DNS */
+	unlink(hosts_path);
+	got = lookup_with(r, "alpha.test");
+	ck_assert_str_eq(got.text, "10.9.9.9");
+	resolver_free(r);
+}
+END_TEST
+
+/* A lookup from the file, cancelled or in flight when its resolver goes, ends quietly. */
+START_TEST(test_hosts_cancel_and_free)
+{
+	struct resolver *r = hosts_resolver(hosts_text);
+	struct resolver_lookup *l;
+	struct result got;
+
+	memset(&got, 0, sizeof(got));
+	ck_assert_ptr_nonnull(l = resolver_lookup(r, "alpha.test", result_cb, &got));
+	resolver_lookup_cancel(l);
+	ck_assert_ptr_nonnull(resolver_lookup(r, "gamma.test", result_cb, &got));
+	resolver_free(r);
+	event_base_loop(base, EVLOOP_NONBLOCK);
+	ck_assert_int_eq(got.done, 0);
+	unlink(hosts_path);
+}
+END_TEST
+
+/* At load: the file first, DNS for the rest. */
+START_TEST(test_hosts_sync)
+{
+	static const char *const dnsrecs[] = { "AAAA fd00::99 30" };
+	const char *names[] = { "alpha.test", "dns.test" };
+	struct resolver_answer answers[2];
+	char err[128], text[128];
+	int errors[2];
+
+	dns_set("dns.test", 1, dnsrecs);
+	resolver_free(hosts_resolver(hosts_text));
+	ck_assert_int_eq(resolver_lookup_sync((struct sockaddr *)&dns.sin, sizeof(dns.sin), names,
+	    2, answers, errors, err, sizeof(err)), 0);
+	ck_assert_int_eq(errors[0], 0);
+	ck_assert_str_eq(answer_text(&answers[0], text, sizeof(text)), "10.1.0.1 10.1.0.2 fd00::a");
+	ck_assert_int_eq(errors[1], 0);
+	ck_assert_str_eq(answer_text(&answers[1], text, sizeof(text)), "fd00::99");
+	resolver_answer_free(&answers[0]);
+	resolver_answer_free(&answers[1]);
+	unlink(hosts_path);
 }
 END_TEST
 
@@ -440,7 +645,7 @@ START_TEST(test_answer_same)
 {
 	struct resolver_answer a = answer_of("10.0.0.1 ::1", 5);
 	struct resolver_answer b = answer_of("10.0.0.1 ::2", 5);
-	struct resolver_answer c = { NULL, 0, 0 }, none = { NULL, 0, 0 };
+	struct resolver_answer c = { NULL, 0, 0, 0, 0 }, none = { NULL, 0, 0, 0, 0 };
 
 	ck_assert(resolver_answer_same(&a, &a));
 	ck_assert(!resolver_answer_same(&a, &b));
@@ -462,7 +667,7 @@ START_TEST(test_diff)
 {
 	struct resolver_answer old = answer_of("10.0.0.1 10.0.0.2 10.0.0.4 ::1", 0);
 	struct resolver_answer new = answer_of("10.0.0.2 10.0.0.3 10.0.0.4 fd00::1 fd00::2", 0);
-	struct resolver_answer none = { NULL, 0, 0 };
+	struct resolver_answer none = { NULL, 0, 0, 0, 0 };
 	long o2n[4], n2o[5];
 
 	resolver_diff(&old, &new, o2n, n2o);
@@ -680,6 +885,41 @@ START_TEST(test_watch_keeps_last_good_answer)
 	ck_assert_int_eq(log_count("resolver: cannot resolve f.test: name does not exist; "
 	    "keeping 10.0.0.9"), 1);
 	ck_assert_int_eq(c.n, 1);
+	resolver_watch_free(w);
+	resolver_answer_free(&initial);
+	log_release();
+}
+END_TEST
+
+/*
+ * AAAA refused while A answers: the new A addresses are used, the last good AAAA ones kept
+ * (logged once for the streak); a whole answer again is logged and used as it is.
+ */
+START_TEST(test_watch_partial_keeps_failed_family)
+{
+	static const char *const recs[] = { "A 10.0.0.2 1", "AAAA fd00::2 1" };
+	struct resolver_answer initial = answer_of("10.0.0.1 fd00::1", 1);
+	struct changes c = { 0, "" };
+	struct resolver_watch *w;
+
+	log_capture();
+	dns_set("p.test", 2, recs);
+	dns_refuse_aaaa(1);
+	ck_assert_ptr_nonnull(w = resolver_watch_new(res, "p.test", 60000, &initial, watch_cb,
+	    &c));
+	RUN_UNTIL(c.n > 0, "change");
+	ck_assert_str_eq(c.last, "10.0.0.2 fd00::1");
+	RUN_UNTIL(lookups("p.test", "success") == 2, "a second lookup");
+	ck_assert_int_eq(c.n, 1);
+	ck_assert_uint_eq(lookups("p.test", "failure"), 0);
+	ck_assert_int_eq(log_count("resolver: cannot resolve p.test (AAAA): refused; keeping "
+	    "fd00::1"), 1);
+
+	dns_refuse_aaaa(0);
+	RUN_UNTIL(c.n > 1, "recovery");
+	ck_assert_str_eq(c.last, "10.0.0.2 fd00::2");
+	ck_assert_int_eq(log_count("resolver: p.test resolves again in full after 2 partial "
+	    "answers"), 1);
 	resolver_watch_free(w);
 	resolver_answer_free(&initial);
 	log_release();
@@ -928,6 +1168,10 @@ resolver_suite(void)
 	tcase_add_test(tc, test_a_and_aaaa_merged_sorted);
 	tcase_add_test(tc, test_one_family);
 	tcase_add_test(tc, test_errors);
+	tcase_add_test(tc, test_a_without_aaaa);
+	tcase_add_test(tc, test_hosts_file);
+	tcase_add_test(tc, test_hosts_cancel_and_free);
+	tcase_add_test(tc, test_hosts_sync);
 	tcase_add_test(tc, test_cancel);
 	tcase_add_test(tc, test_free_with_lookups_in_flight);
 	tcase_add_test(tc, test_sync);
@@ -939,6 +1183,7 @@ resolver_suite(void)
 	tcase_add_test(tc, test_watch_honours_short_ttl);
 	tcase_add_test(tc, test_watch_without_initial);
 	tcase_add_test(tc, test_watch_keeps_last_good_answer);
+	tcase_add_test(tc, test_watch_partial_keeps_failed_family);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("config");
