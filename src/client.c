@@ -1,0 +1,620 @@
+/* The HTTP/1.1 session of a client connection: reading heads, pipelining (a turn
+ * at a time, waiting for a client that does not read), keep-alive, lingering close, and every
+ * close with its reason. */
+#include "config.h"
+#include "request.h"
+
+void
+client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
+{
+	c->timer_mode = mode;
+	if (mode == TIMER_OFF)
+		deadline_stop(&c->timer);
+	else
+		deadline_start(&c->timer, ms);
+}
+
+/* Every state change goes through here, so the active/idle connection gauges stay true. */
+void
+client_set_state(struct client *c, enum client_state state)
+{
+	if (c->state == CLIENT_BUSY && state != CLIENT_BUSY)
+		metrics_client_active(c->w, -1);
+	else if (c->state != CLIENT_BUSY && state == CLIENT_BUSY)
+		metrics_client_active(c->w, 1);
+	c->state = state;
+}
+
+/* The connection will close, for why (unless a reason was given before). */
+void
+client_closing_for(struct client *c, enum client_close why)
+{
+	if (c->close_reason == CLIENT_CLOSE_NONE)
+		c->close_reason = why;
+}
+
+/* Close at once, for why unless a reason was given before: every close ends here.  The
+ * memory goes back from the loop, so callers up the stack may still look at c->state
+ * (CLIENT_DEAD) after this. */
+static void
+client_free(struct client *c, enum client_close why)
+{
+	struct worker *w = c->w;
+
+	if (c->state == CLIENT_DEAD)
+		return;
+	client_closing_for(c, why);
+	/* A lingering close ends a close that had its reason; none is left to the client. */
+	client_closing_for(c, CLIENT_CLOSE_CLIENT_CLOSED);
+	metrics_client_closed(w, c->close_reason);
+	log_debug("client %s: closed: %s", c->addr, client_closes[c->close_reason].text);
+	if (c->rq != NULL) {
+		/* The request stays the client's until the reaper: callers may still look. */
+		proxy_drop_block(c);
+		exchange_end(&c->rq->ex, 0);
+		proxy_forget_tried(c);
+		proxy_end_aggregate(c);
+		proxy_end_jsonrpc(c);
+		request_drain(c->rq);
+		if (c->rq->wr != NULL) {
+			worker_runtime_unref(c->rq->wr);
+			c->rq->wr = NULL;
+		}
+	}
+	client_set_state(c, CLIENT_DEAD);
+	if (c->resume_queued) {
+		TAILQ_REMOVE(&w->resume, c, resume_entry);
+		c->resume_queued = 0;
+	}
+	LIST_REMOVE(c, entry);
+	w->nclients--;
+	metrics_client(w, -1);
+	deadline_stop(&c->timer);
+	conn_close(&c->conn);
+	LIST_INSERT_HEAD(&w->dead, c, entry);
+	event_active(w->reaper, EV_TIMEOUT, 0);
+	worker_client_closed(w);
+}
+
+void
+proxy_reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct worker *w = arg;
+	struct client *c;
+
+	(void)fd;
+	(void)what;
+	while ((c = LIST_FIRST(&w->dead)) != NULL) {
+		LIST_REMOVE(c, entry);
+		client_request_detach(c);
+		free(c);
+	}
+}
+
+/* How long a closing connection may take to hear the end of what its client was sending. */
+#define LINGER_TOTAL_MS 30000
+#define LINGER_IDLE_MS 2000
+
+/* Our last byte is out: close.  If the client may still be sending (a request we did not
+ * read to its end, or pipelined bytes), closing now would make the kernel answer with a
+ * reset that can destroy the response before the client reads it: shut our side, read
+ * and discard for a while first, as nginx's lingering close does. */
+static void
+client_close_now(struct client *c)
+{
+	if (c->lingering || c->conn.error || c->conn.eof || c->conn.ssl != NULL ||
+	    ((c->rq == NULL || c->rq->req_done) && evbuffer_get_length(c->conn.in) == 0 &&
+	    !c->conn.readable)) {
+		client_free(c, CLIENT_CLOSE_NONE);
+		return;
+	}
+	c->lingering = 1;
+	if (shutdown(c->conn.fd, SHUT_WR) < 0) {
+		client_free(c, CLIENT_CLOSE_NONE);
+		return;
+	}
+	conn_notify_drained(&c->conn, 0, 0);
+	evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+	client_timer_set(c, TIMER_LINGER, LINGER_TOTAL_MS);
+	conn_set_timeouts(&c->conn, LINGER_IDLE_MS, 0);
+	conn_read_start(&c->conn);
+}
+
+/* Stop reading, send what is queued, then close for why. */
+void
+client_close_after_flush(struct client *c, enum client_close why)
+{
+	client_closing_for(c, why);
+	client_set_state(c, CLIENT_CLOSING);
+	client_timer_set(c, TIMER_OFF, 0);
+	conn_read_stop(&c->conn);
+	conn_flush(&c->conn);
+	if (c->conn.error) {
+		client_free(c, CLIENT_CLOSE_CLIENT_ERROR);
+		return;
+	}
+	if (evbuffer_get_length(c->conn.out) == 0) {
+		client_close_now(c);
+		return;
+	}
+	conn_notify_drained(&c->conn, 1, 0);
+	/* A peer that never reads must not hold the connection forever. */
+	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+}
+
+static void
+client_body_framing(struct client *c, const struct http_request *req)
+{
+	if (req->framing.chunked) {
+		c->rq->req_mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->req_chunk);
+	} else if (req->framing.content_length > 0) {
+		c->rq->req_mode = BODY_LENGTH;
+		c->rq->req_left = (uint64_t)req->framing.content_length;
+	} else {
+		c->rq->req_mode = BODY_NONE;
+	}
+	c->rq->req_done = c->rq->req_mode == BODY_NONE;
+}
+
+static void
+client_new_request_id(struct client *c, const struct http_request *req)
+{
+	if (headers_request_id_acceptable(req->request_id)) {
+		memcpy(c->rq->request_id, req->request_id.p, req->request_id.len);
+		c->rq->request_id_len = req->request_id.len;
+	} else {
+		headers_request_id_generate(c->rq->request_id);
+		c->rq->request_id_len = REQUEST_ID_LEN;
+	}
+	c->rq->request_id[c->rq->request_id_len] = '\0';
+}
+
+static void
+copy_str(char *dst, size_t cap, struct http_str s)
+{
+	size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+	memcpy(dst, s.p, n);
+	dst[n] = '\0';
+}
+
+static void
+client_remember_for_log(struct client *c, const struct http_request *req)
+{
+	size_t i;
+
+	copy_str(c->rq->method, sizeof(c->rq->method), req->method);
+	copy_str(c->rq->target, sizeof(c->rq->target), req->target);
+	c->rq->user_agent[0] = c->rq->referer[0] = '\0';
+	if (c->w->cur->rt->access.format != ACCESS_COMBINED)
+		return;
+	for (i = 0; i < req->nheaders; i++) {
+		if (http_header_is(&req->headers[i], "user-agent"))
+			copy_str(c->rq->user_agent, sizeof(c->rq->user_agent), req->headers[i].value);
+		else if (http_header_is(&req->headers[i], "referer"))
+			copy_str(c->rq->referer, sizeof(c->rq->referer), req->headers[i].value);
+	}
+}
+
+static enum gateway_error
+parse_error_to_gateway(ssize_t r)
+{
+	switch (r) {
+	case HTTP_ERR_TOO_MANY_HEADERS: return GW_HEADER_TOO_LARGE;
+	case HTTP_ERR_VERSION: return GW_VERSION_NOT_SUPPORTED;
+	case HTTP_ERR_NOT_IMPLEMENTED: return GW_NOT_IMPLEMENTED;
+	default: return GW_BAD_REQUEST;
+	}
+}
+
+/* A request begins on c (its head is here, or what came of it is all that will): it gets
+ * its request, with the state every request starts from.  0, or -1 when c was closed. */
+static int
+client_request_begin(struct client *c)
+{
+	if (client_request_attach(c) < 0) {
+		log_errorx("out of memory for a request from %s", c->addr);
+		client_free(c, CLIENT_CLOSE_OUT_OF_MEMORY);
+		return -1;
+	}
+	client_set_state(c, CLIENT_BUSY);
+	client_timer_set(c, TIMER_OFF, 0);
+	client_now(&c->rq->start);
+	c->rq->status = 0;
+	c->rq->gw_error = -1;
+	c->rq->bytes_sent = 0;
+	c->rq->head_sent = 0;
+	c->rq->resp_started = 0;
+	c->rq->req_buffering = 0;
+	c->rq->req_out_len = -1;
+	c->rq->resp_head_seen = 0;
+	c->rq->resp_buffering = 0;
+	c->rq->resp_rechunk = 0;
+	c->rq->up_close = 0;
+	c->rq->answer_refused = 0;
+	c->rq->req_done = 1;
+	c->keepalive = 0;
+	c->http_minor = 1;
+	c->rq->route = NULL;
+	c->rq->ntried = 0;
+	c->rq->retries = 0;
+	c->rq->stale_retried = 0;
+	c->rq->sent = 0;
+	c->rq->buffer_body = 0;
+	c->rq->keep_chunked = 0;
+	c->rq->replayable = 0;
+	c->rq->replay_len = 0;
+	c->rq->last_error = GW_UPSTREAM_UNAVAILABLE;
+	c->rq->last_message[0] = '\0';
+	return 0;
+}
+
+/* A request whose head could not be read is answered with err, and the connection closes:
+ * nothing after it can be framed. */
+static void
+client_refuse_head(struct client *c, enum gateway_error err)
+{
+	strcpy(c->rq->method, "-");
+	strcpy(c->rq->target, "-");
+	headers_request_id_generate(c->rq->request_id);
+	c->rq->request_id_len = REQUEST_ID_LEN;
+	c->rq->request_id[REQUEST_ID_LEN] = '\0';
+	evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+	client_error(c, err, NULL, 1);
+}
+
+/* Parse a request head at the front of the input and start proxying it. */
+static void
+client_read_head(struct client *c)
+{
+	struct worker *w = c->w;
+	struct evbuffer *in = c->conn.in;
+	const struct config *cfg = w->cur->rt->cfg;
+	struct http_request *req = &w->req;
+	size_t len, want;
+	unsigned char *p;
+	ssize_t r;
+
+	/* Empty lines before the request line are part of the head for the parser and the limit. */
+	if ((len = evbuffer_get_length(in)) == 0)
+		return;
+	want = len < cfg->limits.max_header ? len : cfg->limits.max_header;
+	p = evbuffer_pullup(in, (ev_ssize_t)want);
+	r = http_parse_request((const char *)p, want, req);
+	if (r == HTTP_INCOMPLETE) {
+		if (len < cfg->limits.max_header) {
+			/* A head in pieces: from its first byte it has client_header to arrive. */
+			if (c->timer_mode == TIMER_KEEPALIVE)
+				client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
+			/* A head longer than the input may hold: room for all of it. */
+			if (len >= c->conn.read_max) {
+				c->conn.read_max = cfg->limits.max_header;
+				conn_read_stop(&c->conn);
+				conn_read_start(&c->conn);
+			}
+			return;
+		}
+		r = HTTP_ERR_TOO_MANY_HEADERS;
+	}
+
+	if (client_request_begin(c) < 0)
+		return;
+	c->conn.read_max = FLOW_HIGH;
+	if (r < 0) {
+		client_refuse_head(c, parse_error_to_gateway(r));
+		return;
+	}
+
+	c->http_minor = req->version_minor;
+	/* timeouts.keepalive: 0 disables keep-alive: every answer says Connection: close. */
+	c->keepalive = cfg->timeouts.keepalive != 0 && (req->version_minor == 1 ?
+	    !req->framing.conn_close : req->framing.conn_keepalive && !req->framing.conn_close);
+	c->rq->expect_continue = req->framing.expect_continue;
+	c->rq->head_request = req->method_bit == METHOD_HEAD;
+	c->rq->head_as_get = 0;
+	c->rq->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
+	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0 ||
+	    http_find_header(req->headers, req->nheaders, "idempotency-key").len != 0;
+	client_body_framing(c, req);
+	client_new_request_id(c, req);
+	c->rq->accept_gzip = 0;
+	if (w->cur->rt->access.fd >= 0)
+		client_remember_for_log(c, req);
+	if (w->draining) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_SHUTTING_DOWN, NULL, 1);
+		return;
+	}
+	if (c->conn.tls_plain) {
+		client_error(c, GW_BAD_REQUEST, "plain HTTP request sent to HTTPS port", 1);
+		return;
+	}
+	client_route(c, req, r);
+}
+
+/* The client has enough answers to read: no further request of its pipeline is parsed
+ * until it reads them, within client_body. */
+static void
+client_wait_for_reader(struct client *c)
+{
+	c->out_paused = 1;
+	conn_read_stop(&c->conn);
+	client_timer_set(c, TIMER_OFF, 0);
+	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+	conn_notify_drained(&c->conn, 1, PIPELINE_LOW);
+}
+
+/* The client read enough of its answers: its pipeline goes on. */
+static void
+client_reader_caught_up(struct client *c)
+{
+	c->out_paused = 0;
+	conn_notify_drained(&c->conn, 0, 0);
+	conn_set_timeouts(&c->conn, 0, 0);
+	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	conn_read_start(&c->conn);
+	client_process(c);
+}
+
+/* One pipeline had its turn: the others go first, then it goes on from the loop.  A zero
+ * timer, not an active event, so that the loop polls the sockets in between. */
+static void
+client_resume_later(struct client *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	conn_read_stop(&c->conn);
+	c->resume_queued = 1;
+	TAILQ_INSERT_TAIL(&c->w->resume, c, resume_entry);
+	evtimer_add(c->w->resume_ev, &now);
+}
+
+void
+proxy_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	static const struct timeval now = { 0, 0 };
+	struct worker *w = arg;
+	struct client *c;
+	size_t n = 0;
+
+	(void)fd;
+	(void)what;
+	/* A turn each for those queued until now; a client queued again waits for the next. */
+	TAILQ_FOREACH(c, &w->resume, resume_entry)
+		n++;
+	while (n-- > 0 && (c = TAILQ_FIRST(&w->resume)) != NULL) {
+		TAILQ_REMOVE(&w->resume, c, resume_entry);
+		c->resume_queued = 0;
+		conn_read_start(&c->conn);
+		client_process(c);
+		proxy_flush(c);
+	}
+	if (!TAILQ_EMPTY(&w->resume))
+		evtimer_add(w->resume_ev, &now);
+}
+
+/*
+ * Handle the requests whose heads lead the input, one after the other: in a loop, never by
+ * recursion (20,000 pipelined requests in one read must not grow the stack), at most
+ * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
+ * answers.  A request that ends inside the loop leaves the next one to it.
+ */
+void
+client_process(struct client *c)
+{
+	unsigned handled = 0;
+	size_t before;
+
+	if (c->processing)
+		return;
+	c->processing = 1;
+	while (c->state == CLIENT_IDLE && (before = evbuffer_get_length(c->conn.in)) != 0) {
+		if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+			conn_flush(&c->conn);
+			if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+				client_wait_for_reader(c);
+				break;
+			}
+		}
+		if (handled++ == PIPELINE_TURN) {
+			client_resume_later(c);
+			break;
+		}
+		client_read_head(c);
+		if (c->state == CLIENT_IDLE && evbuffer_get_length(c->conn.in) == before)
+			break;          /* incomplete head: wait for more */
+	}
+	c->processing = 0;
+	/* The client closed its side after its last request: the answers go, then we close. */
+	if (c->state == CLIENT_IDLE && c->conn.eof && !c->out_paused && !c->resume_queued)
+		client_close_after_flush(c, CLIENT_CLOSE_CLIENT_CLOSED);
+}
+
+/* Send what both sides have queued. */
+void
+proxy_flush(struct client *c)
+{
+	if (c->state == CLIENT_DEAD)
+		return;
+	conn_flush(&c->conn);
+	if (c->rq != NULL && c->rq->ex.uc != NULL)
+		conn_flush(upconn(c));
+}
+
+static void
+client_on_input(struct client *c)
+{
+	switch (c->state) {
+	case CLIENT_IDLE:
+		client_process(c);
+		break;
+	case CLIENT_BUSY:
+		if (c->rq->scan.waiting) {
+			client_scan_more(c);
+		} else if (c->rq->req_buffering) {
+			proxy_collect_request_body(c);
+		} else if (c->rq->keep_chunked) {
+			proxy_keep_chunked(c);
+		} else if (c->rq->buffer_body && !c->rq->req_done) {
+			/* The body is kept whole: once it is all here, it goes with the head. */
+			if (evbuffer_get_length(c->conn.in) < c->rq->replay_len)
+				break;
+			c->rq->req_done = 1;
+			conn_read_stop(&c->conn);
+			if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+				proxy_send_request(c);
+		} else if (!c->rq->req_done && c->rq->ex.uc != NULL && c->rq->sent) {
+			proxy_forward_request_body(c);
+		} else if (c->rq->req_done) {
+			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
+		}
+		break;
+	case CLIENT_CLOSING:
+		evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
+		break;
+	case CLIENT_DEAD:
+		break;
+	}
+}
+
+static void
+client_on_drained(struct client *c)
+{
+	if (c->state == CLIENT_CLOSING) {
+		if (evbuffer_get_length(c->conn.out) == 0 && !c->lingering)
+			client_close_now(c);
+		return;
+	}
+	if (c->out_paused) {
+		client_reader_caught_up(c);
+		return;
+	}
+	if (c->up_paused && c->rq != NULL && c->rq->ex.uc != NULL) {
+		c->up_paused = 0;
+		conn_read_start(upconn(c));
+		proxy_forward_response_body(c);
+	}
+}
+
+/* The client closed its side or the connection failed. */
+static void
+client_on_close(struct client *c, int what)
+{
+	/* A half-close after a complete request: answer it (and any pipelined ones), then close. */
+	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->rq->req_done)
+		return;
+	if (what == CONN_EOF && c->state == CLIENT_CLOSING && !c->lingering)
+		return;         /* still flushing our last response */
+	if (what == CONN_EOF && c->state == CLIENT_IDLE && (c->out_paused || c->resume_queued))
+		return;         /* its pipeline is still being answered */
+	if (c->state == CLIENT_BUSY) {
+		/* Logged like nginx: 499 before the response started, else its status, cut short. */
+		if (!c->rq->resp_started)
+			c->rq->status = 499;
+		client_log(c);
+	}
+	client_free(c, what & CONN_TIMEOUT ? CLIENT_CLOSE_CLIENT_TIMEOUT :
+	    what & CONN_ERROR ? CLIENT_CLOSE_CLIENT_ERROR : CLIENT_CLOSE_CLIENT_CLOSED);
+}
+
+static void
+client_conn_cb(struct conn *conn, int what, void *arg)
+{
+	struct client *c = arg;
+
+	(void)conn;
+	if (what & CONN_READ)
+		client_on_input(c);
+	if ((what & CONN_DRAINED) && c->state != CLIENT_DEAD)
+		client_on_drained(c);
+	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state != CLIENT_DEAD)
+		client_on_close(c, what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT));
+	proxy_flush(c);
+}
+
+/* Idle keep-alive or a lingering close: close quietly, like nginx.  A head that began but
+ * did not arrive in time gets 408 first; a connection that sent nothing, nothing. */
+static void
+client_timer_cb(struct deadline *d, void *arg)
+{
+	struct client *c = arg;
+
+	(void)d;
+	if (c->timer_mode != TIMER_HEADER || c->state != CLIENT_IDLE ||
+	    evbuffer_get_length(c->conn.in) == 0) {
+		client_free(c, c->timer_mode == TIMER_KEEPALIVE ? CLIENT_CLOSE_KEEPALIVE_TIMEOUT :
+		    c->timer_mode == TIMER_HEADER ? CLIENT_CLOSE_HEADER_TIMEOUT :
+		    CLIENT_CLOSE_NONE);
+		return;
+	}
+	c->timer_mode = TIMER_OFF;
+	if (client_request_begin(c) < 0)
+		return;
+	client_refuse_head(c, GW_REQUEST_TIMEOUT);
+	proxy_flush(c);
+}
+
+/* --- accept, drain ---------------------------------------------------------------------- */
+
+int
+proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
+    struct tls_server *tls)
+{
+	const struct config *cfg = w->cur->rt->cfg;
+	struct client *c;
+
+	(void)salen;
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		close(fd);
+		return -1;
+	}
+	c->w = w;
+	c->close_reason = CLIENT_CLOSE_NONE;
+	deadline_init(&c->timer, w->timers, client_timer_cb, c);
+	if (conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
+		close(fd);
+		free(c);
+		return -1;
+	}
+	if (tls != NULL && tls_accept(&c->conn, tls) < 0) {
+		conn_close(&c->conn);
+		free(c);
+		return -1;
+	}
+	if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, c->addr,
+		    sizeof(c->addr));
+	else
+		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, c->addr, sizeof(c->addr));
+	LIST_INSERT_HEAD(&w->clients, c, entry);
+	metrics_client(w, 1);
+	w->nclients++;
+	c->conn.read_max = FLOW_HIGH;
+	client_set_state(c, CLIENT_IDLE);
+	client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
+	conn_read_start(&c->conn);
+	return 0;
+}
+
+void
+proxy_drain_idle(struct worker *w)
+{
+	struct client *c, *next;
+
+	for (c = LIST_FIRST(&w->clients); c != NULL; c = next) {
+		next = LIST_NEXT(c, entry);
+		if (c->state == CLIENT_IDLE &&
+		    evbuffer_get_length(c->conn.in) == 0)
+			client_free(c, CLIENT_CLOSE_SHUTDOWN);
+	}
+}
+
+void
+proxy_close_all(struct worker *w)
+{
+	struct client *c;
+
+	while ((c = LIST_FIRST(&w->clients)) != NULL)
+		client_free(c, CLIENT_CLOSE_SHUTDOWN);
+}

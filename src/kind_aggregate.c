@@ -1,0 +1,68 @@
+/* An aggregated route's request: handed to aggregate.c, its merged answer sent. */
+#include "config.h"
+#include "request.h"
+
+/* The merged answer (or the gateway error) of an aggregated route. */
+static void
+proxy_aggregate_done_cb(const struct aggregate_answer *ans, void *arg)
+{
+	struct client *c = arg;
+	struct http_response *resp = &c->w->resp;
+	char extra[96];
+	size_t len;
+
+	if (ans->status == 0) {
+		client_error(c, ans->error, ans->message, 0);
+		proxy_flush(c);
+		return;
+	}
+	memset(resp, 0, sizeof(*resp));
+	resp->status = ans->status;
+	resp->nheaders = 1;
+	resp->headers[0].name = (struct http_str){ "Content-Type", 12 };
+	resp->headers[0].value = (struct http_str){ "application/json", 16 };
+	/* The client can always tell a complete answer from a partial one. */
+	snprintf(extra, sizeof(extra), "%s%s", ans->partial ? "X-Jsongate-Partial: true\r\n" : "",
+	    c->rq->accept_gzip && body_gzip(c->w->bodies, ans->body) == 0 ?
+	    "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n" : "");
+	len = evbuffer_get_length(ans->body);
+	proxy_write_response_head(c, resp, OUT_LENGTH, len, extra);
+	if (c->rq->head_request)
+		evbuffer_drain(ans->body, len);
+	else
+		proxy_move(c, ans->body, c->conn.out, len);
+	client_request_end(c);
+	proxy_flush(c);
+}
+
+/* The request goes to the route's backends, not upstream: nothing of it is forwarded but
+ * what the backends' configuration takes from it. */
+void
+proxy_aggregate(struct client *c, const struct http_request *req, size_t head_len)
+{
+	struct aggregate_request ar = {
+		req, (const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)head_len), head_len,
+		c->rq->request_id, c->addr, c->conn.ssl != NULL, &c->conn, &c->rq->pathv
+	};
+
+	/* A request body is not read: the connection closes after the answer. */
+	if (!c->rq->req_done)
+		c->keepalive = 0;
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
+	    body_accepts_gzip(req->headers, req->nheaders);
+	conn_read_stop(&c->conn);
+	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+	c->rq->agg = aggregate_start(c->rq->wr, c->rq->route, &ar, proxy_aggregate_done_cb, c);
+	evbuffer_drain(c->conn.in, head_len);
+	if (c->rq->agg == NULL)
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
+}
+
+void
+proxy_end_aggregate(struct client *c)
+{
+	if (c->rq->agg != NULL) {
+		aggregate_end(c->rq->agg);
+		c->rq->agg = NULL;
+	}
+}

@@ -1,0 +1,645 @@
+/* A proxied request, the way up: the head sent upstream, and the body taken
+ * whole (request ops, another try), kept de-chunked, or streamed as it comes. */
+#include "config.h"
+#include "request.h"
+
+static int proxy_head_framing(struct client *c, int whole);
+static int proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_iovec vec);
+static void proxy_upstream_timeouts(struct client *c);
+
+/* The target to send upstream (the route's strip_prefix applied) in the worker's buffer: its
+ * length, or -1 without memory. */
+int
+proxy_rewrite_target(struct client *c, const struct http_request *req)
+{
+	struct worker *w = c->w;
+
+	if (w->target_cap < req->target.len + 2) {
+		char *grown = realloc(w->target_buf, req->target.len + 2);
+		if (grown == NULL)
+			return -1;
+		w->target_buf = grown;
+		w->target_cap = req->target.len + 2;
+	}
+	return route_rewrite_target(c->rq->route, req->path.p, req->path.len, req->query.p,
+	    req->query.len, w->target_buf, w->target_cap);
+}
+
+/* Write the head to send upstream for req into up_head, once for every try. */
+int
+proxy_build_upstream_head(struct client *c, struct http_request *req)
+{
+	struct worker *w = c->w;
+	struct headers_forward fw;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	char framing[64], *p;
+	int n;
+
+	/* req's headers may point into the buffer after we return: the worker owns it, as req. */
+	if (proxy_has_response_ops(c->rq->route))
+		body_limit_accept_encoding(req, w->req_accept_encoding,
+		    sizeof(w->req_accept_encoding));
+	if (c->rq->up_head == NULL && (c->rq->up_head = evbuffer_new()) == NULL)
+		return -1;
+	evbuffer_drain(c->rq->up_head, evbuffer_get_length(c->rq->up_head));
+	if ((n = proxy_rewrite_target(c, req)) < 0)
+		return -1;
+	fw.client_addr = c->addr;
+	fw.tls = c->conn.ssl != NULL;
+	fw.request_id.p = c->rq->request_id;
+	fw.request_id.len = c->rq->request_id_len;
+	fw.host_override = c->rq->upool->cfg->host_header;
+	fw.target.p = w->target_buf;
+	fw.target.len = (size_t)n;
+	fw.method.p = c->rq->head_as_get ? "GET" : NULL;
+	fw.method.len = c->rq->head_as_get ? 3 : 0;
+	fw.ops = c->rq->route->request_headers;
+	fw.vars = NULL;
+	if (fw.ops != NULL) {
+		proxy_vars(c, fw.ops->vars, &vars, &tls_text);
+		body_vars_headers(&vars, req);
+		fw.vars = &vars;
+	}
+	if (headers_request_out(c->rq->up_head, req, &fw) < 0)
+		return -1;
+	if (c->rq->keep_chunked)
+		return 0;       /* proxy_head_framing, once the body decides */
+	p = framing;
+	if (c->rq->req_out_len >= 0)
+		p = put_content_length(p, (uint64_t)c->rq->req_out_len);
+	else if (req->framing.chunked)
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
+	else if (req->framing.content_length >= 0)
+		p = put_content_length(p, (uint64_t)req->framing.content_length);
+	p = put_lit(p, "\r\n");
+	n = (int)(p - framing);
+	return evbuffer_add(c->rq->up_head, framing, (size_t)n);
+}
+
+/* End the head of a kept chunked body: a Content-Length when the body is all here (as nginx
+ * sends a buffered body), else chunked. */
+static int
+proxy_head_framing(struct client *c, int whole)
+{
+	char framing[64], *p = framing;
+
+	if (whole)
+		p = put_content_length(p, evbuffer_get_length(c->rq->req_body));
+	else
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
+	p = put_lit(p, "\r\n");
+	return evbuffer_add(c->rq->up_head, framing, (size_t)(p - framing));
+}
+
+/* Remove every header named lower_name (the body it described was changed). */
+void
+proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
+{
+	size_t i = 0;
+
+	while (i < *n) {
+		if (http_header_is(&h[i], lower_name)) {
+			memmove(&h[i], &h[i + 1], (*n - i - 1) * sizeof(*h));
+			(*n)--;
+		} else {
+			i++;
+		}
+	}
+}
+
+/* Nothing upstream will ask for a body we read first: invite it ourselves. */
+void
+proxy_continue(struct client *c)
+{
+	if (c->rq->expect_continue && c->http_minor == 1) {
+		c->rq->expect_continue = 0;
+		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	}
+}
+
+/* Request ops: take the body in first (its head is kept in req_copy), then connect. */
+void
+proxy_start_request_collect(struct client *c)
+{
+	const struct config *cfg = client_cfg(c);
+
+	/* One block, sized up front for a Content-Length body and grown for a chunked one:
+	 * the body is held once, not once in buffers and again pulled up for the parser. */
+	body_block_release(c->rq->req_block);
+	c->rq->req_block_len = 0;
+	if ((c->rq->req_block = body_block_new(c->w->bodies,
+	    c->rq->req_mode == BODY_LENGTH ? (size_t)c->rq->req_left : 0)) == NULL) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	c->rq->req_buffering = 1;
+	proxy_continue(c);
+	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+	conn_read_start(&c->conn);
+	proxy_collect_request_body(c);
+}
+
+/* The head and body collected for request ops are ready: they go as soon as the try that
+ * started with the collection has its connection. */
+static void
+proxy_request_ready(struct client *c)
+{
+	if (c->rq->ex.stage == EXCHANGE_IDLE)
+		proxy_try(c, 0);
+	else if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+		proxy_send_request(c);
+}
+
+/* The request body to send is req_body: keep it for another try when it is small enough. */
+void
+proxy_send_collected(struct client *c)
+{
+	c->rq->replayable = evbuffer_get_length(c->rq->req_body) <= c->rq->upool->cfg->retry_body;
+	proxy_request_ready(c);
+}
+
+/* The request's upstream balances by a field of the body: read whole by request ops, the
+ * body is in before a server is chosen. */
+int
+proxy_hashes_by_field(const struct client *c)
+{
+	const char *key = c->rq->upool->cfg->hash_key;
+
+	return key != NULL && strncmp(key, "$json.", 6) == 0;
+}
+
+/*
+ * The body the request ops take is in: a server balanced by one of its fields is chosen now,
+ * before the ops ($upstream) and the head are written.  0, or -1 when the try ended the
+ * request (a failure at once; the client's next request may then hold the same object,
+ * with pick_after_body clear).
+ */
+static int
+proxy_pick_after_body(struct client *c, const struct http_request *req)
+{
+	struct request *rq = c->rq;
+
+	if (!rq->pick_after_body)
+		return 0;
+	client_hash_key(c, req);
+	proxy_try(c, 0);
+	if (c->rq != rq || !rq->pick_after_body || c->state != CLIENT_BUSY || rq->resp_started)
+		return -1;
+	rq->pick_after_body = 0;
+	return 0;
+}
+
+/*
+ * The collected request body as the ops read it, with a reference: the block, or its
+ * inflated copy (*coding then identity) when the route reads $json values.  Those are taken
+ * from it here, the whole body as the client sent it: the ops and their values read the
+ * same text.  A body that cannot be inflated is left to the ops to refuse.
+ */
+static struct body_block *
+proxy_request_text(struct client *c, enum body_coding *coding, size_t *len)
+{
+	const struct config *cfg = client_cfg(c);
+	struct body_block *b = c->rq->req_block;
+	const char *why;
+	size_t n;
+
+	*len = c->rq->req_block_len;
+	if (*len == 0 || *coding == BODY_CODING_OTHER ||
+	    !route_scan_reads_values(cfg, c->rq->route)) {
+		body_block_ref(b);
+		return b;
+	}
+	if (*coding == BODY_CODING_IDENTITY) {
+		body_block_ref(b);
+	} else if ((b = body_inflate(c->w->bodies, body_block_data(b), *len, *coding,
+	    cfg->limits.max_body, &n, &why)) != NULL) {
+		*coding = BODY_CODING_IDENTITY;
+		*len = n;
+	} else {
+		body_block_ref(c->rq->req_block);
+		return c->rq->req_block;
+	}
+	route_scan_read_body(&c->rq->scan, cfg, c->rq->route, body_block_data(b), *len);
+	return b;
+}
+
+/* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
+void
+proxy_collect_request_body(struct client *c)
+{
+	struct worker *w = c->w;
+	const struct config *cfg = client_cfg(c);
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer_iovec vec;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	struct body_result res;
+	struct http_request *req = &w->req;
+	struct body_block *text;
+	enum body_coding coding;
+	size_t n, ql, len;
+	char msg[256];
+	int r;
+
+	if (c->rq->req_mode == BODY_LENGTH) {
+		n = evbuffer_get_length(in);
+		if (n > c->rq->req_left)
+			n = (size_t)c->rq->req_left;
+		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, n);
+		c->rq->req_block_len += n;
+		c->rq->req_left -= n;
+		c->rq->req_done = c->rq->req_left == 0;
+	} else {
+		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+			r = proxy_dechunk_into_block(c, in, vec);
+			if (r == HTTP_CHUNKED_ERROR) {
+				client_error(c, GW_BAD_REQUEST, NULL, 1);
+				return;
+			}
+			c->rq->req_done = r == HTTP_CHUNKED_DONE;
+		}
+	}
+	ql = evbuffer_get_length(c->rq->req_copy);
+	if (c->rq->req_block_len > cfg->limits.max_body) {
+		/* Only a chunked body gets here: its size was not known up front. */
+		if (c->rq->route->jsonrpc != NULL) {
+			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
+			return;
+		}
+		/* The ops do not take it: its values are those of its window. */
+		http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
+		if (route_scan_reads_values(cfg, c->rq->route))
+			route_scan_read_prefix(&c->rq->scan, w->bodies, cfg, c->rq->route,
+			    body_content_coding(req->headers, req->nheaders),
+			    body_block_data(c->rq->req_block), c->rq->req_block_len);
+		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
+		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
+			return;
+		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
+		if (proxy_pick_after_body(c, req) < 0)
+			return;
+		c->rq->req_buffering = 0;
+		if (proxy_build_upstream_head(c, req) < 0) {
+			client_error(c, GW_BAD_REQUEST, NULL, 1);
+			return;
+		}
+		char size_line[24];
+		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->rq->req_block_len);
+		if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
+			client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+			return;
+		}
+		evbuffer_add(c->rq->req_body, size_line, (size_t)sl);
+		body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+		evbuffer_add(c->rq->req_body, "\r\n", 2);
+		if (c->rq->req_done)
+			evbuffer_add(c->rq->req_body, "0\r\n\r\n", 5);
+		proxy_drop_request_block(c);
+		/* The rest streams after it: this request cannot be sent twice. */
+		c->rq->replayable = 0;
+		proxy_request_ready(c);
+		return;
+	}
+	if (!c->rq->req_done)
+		return;
+
+	conn_read_stop(&c->conn);
+	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
+	if (c->rq->route->jsonrpc != NULL) {
+		c->rq->req_buffering = 0;
+		proxy_jsonrpc_start(c, req);
+		return;
+	}
+	coding = body_content_coding(req->headers, req->nheaders);
+	text = proxy_request_text(c, &coding, &len);
+	if (proxy_pick_after_body(c, req) < 0) {
+		body_block_release(text);
+		return;
+	}
+	c->rq->req_buffering = 0;
+	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
+		body_block_release(text);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	if (c->rq->req_block_len == 0 && c->rq->route->validate != VALIDATE_FULL) {
+		/* An empty body is no JSON document: validate: envelope passes it untouched. */
+		body_block_release(text);
+		metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, METRICS_REASON_EMPTY);
+		c->rq->req_out_len = 0;
+	} else {
+		proxy_vars(c, proxy_prog_vars(c->rq->route->request), &vars, &tls_text);
+		body_vars_headers(&vars, req);
+		r = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->route->request, coding,
+		    text, len, &vars, w->rewritten, &res);
+		/* The output holds references of its own to what it splices. */
+		res.inflated |= text != c->rq->req_block;
+		body_block_release(text);
+		if (r < 0) {
+			snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
+			log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
+			evbuffer_drain(w->rewritten, evbuffer_get_length(w->rewritten));
+			if (proxy_unrewritten(c, METRICS_REQUEST, proxy_unrewritten_reason(&res),
+			    res.encoding ? GW_UNSUPPORTED_MEDIA_TYPE : GW_INVALID_JSON, msg, 0))
+				return;
+			/* pass: the client's bytes, untouched */
+			body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+		} else {
+			metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_APPLIED,
+			    METRICS_REASON_NONE);
+			metrics_bytes(w, res.spliced, res.copied);
+			/* The rewritten body may refer to the collected one: both stay until sent. */
+			evbuffer_add_buffer(c->rq->req_body, w->rewritten);
+			if (res.inflated)
+				proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
+		}
+		c->rq->req_out_len = (int64_t)evbuffer_get_length(c->rq->req_body);
+	}
+	proxy_drop_request_block(c);
+	if (proxy_build_upstream_head(c, req) < 0) {
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return;
+	}
+	proxy_send_collected(c);
+}
+
+/* Feed the first segment vec of in to a chunked decoder: payload moves to dst, framing is
+ * dropped.  Returns what http_chunked_feed said. */
+int
+proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
+    struct evbuffer *dst)
+{
+	size_t consumed, off, dlen;
+	int r;
+
+	r = http_chunked_feed(ch, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
+	if (r == HTTP_CHUNKED_ERROR)
+		return r;
+	if (r == HTTP_CHUNKED_DATA) {
+		evbuffer_drain(in, off);
+		evbuffer_remove_buffer(in, dst, dlen);
+		evbuffer_drain(in, consumed - off - dlen);
+	} else {
+		evbuffer_drain(in, consumed);
+	}
+	return r;
+}
+
+/* Like proxy_dechunk, into the request block. */
+static int
+proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_iovec vec)
+{
+	size_t consumed, off, dlen;
+	int r;
+
+	r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
+	if (r == HTTP_CHUNKED_ERROR)
+		return r;
+	if (r == HTTP_CHUNKED_DATA) {
+		if (body_block_reserve(&c->rq->req_block, c->rq->req_block_len + dlen) < 0)
+			return HTTP_CHUNKED_ERROR;
+		evbuffer_drain(in, off);
+		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, dlen);
+		c->rq->req_block_len += dlen;
+		evbuffer_drain(in, consumed - off - dlen);
+	} else {
+		evbuffer_drain(in, consumed);
+	}
+	return r;
+}
+
+/* The collected request body went into req_body (by reference) or was rewritten. */
+void
+proxy_drop_request_block(struct client *c)
+{
+	body_block_release(c->rq->req_block);
+	c->rq->req_block = NULL;
+	c->rq->req_block_len = 0;
+}
+
+/* Response ops may read request headers ($header.NAME) after the head has left the input. */
+int
+proxy_keep_request_head(struct client *c, size_t len)
+{
+	if (c->rq->req_copy == NULL && (c->rq->req_copy = evbuffer_new()) == NULL)
+		return -1;
+	evbuffer_drain(c->rq->req_copy, evbuffer_get_length(c->rq->req_copy));
+	return evbuffer_add(c->rq->req_copy, evbuffer_pullup(c->conn.in, (ev_ssize_t)len), len);
+}
+
+/* 1 when the request body is one for request ops (a JSON body; one in a coding they cannot
+ * read follows on_error); else it goes untouched, counted with the reason.  Under on_error:
+ * fail a body that is not JSON by its type is refused (-1, answered 415): most frameworks
+ * read such a body as JSON all the same, and it must not reach them past the ops. */
+int
+proxy_wants_request_body(struct client *c, const struct http_request *req)
+{
+	enum metrics_envelope_reason why = METRICS_REASON_NONE;
+
+	/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
+	if (c->rq->req_mode == BODY_NONE && (req->framing.content_length != 0 ||
+	    c->rq->route->validate != VALIDATE_FULL))
+		why = METRICS_REASON_EMPTY;
+	else if (!body_is_json(c->rq->route, http_find_header(req->headers, req->nheaders,
+	    "content-type")))
+		why = METRICS_REASON_NOT_JSON;
+	if (why == METRICS_REASON_NONE)
+		return 1;
+	if (why == METRICS_REASON_NOT_JSON && proxy_unrewritten(c, METRICS_REQUEST, why,
+	    GW_UNSUPPORTED_MEDIA_TYPE, "request body is not JSON: its Content-Type is none of the "
+	    "route's json_types", 1))
+		return -1;
+	if (why == METRICS_REASON_EMPTY)
+		metrics_envelope(c->w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, why);
+	return 0;
+}
+
+/* How a request without request ops takes its body: kept whole in the input for another try
+ * when it is within retry_body, else streamed once the connection is ready. */
+void
+proxy_plan_body(struct client *c)
+{
+	const struct config_upstream *up = c->rq->upool->cfg;
+	const struct config *cfg = client_cfg(c);
+
+	if (c->rq->req_mode == BODY_NONE) {
+		c->rq->replayable = 1;
+		return;
+	}
+	if (c->rq->keep_chunked) {
+		c->rq->buffer_body = 1;
+		proxy_continue(c);
+		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+		conn_read_start(&c->conn);
+		proxy_keep_chunked(c);
+		return;
+	}
+	if (c->rq->req_mode == BODY_LENGTH && c->rq->idempotent && c->rq->req_left <= up->retry_body) {
+		c->rq->buffer_body = c->rq->replayable = 1;
+		c->rq->replay_len = (size_t)c->rq->req_left;
+		/* The input holds it whole (its usual limit again once the request ends). */
+		if (c->conn.read_max < c->rq->replay_len)
+			c->conn.read_max = c->rq->replay_len;
+		if (evbuffer_get_length(c->conn.in) >= c->rq->replay_len) {
+			c->rq->req_done = 1;
+			return;
+		}
+		proxy_continue(c);
+	}
+	/* The body is read once the connection is ready, or now when it is kept. */
+	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+	if (c->rq->buffer_body)
+		conn_read_start(&c->conn);
+	else
+		conn_read_stop(&c->conn);
+}
+
+/*
+ * A chunked body of an idempotent request is kept, de-chunked, for another try while it stays
+ * within retry_body; all of it here, it goes with a Content-Length.  Larger, what came goes
+ * as one chunk and the rest streams in chunks: the request cannot be sent twice.
+ */
+void
+proxy_keep_chunked(struct client *c)
+{
+	size_t max = c->rq->upool->cfg->retry_body;
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer_iovec vec;
+	int r = HTTP_CHUNKED_MORE, sl;
+	char size_line[24];
+	size_t n;
+
+	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->rq->req_body) <= max &&
+	    evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0)
+		if ((r = proxy_dechunk(&c->rq->req_chunk, in, vec, c->rq->req_body)) == HTTP_CHUNKED_ERROR) {
+			client_error(c, GW_BAD_REQUEST, NULL, 1);
+			return;
+		}
+	n = evbuffer_get_length(c->rq->req_body);
+	if (r != HTTP_CHUNKED_DONE && n <= max)
+		return;
+	c->rq->buffer_body = c->rq->keep_chunked = 0;
+	c->rq->req_done = r == HTTP_CHUNKED_DONE;
+	c->rq->replayable = c->rq->req_done && n <= max;
+	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+	if ((!c->rq->req_done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
+	    evbuffer_add(c->rq->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->rq->req_done) < 0) {
+		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
+		return;
+	}
+	/* The rest waits until the connection is ready (proxy_send_request reads on). */
+	conn_read_stop(&c->conn);
+	if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+		proxy_send_request(c);
+}
+
+/* The connection is ready: send the head, then the body (a copy when it may go again). */
+void
+proxy_send_request(struct client *c)
+{
+	const struct config *cfg = client_cfg(c);
+	struct evbuffer *out = upconn(c)->out;
+	size_t n;
+
+	if (c->rq->sent || c->rq->req_buffering || (c->rq->buffer_body && !c->rq->req_done))
+		return;         /* the body is still coming: it goes once all of it is here */
+	c->rq->sent = 1;
+	n = evbuffer_get_length(c->rq->up_head);
+	evbuffer_add(out, evbuffer_pullup(c->rq->up_head, -1), n);
+	if (c->rq->req_body != NULL && evbuffer_get_length(c->rq->req_body) != 0) {
+		if (c->rq->replayable) {
+			/* Kept for another try: shared with the connection's output, not copied. */
+			if (evbuffer_add_buffer_reference(out, c->rq->req_body) < 0) {
+				n = evbuffer_get_length(c->rq->req_body);
+				evbuffer_add(out, evbuffer_pullup(c->rq->req_body, -1), n);
+			}
+		} else {
+			evbuffer_add_buffer(out, c->rq->req_body);
+		}
+	} else if (c->rq->replay_len != 0) {
+		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->rq->replay_len),
+		    c->rq->replay_len);
+	}
+	if (!c->rq->req_done) {
+		/* A streamed body: from now on it goes as it comes. */
+		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+		conn_read_start(&c->conn);
+		proxy_forward_request_body(c);
+		if (c->state != CLIENT_BUSY || c->rq->ex.uc == NULL)
+			return;
+	} else {
+		conn_read_stop(&c->conn);
+		conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+		proxy_upstream_timeouts(c);
+	}
+	if (upconn(c)->ssl == NULL && proxy_has_response_ops(c->rq->route))
+		upconn(c)->read_max = UPSTREAM_HEAD_READ;
+	conn_read_start(upconn(c));
+}
+
+/* upstream_response bounds the wait for the answer once the request is sent (as nginx's
+ * proxy_read_timeout), and each stalled write of the request meanwhile. */
+static void
+proxy_upstream_timeouts(struct client *c)
+{
+	uint64_t ms = c->rq->route->timeouts.upstream_response;
+
+	conn_set_timeouts(upconn(c), c->rq->req_done ? ms : 0, ms);
+}
+
+/* Pass request body bytes from the client to the upstream as they arrive. */
+void
+proxy_forward_request_body(struct client *c)
+{
+	struct evbuffer *in = c->conn.in;
+	struct evbuffer *out = upconn(c)->out;
+	struct evbuffer_iovec vec;
+	size_t n, consumed, off, dlen;
+	int r;
+
+	if (c->rq->req_mode == BODY_LENGTH) {
+		n = evbuffer_get_length(in);
+		if (n > c->rq->req_left)
+			n = (size_t)c->rq->req_left;
+		evbuffer_remove_buffer(in, out, n);
+		c->rq->req_left -= n;
+		c->rq->req_done = c->rq->req_left == 0;
+	} else if (c->rq->req_mode == BODY_CHUNKED) {
+		/* The payload goes in chunks of our own: extensions and trailers stop here. */
+		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
+		    vec.iov_len > 0) {
+			r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed,
+			    &off, &dlen);
+			if (r == HTTP_CHUNKED_ERROR) {
+				c->rq->up_close = 1;
+				client_error(c, GW_BAD_REQUEST, NULL, 1);
+				return;
+			}
+			if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, off);
+				evbuffer_add_printf(out, "%zx\r\n", dlen);
+				evbuffer_remove_buffer(in, out, dlen);
+				evbuffer_add(out, "\r\n", 2);
+				evbuffer_drain(in, consumed - off - dlen);
+			} else {
+				evbuffer_drain(in, consumed);
+				if (r == HTTP_CHUNKED_DONE)
+					evbuffer_add(out, "0\r\n\r\n", 5);
+			}
+			c->rq->req_done = r == HTTP_CHUNKED_DONE;
+		}
+	}
+	if (c->rq->req_done) {
+		conn_read_stop(&c->conn);
+		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+		proxy_upstream_timeouts(c);
+		return;
+	}
+	if (evbuffer_get_length(out) > FLOW_HIGH && !c->client_paused) {
+		c->client_paused = 1;
+		conn_read_stop(&c->conn);
+		conn_notify_drained(upconn(c), 1, FLOW_LOW);
+	}
+}

@@ -1,0 +1,564 @@
+/* A request on a client connection, whatever its route kind: from the head to the
+ * end of its answer, the route chosen, its variables, its gateway errors and its access log line. */
+#include "config.h"
+#include "request.h"
+
+/* The route rewrites responses, for response_on's statuses or for the others. */
+int
+proxy_has_response_ops(const struct config_route *route)
+{
+	return route->response != NULL || route->error_response != NULL;
+}
+
+/* Bits 1 << REWRITE_VAR_* of the variables an op list uses. */
+unsigned
+proxy_prog_vars(const struct rewrite_program *prog)
+{
+	return prog != NULL ? prog->vars : 0;
+}
+
+/* Response ops or response header ops read request headers ($header.NAME): the request head
+ * is kept for them. */
+static int
+proxy_response_needs_headers(const struct config_route *route)
+{
+	return body_needs_headers(route->response) || body_needs_headers(route->error_response) ||
+	    (route->response_headers != NULL &&
+	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
+}
+
+/*
+ * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
+ * Under fail the client gets err with message (NULL: its default text): 1, the request is
+ * answered.  0: the body goes on untouched.
+ */
+int
+proxy_unrewritten(struct client *c, enum metrics_direction direction,
+    enum metrics_envelope_reason why, enum gateway_error err, const char *message,
+    int must_close)
+{
+	int fail = c->rq->route->on_error == ON_ERROR_FAIL;
+
+	metrics_envelope(c->w, c->rq->route, direction, fail ? METRICS_FAILED : METRICS_PASSED, why);
+	if (!fail)
+		return 0;
+	/* An answer over our limit or in a coding we do not decode is still a good answer. */
+	c->rq->answer_refused = direction == METRICS_RESPONSE &&
+	    (why == METRICS_REASON_OVER_LIMIT || why == METRICS_REASON_ENCODING);
+	client_error(c, err, message, must_close);
+	return 1;
+}
+
+/* Why the ops could not rewrite a body, for jsongate_envelope_total. */
+enum metrics_envelope_reason
+proxy_unrewritten_reason(const struct body_result *res)
+{
+	return res->encoding ? METRICS_REASON_ENCODING : res->invalid ?
+	    METRICS_REASON_INVALID_JSON : METRICS_REASON_OP_ERROR;
+}
+
+const struct config *
+client_cfg(const struct client *c)
+{
+	return (c->rq != NULL && c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt->cfg;
+}
+
+/* The connection of the try in progress (the caller knows there is one). */
+struct conn *
+upconn(struct client *c)
+{
+	return &c->rq->ex.uc->conn;
+}
+
+/* The server of the latest try, or NULL. */
+const struct config_server *
+proxy_server(const struct client *c)
+{
+	return c->rq->ntried != 0 ? c->rq->tried[c->rq->ntried - 1]->srv : NULL;
+}
+
+static void
+proxy_drop(struct evbuffer *b)
+{
+	if (b != NULL)
+		evbuffer_drain(b, evbuffer_get_length(b));
+}
+
+/* Empty the buffers a request keeps for the next one: however the request ended, none of
+ * what it read or wrote may go out with the next request that takes them. */
+void
+request_drain(struct request *rq)
+{
+	proxy_drop(rq->up_head);
+	proxy_drop(rq->req_body);
+	proxy_drop(rq->req_copy);
+	proxy_drop(rq->resp_head);
+	proxy_drop(rq->body);
+}
+
+static void
+proxy_free_buffer(struct evbuffer *b)
+{
+	if (b != NULL)
+		evbuffer_free(b);
+}
+
+/* --- requests ---------------------------------------------------------------------------- */
+
+static void
+request_free(struct request *rq)
+{
+	exchange_free(&rq->ex);
+	proxy_free_buffer(rq->resp_head);
+	proxy_free_buffer(rq->body);
+	proxy_free_buffer(rq->req_copy);
+	proxy_free_buffer(rq->up_head);
+	proxy_free_buffer(rq->req_body);
+	route_scan_free(&rq->scan);
+	path_vars_free(&rq->pathv);
+	free(rq);
+}
+
+/* c's head is here: it gets a request, from the worker's free list when one is there, with
+ * its per-request state zeroed.  0, or -1 without memory. */
+int
+client_request_attach(struct client *c)
+{
+	struct worker *w = c->w;
+	struct request *rq = w->free_requests;
+
+	if (rq != NULL) {
+		w->free_requests = rq->next_free;
+		w->nfree_requests--;
+		rq->ex.arg = c;
+	} else if ((rq = calloc(1, sizeof(*rq))) == NULL ||
+	    exchange_init(&rq->ex, w, proxy_exchange_cb, c) < 0) {
+		free(rq);
+		return -1;
+	}
+	memset((char *)rq + REQUEST_STATE, 0, sizeof(*rq) - REQUEST_STATE);
+	rq->method[0] = rq->target[0] = rq->user_agent[0] = rq->referer[0] = '\0';
+	c->rq = rq;
+	return 0;
+}
+
+/* c's request is over (buffers drained, tries ended): back to the free list, or freed when
+ * the worker keeps enough. */
+void
+client_request_detach(struct client *c)
+{
+	struct request *rq = c->rq;
+	struct worker *w = c->w;
+
+	if (rq == NULL)
+		return;
+	c->rq = NULL;
+	route_scan_done(&rq->scan);
+	path_vars_clear(&rq->pathv);
+	if (w->nfree_requests >= REQUESTS_KEPT) {
+		request_free(rq);
+		return;
+	}
+	rq->next_free = w->free_requests;
+	w->free_requests = rq;
+	w->nfree_requests++;
+}
+
+void
+proxy_worker_free(struct worker *w)
+{
+	struct request *rq;
+
+	while ((rq = w->free_requests) != NULL) {
+		w->free_requests = rq->next_free;
+		request_free(rq);
+	}
+	w->nfree_requests = 0;
+}
+
+void
+client_now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+}
+
+/* We refused the client's own request (a 4xx of ours, as invalid JSON) before it went to the
+ * server of the try in progress. */
+static int
+client_refused_unsent(const struct client *c)
+{
+	return !c->rq->sent && c->rq->gw_error >= 0 && gateway_errors[c->rq->gw_error].status < 500;
+}
+
+/* The server a request counts for in the upstream metrics. */
+static const struct config_server *
+client_counted_server(const struct client *c)
+{
+	return client_refused_unsent(c) ? NULL : proxy_server(c);
+}
+
+/* The servers tried, as nginx's $upstream_addr: "10.0.0.1:80, 10.0.0.2:80"; "-" for none.
+ * The server of a try that never sent the request we refused is none of them. */
+static void
+client_servers_tried(const struct client *c, char *buf, size_t cap)
+{
+	size_t i, len = 0, n = c->rq->ntried;
+
+	if (n > 0 && c->rq->noted && client_refused_unsent(c))
+		n--;
+	strcpy(buf, "-");
+	for (i = 0; i < n && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
+		    c->rq->tried[i]->srv->addr.text);
+}
+
+void
+client_log(struct client *c)
+{
+	const struct runtime *rt = (c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt;
+	struct access_entry e;
+	struct access_field json[CONFIG_MAX_JSON_FIELDS];
+	struct access_field path[CONFIG_MAX_PATH_FIELDS];
+	struct timespec now;
+	char upstream[256];
+
+	client_now(&now);
+	metrics_request(c->w, c->rq->route, client_counted_server(c), c->rq->status,
+	    c->rq->answer_refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
+	e.rpc_method = NULL;
+	e.rpc_batch = -1;
+	if (c->rq->rpc != NULL)
+		jsonrpc_route_log(c->rq->rpc, c->rq->status, c->rq->gw_error, &e);
+	if (rt->access.fd < 0) {
+		route_scan_done(&c->rq->scan);
+		path_vars_clear(&c->rq->pathv);
+		return;
+	}
+	client_servers_tried(c, upstream, sizeof(upstream));
+	e.remote_addr = c->addr;
+	e.method = c->rq->method;
+	e.path = c->rq->target;
+	e.status = c->rq->status;
+	e.bytes_sent = c->rq->bytes_sent;
+	e.body_bytes_sent = c->rq->bytes_sent - c->rq->head_sent;
+	e.upstream = upstream;
+	e.route = c->rq->route != NULL ? c->rq->route->name : "-";
+	e.duration_ms = (double)(now.tv_sec - c->rq->start.tv_sec) * 1e3 +
+	    (double)(now.tv_nsec - c->rq->start.tv_nsec) / 1e6;
+	e.request_id = c->rq->request_id;
+	e.user_agent = c->rq->user_agent;
+	e.referer = c->rq->referer;
+	e.http_minor = c->http_minor;
+	e.json = json;
+	e.njson = route_scan_log(&c->rq->scan, rt->cfg, json);
+	e.path_fields = path;
+	e.npath = path_vars_log(&c->rq->pathv, rt->cfg, path);
+	e.backends = c->rq->agg != NULL ? aggregate_log(c->rq->agg, &e.nbackends) : NULL;
+	access_log_write(&rt->access, &e);
+	route_scan_done(&c->rq->scan);
+	path_vars_clear(&c->rq->pathv);
+}
+
+/* Let go of the body blocks; the socket layer must not write into them any more. */
+void
+proxy_drop_block(struct client *c)
+{
+	body_block_release(c->rq->req_block);
+	c->rq->req_block = NULL;
+	if (c->rq->resp_block == NULL)
+		return;
+	if (c->rq->ex.uc != NULL)
+		upconn(c)->sink = NULL;
+	c->rq->resp_sinking = 0;
+	body_block_release(c->rq->resp_block);
+	c->rq->resp_block = NULL;
+}
+
+/* The answer started: what was kept for another try can go. */
+void
+proxy_drop_replay(struct client *c)
+{
+	if (c->rq->replay_len != 0) {
+		evbuffer_drain(c->conn.in, c->rq->replay_len);
+		c->rq->replay_len = 0;
+	}
+	proxy_drop(c->rq->req_body);
+	c->rq->replayable = 0;
+}
+
+/* The response is complete (or the request ended in an error): log, reset, go on. */
+void
+client_request_end(struct client *c)
+{
+	struct worker *w = c->w;
+
+	client_log(c);
+	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
+	request_drain(c->rq);
+	proxy_drop_block(c);
+	if (c->rq->ex.stage != EXCHANGE_IDLE) {
+		/* The whole answer came: the server did well (unless its status said otherwise). */
+		exchange_verdict(&c->rq->ex, 0);
+		exchange_end(&c->rq->ex, !c->rq->up_close && c->rq->req_done && c->rq->sent);
+	}
+	proxy_drop_replay(c);
+	proxy_forget_tried(c);
+	proxy_end_aggregate(c);
+	proxy_end_jsonrpc(c);
+	if (c->rq->wr != NULL) {
+		worker_runtime_unref(c->rq->wr);
+		c->rq->wr = NULL;
+	}
+	c->rq->route = NULL;
+	c->rq->upool = NULL;
+	c->conn.read_max = FLOW_HIGH;
+	if (c->up_paused || c->client_paused)
+		conn_notify_drained(&c->conn, 0, 0);
+	c->up_paused = c->client_paused = 0;
+	/* A request whose body we did not read to the end leaves the stream unframed.  While
+	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
+	if (!c->keepalive || !c->rq->req_done ||
+	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
+		client_close_after_flush(c, !c->rq->req_done ? CLIENT_CLOSE_UNREAD_BODY :
+		    w->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_NOT_KEEPALIVE);
+		return;
+	}
+	client_request_detach(c);
+	client_set_state(c, CLIENT_IDLE);
+	conn_set_timeouts(&c->conn, 0, 0);
+	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	conn_read_start(&c->conn);
+	client_process(c);
+}
+
+/* Why the connection closes after answering err. */
+static enum client_close
+client_error_closes(enum gateway_error err, int draining)
+{
+	switch (err) {
+	case GW_BAD_REQUEST:
+	case GW_NOT_IMPLEMENTED:
+	case GW_VERSION_NOT_SUPPORTED:
+		return CLIENT_CLOSE_BAD_REQUEST;
+	case GW_REQUEST_TIMEOUT:
+		return CLIENT_CLOSE_HEADER_TIMEOUT;
+	case GW_PAYLOAD_TOO_LARGE:
+	case GW_HEADER_TOO_LARGE:
+		return CLIENT_CLOSE_LIMIT;
+	case GW_INTERNAL_ERROR:
+		return CLIENT_CLOSE_OUT_OF_MEMORY;
+	default:
+		return draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_UNREAD_BODY;
+	}
+}
+
+/* Answer with a gateway error; a request that cannot be framed any more closes after. */
+void
+client_error(struct client *c, enum gateway_error err, const char *message, int must_close)
+{
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	enum respond_connection conn;
+
+	c->rq->gw_error = (int)err;
+	if (c->rq->resp_started) {
+		/* Too late for an error response: cut the connection so the truncation shows. */
+		c->keepalive = 0;
+		c->rq->up_close = 1;
+		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
+		client_log(c);
+		exchange_end(&c->rq->ex, 0);
+		client_close_after_flush(c, CLIENT_CLOSE_UPSTREAM_ERROR);
+		return;
+	}
+	exchange_end(&c->rq->ex, 0);
+	/* A forwarded JSON-RPC call that got no answer: its error object answers it. */
+	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
+		return;
+	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
+	if (must_close || !c->rq->req_done || c->w->draining) {
+		c->keepalive = 0;
+		client_closing_for(c, client_error_closes(err, c->w->draining));
+	}
+	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
+	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
+	c->rq->status = gateway_errors[err].status;
+	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, c->rq->head_request,
+	    &c->rq->head_sent);
+	c->rq->resp_started = 1;
+	client_request_end(c);
+}
+
+/* The upstream's hash_key for this request, kept for every try. */
+void
+client_hash_key(struct client *c, const struct http_request *req)
+{
+	const char *var = c->rq->upool->cfg->hash_key;
+	struct http_str v = { "", 0 };
+
+	if (var != NULL && strncmp(var, "$json.", 6) == 0) {
+		/* A body field: only a proxied request has read one. */
+		route_scan_value(&c->rq->scan, var + 6, strlen(var + 6), &v.p, &v.len);
+		c->rq->hash_key_len = v.len < sizeof(c->rq->hash_key) ? v.len : sizeof(c->rq->hash_key);
+		memcpy(c->rq->hash_key, v.p, c->rq->hash_key_len);
+		return;
+	}
+	c->rq->hash_key_len = exchange_hash_key(c->rq->upool->cfg, c->addr, req, req->target, req->path,
+	    c->rq->hash_key, sizeof(c->rq->hash_key));
+}
+
+#define PROXY_USES(uses, var) (((uses) & (1u << REWRITE_VAR_##var)) != 0)
+
+/* The $variables of this request that ops using the ones in uses (1 << REWRITE_VAR_*) need;
+ * request headers are the caller's to add. */
+void
+proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
+    struct body_tls_text *tls_text)
+{
+	const struct config_server *srv = proxy_server(c);
+
+	memset(vars, 0, sizeof(*vars));
+	vars->request_id.p = c->rq->request_id;
+	vars->request_id.len = c->rq->request_id_len;
+	vars->route.p = vars->upstream.p = vars->remote_addr.p = "";
+	if (PROXY_USES(uses, ROUTE)) {
+		vars->route.p = c->rq->route->name;
+		vars->route.len = strlen(c->rq->route->name);
+	}
+	if (PROXY_USES(uses, UPSTREAM) && srv != NULL) {
+		vars->upstream.p = srv->addr.text;
+		vars->upstream.len = strlen(srv->addr.text);
+	}
+	if (PROXY_USES(uses, REMOTE_ADDR)) {
+		vars->remote_addr.p = c->addr;
+		vars->remote_addr.len = strlen(c->addr);
+	}
+	if (PROXY_USES(uses, TIME_ISO8601))
+		vars->now = (long long)time(NULL);
+	body_tls_vars(uses, &c->conn, vars, tls_text);
+	route_scan_vars(&c->rq->scan, vars);
+	path_vars_vars(&c->rq->pathv, vars);
+}
+
+/* For $header.NAME in response ops: the request head kept in req_copy, parsed again. */
+void
+proxy_kept_request_headers(struct client *c, struct rewrite_vars *vars)
+{
+	struct http_request *req = &c->w->req;
+	size_t ql = c->rq->req_copy != NULL ? evbuffer_get_length(c->rq->req_copy) : 0;
+
+	if (ql != 0 && http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy,
+	    (ev_ssize_t)ql), ql, req) > 0)
+		body_vars_headers(vars, req);
+}
+
+/* The route needs more of the body to decide: read it (its window, no more), within
+ * client_body, the runtime kept for when it is decided. */
+static void
+client_scan_wait(struct client *c, size_t head_len)
+{
+	const struct config *cfg = client_cfg(c);
+
+	if (c->rq->wr == NULL) {
+		c->rq->wr = c->w->cur;
+		worker_runtime_ref(c->rq->wr);
+	}
+	proxy_continue(c);
+	c->conn.read_max = route_scan_input_max(cfg, head_len);
+	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
+	conn_read_stop(&c->conn);       /* and start: input held back by the old limit is read */
+	conn_read_start(&c->conn);
+}
+
+/* More of the body came while the route waits for it. */
+void
+client_scan_more(struct client *c)
+{
+	struct http_request *req = &c->w->req;
+	size_t hl = c->rq->scan.head_len;
+
+	http_parse_request((const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)hl), hl, req);
+	c->conn.read_max = FLOW_HIGH;
+	client_route(c, req, (ssize_t)hl);
+}
+
+/* Choose the route of the request whose head (r bytes) leads the input, and start it. */
+void
+client_route(struct client *c, struct http_request *req, ssize_t r)
+{
+	struct worker *w = c->w;
+	struct evbuffer *in = c->conn.in;
+	const struct config *cfg = client_cfg(c);
+	int mismatch = 0, wants;
+
+	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
+	    &mismatch) == ROUTE_SCAN_WAIT) {
+		client_scan_wait(c, (size_t)r);
+		return;
+	}
+	if (c->rq->route == NULL) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, mismatch ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
+		return;
+	}
+	if (c->rq->wr == NULL) {
+		c->rq->wr = w->cur;
+		worker_runtime_ref(c->rq->wr);
+	}
+	if (path_vars_set(&c->rq->pathv, c->rq->route, req->path.p, req->path.len) < 0) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	if (c->rq->route->backends != NULL) {
+		proxy_aggregate(c, req, (size_t)r);
+		return;
+	}
+	if (c->rq->route->jsonrpc != NULL) {
+		proxy_jsonrpc(c, req, (size_t)r);
+		return;
+	}
+	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
+	/* Only GET's answer tells the status and length the ops give it: ask for that. */
+	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
+	client_hash_key(c, req);
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->rq->route) &&
+	    body_accepts_gzip(req->headers, req->nheaders);
+	if ((c->rq->route->request != NULL || proxy_response_needs_headers(c->rq->route)) &&
+	    proxy_keep_request_head(c, (size_t)r) < 0) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	if (c->rq->route->request != NULL && (wants = proxy_wants_request_body(c, req)) < 0)
+		return;
+	if (c->rq->route->request != NULL && wants) {
+		/* Too large for the ops: refused, or streamed untouched below. */
+		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
+		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
+		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
+			return;
+		if (c->rq->req_mode != BODY_LENGTH || c->rq->req_left <= cfg->limits.max_body) {
+			/* The try starts now, connecting while the body comes: $upstream in the
+			 * ops names its server. */
+			evbuffer_drain(in, (size_t)r);
+			c->rq->req_buffering = 1;
+			c->rq->pick_after_body = proxy_hashes_by_field(c);
+			if (!c->rq->pick_after_body)
+				proxy_try(c, 0);
+			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
+				proxy_start_request_collect(c);
+			return;
+		}
+	}
+	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->idempotent &&
+	    c->rq->upool->cfg->retry_body != 0 &&
+	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
+	if (proxy_build_upstream_head(c, req) < 0) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return;
+	}
+	evbuffer_drain(in, (size_t)r);
+	proxy_plan_body(c);
+	if (c->state == CLIENT_BUSY)
+		proxy_try(c, 0);
+}

@@ -1,0 +1,378 @@
+/*
+ * A request on a client connection, and the connection: what the files of a request's
+ * life share (client.c, request.c, proxy_request.c, proxy.c, kind_aggregate.c,
+ * kind_jsonrpc.c).  Private to them.
+ */
+#ifndef JG_REQUEST_H
+#define JG_REQUEST_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "access_log.h"
+#include "aggregate.h"
+#include "body.h"
+#include "close_reason.h"
+#include "conn.h"
+#include "errors.h"
+#include "exchange.h"
+#include "header_ops.h"
+#include "headers.h"
+#include "http.h"
+#include "jsonrpc_route.h"
+#include "log.h"
+#include "metrics.h"
+#include "path_vars.h"
+#include "respond.h"
+#include "route.h"
+#include "route_scan.h"
+#include "server.h"
+#include "tls.h"
+#include "upstream.h"
+#include "upstream_state.h"
+#include "config.h"
+#include "proxy.h"
+
+/* Bytes queued towards a slow peer before we stop reading from the other side. */
+#define FLOW_HIGH (256 * 1024)
+#define FLOW_LOW (64 * 1024)
+/* Largest response head accepted from an upstream. */
+#define UPSTREAM_MAX_HEAD (64 * 1024)
+/* What a plain upstream connection reads before the head of an answer the route's ops
+ * collect: the part of a Content-Length body read with the head is copied into its block,
+ * the rest is read straight into place.  Bodies this small come in one read, as before. */
+#define UPSTREAM_HEAD_READ (32 * 1024)
+/* Unsent output above which a connection's next request waits for its client to read what
+ * it was sent: a client that pipelines requests and never reads costs this much, not an
+ * answer per request it wrote. */
+#define PIPELINE_HIGH (64 * 1024)
+#define PIPELINE_LOW (16 * 1024)
+/* Requests of one pipeline handled in one turn; then the other connections get theirs. */
+#define PIPELINE_TURN 32
+
+enum client_state {
+	CLIENT_IDLE,                    /* waiting for (the rest of) a request head */
+	CLIENT_BUSY,                    /* a request is being proxied */
+	CLIENT_CLOSING,                 /* flushing the last bytes, then close */
+	CLIENT_DEAD                     /* closed; memory freed from the loop */
+};
+
+enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
+
+enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_LINGER };
+
+/* A request on a client connection, from its head to the end of its answer, and its tries
+ * with upstream servers.  Requests come from a per-worker free list: a connection waiting
+ * for its next request holds none. */
+struct request {
+	struct request *next_free;      /* in its worker's free list */
+	/* Kept from one request to the next (drained, emptied): buffers, the exchange's timer,
+	 * the route scan's and the path captures' memory. */
+	struct exchange ex;             /* the try in progress */
+	struct evbuffer *up_head;       /* the head sent upstream, written once for every try */
+	struct evbuffer *req_body;      /* the request body to send (request ops), or NULL */
+	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
+	struct evbuffer *resp_head;     /* the upstream's head, kept while the body is collected */
+	struct evbuffer *body;          /* the collected body */
+	struct route_scan scan;         /* the body's first bytes, read to choose the route */
+	struct path_vars pathv;         /* the captures of its route's path template */
+	/* Written before they are read in every request (lengths and counts are zeroed). */
+	char hash_key[256];             /* the hash balancing key of this request */
+	struct server_pool *tried[CONFIG_MAX_TRIES];
+	char last_message[384];
+	char method[16];                /* for the access log, and the ones below */
+	char target[512];
+	char request_id[130];
+	char user_agent[128];
+	char referer[128];
+
+	/* Zeroed for every request (REQUEST_STATE on). */
+	struct worker_runtime *wr;
+	const struct config_route *route;
+	struct upstream_pool *upool;
+	size_t replay_len;              /* body bytes at the front of the input kept for another
+	                                 * try, until the answer starts */
+	size_t hash_key_len;
+	unsigned idempotent : 1;        /* safe to send twice (method, or Idempotency-Key) */
+	unsigned replayable : 1;        /* the request can be sent again once it went out */
+	unsigned buffer_body : 1;       /* the body is kept in the input: wait for all of it */
+	unsigned keep_chunked : 1;      /* a chunked body kept de-chunked in req_body: up_head
+	                                 * waits for its framing until the body's end */
+	unsigned expect_continue : 1;
+	unsigned head_request : 1;
+	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
+	unsigned req_done : 1;          /* request body fully passed upstream (or in hand) */
+	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
+	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
+	unsigned sent : 1;              /* this try's request bytes went out */
+	unsigned noted : 1;             /* this try's server is in tried[] */
+	unsigned stale_retried : 1;     /* a stale pooled connection was replaced once */
+	unsigned pick_after_body : 1;   /* the server is chosen once the body the request ops
+	                                 * take is in: its upstream hashes by a $json field */
+	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
+	enum body_mode req_mode;
+	uint64_t req_left;
+	struct http_chunked req_chunk;
+	struct body_block *req_block;   /* a request body collected for request ops */
+	size_t req_block_len;           /* its bytes so far, de-chunked */
+	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
+	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
+
+	/* Its tries. */
+	size_t ntried;
+	unsigned retries;               /* retries of retry_on (not connect failovers) */
+	enum gateway_error last_error;  /* what the latest failed try would answer */
+
+	/* The answer. */
+	unsigned resp_started : 1;      /* response head sent to the client */
+	unsigned resp_head_seen : 1;    /* the upstream's final response head was parsed */
+	unsigned resp_buffering : 1;    /* collecting a JSON body for the route's envelope ops */
+	unsigned resp_rechunk : 1;      /* re-framing a de-chunked body as chunks */
+	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
+	unsigned resp_sinking : 1;      /* the upstream connection reads into resp_block */
+	unsigned up_close : 1;          /* upstream connection not reusable after this response */
+	unsigned answer_refused : 1;    /* a well-formed answer the ops refused for the gateway's
+	                                 * own reasons: no fault of its server */
+	const struct rewrite_program *resp_prog;   /* the ops this answer's status calls for */
+	struct body_block *resp_block;  /* or: a Content-Length body read straight into a block */
+	size_t resp_block_len;
+	enum body_mode resp_mode;
+	uint64_t resp_left;
+	struct http_chunked resp_chunk;
+
+	/* For the access log. */
+	int status;
+	int gw_error;                   /* gateway error answered, or -1 (for metrics) */
+	uint64_t bytes_sent;
+	size_t head_sent;               /* of bytes_sent, the response head's */
+	struct timespec start;
+	size_t request_id_len;
+};
+
+#define REQUEST_STATE offsetof(struct request, wr)
+/* Requests a worker keeps for the next ones, beyond those in progress. */
+#define REQUESTS_KEPT 256
+
+/* A client connection (the downstream side) and the request in progress on it, if any. */
+struct client {
+	LIST_ENTRY(client) entry;
+	struct worker *w;
+	struct conn conn;
+	struct deadline timer;          /* keep-alive, header and lingering-close limits */
+	enum timer_mode timer_mode;
+	enum client_state state;
+	enum client_close close_reason; /* why it closes, once decided (the first reason given) */
+	char addr[INET6_ADDRSTRLEN];
+	int http_minor;
+	unsigned keepalive : 1;
+	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
+	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
+	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
+	unsigned processing : 1;        /* client_process runs for it: a request's end goes on
+	                                 * with the next one from there, not by recursion */
+	unsigned out_paused : 1;        /* waiting for the client to read before the next
+	                                 * pipelined request */
+	unsigned resume_queued : 1;     /* in w->resume: its pipeline goes on at its next turn */
+	TAILQ_ENTRY(client) resume_entry;
+
+	struct request *rq;             /* from its head to its end (until the reaper once closed) */
+};
+
+/* Framing lines are written on every message: no printf on that path. */
+static inline char *
+put_bytes(char *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+#define put_lit(p, lit) put_bytes((p), (lit), sizeof(lit) - 1)
+
+static inline char *
+put_content_length(char *p, uint64_t v)
+{
+	char digits[20];
+	int n = 0;
+
+	p = put_lit(p, "Content-Length: ");
+	do
+		digits[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	while (n > 0)
+		*p++ = digits[--n];
+	return put_lit(p, "\r\n");
+}
+
+enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
+
+/* client.c */
+void client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms);
+/* Every state change goes through here, so the active/idle connection gauges stay true. */
+void client_set_state(struct client *c, enum client_state state);
+/* The connection will close, for why (unless a reason was given before). */
+void client_closing_for(struct client *c, enum client_close why);
+/* Stop reading, send what is queued, then close for why. */
+void client_close_after_flush(struct client *c, enum client_close why);
+/*
+ * Handle the requests whose heads lead the input, one after the other: in a loop, never by
+ * recursion (20,000 pipelined requests in one read must not grow the stack), at most
+ * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
+ * answers.  A request that ends inside the loop leaves the next one to it.
+ */
+void client_process(struct client *c);
+/* Send what both sides have queued. */
+void proxy_flush(struct client *c);
+
+/* request.c */
+/* The route rewrites responses, for response_on's statuses or for the others. */
+int proxy_has_response_ops(const struct config_route *route);
+/* Bits 1 << REWRITE_VAR_* of the variables an op list uses. */
+unsigned proxy_prog_vars(const struct rewrite_program *prog);
+/*
+ * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
+ * Under fail the client gets err with message (NULL: its default text): 1, the request is
+ * answered.  0: the body goes on untouched.
+ */
+int proxy_unrewritten(struct client *c, enum metrics_direction direction,
+    enum metrics_envelope_reason why, enum gateway_error err, const char *message,
+    int must_close);
+/* Why the ops could not rewrite a body, for jsongate_envelope_total. */
+enum metrics_envelope_reason proxy_unrewritten_reason(const struct body_result *res);
+const struct config *client_cfg(const struct client *c);
+/* The connection of the try in progress (the caller knows there is one). */
+struct conn *upconn(struct client *c);
+/* The server of the latest try, or NULL. */
+const struct config_server *proxy_server(const struct client *c);
+/* Empty the buffers a request keeps for the next one: however the request ended, none of
+ * what it read or wrote may go out with the next request that takes them. */
+void request_drain(struct request *rq);
+/* c's head is here: it gets a request, from the worker's free list when one is there, with
+ * its per-request state zeroed.  0, or -1 without memory. */
+int client_request_attach(struct client *c);
+/* c's request is over (buffers drained, tries ended): back to the free list, or freed when
+ * the worker keeps enough. */
+void client_request_detach(struct client *c);
+void client_now(struct timespec *ts);
+void client_log(struct client *c);
+/* Let go of the body blocks; the socket layer must not write into them any more. */
+void proxy_drop_block(struct client *c);
+/* The answer started: what was kept for another try can go. */
+void proxy_drop_replay(struct client *c);
+/* The response is complete (or the request ended in an error): log, reset, go on. */
+void client_request_end(struct client *c);
+/* Answer with a gateway error; a request that cannot be framed any more closes after. */
+void client_error(struct client *c, enum gateway_error err, const char *message, int must_close);
+/* The upstream's hash_key for this request, kept for every try. */
+void client_hash_key(struct client *c, const struct http_request *req);
+/* The $variables of this request that ops using the ones in uses (1 << REWRITE_VAR_*) need;
+ * request headers are the caller's to add. */
+void proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
+    struct body_tls_text *tls_text);
+/* For $header.NAME in response ops: the request head kept in req_copy, parsed again. */
+void proxy_kept_request_headers(struct client *c, struct rewrite_vars *vars);
+/* More of the body came while the route waits for it. */
+void client_scan_more(struct client *c);
+/* Choose the route of the request whose head (r bytes) leads the input, and start it. */
+void client_route(struct client *c, struct http_request *req, ssize_t r);
+
+/* proxy_request.c */
+/* The target to send upstream (the route's strip_prefix applied) in the worker's buffer: its
+ * length, or -1 without memory. */
+int proxy_rewrite_target(struct client *c, const struct http_request *req);
+/* Write the head to send upstream for req into up_head, once for every try. */
+int proxy_build_upstream_head(struct client *c, struct http_request *req);
+/* Remove every header named lower_name (the body it described was changed). */
+void proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name);
+/* Nothing upstream will ask for a body we read first: invite it ourselves. */
+void proxy_continue(struct client *c);
+/* Request ops: take the body in first (its head is kept in req_copy), then connect. */
+void proxy_start_request_collect(struct client *c);
+/* The request body to send is req_body: keep it for another try when it is small enough. */
+void proxy_send_collected(struct client *c);
+/* The request's upstream balances by a field of the body: read whole by request ops, the
+ * body is in before a server is chosen. */
+int proxy_hashes_by_field(const struct client *c);
+/* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
+void proxy_collect_request_body(struct client *c);
+/* Feed the first segment vec of in to a chunked decoder: payload moves to dst, framing is
+ * dropped.  Returns what http_chunked_feed said. */
+int proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
+    struct evbuffer *dst);
+/* The collected request body went into req_body (by reference) or was rewritten. */
+void proxy_drop_request_block(struct client *c);
+/* Response ops may read request headers ($header.NAME) after the head has left the input. */
+int proxy_keep_request_head(struct client *c, size_t len);
+/* 1 when the request body is one for request ops (a JSON body; one in a coding they cannot
+ * read follows on_error); else it goes untouched, counted with the reason.  Under on_error:
+ * fail a body that is not JSON by its type is refused (-1, answered 415): most frameworks
+ * read such a body as JSON all the same, and it must not reach them past the ops. */
+int proxy_wants_request_body(struct client *c, const struct http_request *req);
+/* How a request without request ops takes its body: kept whole in the input for another try
+ * when it is within retry_body, else streamed once the connection is ready. */
+void proxy_plan_body(struct client *c);
+/*
+ * A chunked body of an idempotent request is kept, de-chunked, for another try while it stays
+ * within retry_body; all of it here, it goes with a Content-Length.  Larger, what came goes
+ * as one chunk and the rest streams in chunks: the request cannot be sent twice.
+ */
+void proxy_keep_chunked(struct client *c);
+/* The connection is ready: send the head, then the body (a copy when it may go again). */
+void proxy_send_request(struct client *c);
+/* Pass request body bytes from the client to the upstream as they arrive. */
+void proxy_forward_request_body(struct client *c);
+
+/* proxy.c */
+/* The request is over (logged): the servers it tried may go. */
+void proxy_forget_tried(struct client *c);
+/* Start a try on a server not tried yet (fresh: on a new connection). */
+void proxy_try(struct client *c, int fresh);
+/* Remember why this try failed: what the client gets if no other try succeeds. */
+void proxy_try_error(struct client *c, enum gateway_error err, const char *fmt, const char *detail);
+/* Write our response head for resp: its headers, our framing and connection handling. */
+void proxy_write_response_head(struct client *c, struct http_response *resp,
+    enum out_framing framing, uint64_t length, const char *extra);
+/* Keep the answer's head (head_len bytes of the upstream input) and collect its body before
+ * answering.  0, or -1 when answered with an error. */
+int proxy_hold_response(struct client *c, size_t head_len);
+/* Send n bytes of a body we hold to the client, or drop them for a HEAD request. */
+void proxy_send_body(struct client *c, struct evbuffer *body, size_t n);
+/* Move up to n bytes of the upstream input to the client. */
+void proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n);
+void proxy_forward_response_body(struct client *c);
+void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
+
+/* kind_aggregate.c */
+/* The request goes to the route's backends, not upstream: nothing of it is forwarded but
+ * what the backends' configuration takes from it. */
+void proxy_aggregate(struct client *c, const struct http_request *req, size_t head_len);
+void proxy_end_aggregate(struct client *c);
+
+/* kind_jsonrpc.c */
+/* A forwarded call failed before an answer came: 1 when it is answered as a batch element
+ * would be (its JSON-RPC error, or 204 for a notification), 0 when the gateway error goes
+ * out instead. */
+int proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *message);
+/* A forwarded call's answer that is judged before the client gets any of it: read whole,
+ * up to limits.max_body.  0 while it is read, -1 once answered. */
+int proxy_jsonrpc_hold_answer(struct client *c, size_t head_len);
+/* The answer to judge is larger than limits.max_body: the call fails as a batch's would. */
+void proxy_jsonrpc_too_large(struct client *c);
+/* The whole answer of a forwarded call is in: it goes as the upstream sent it when it answers
+ * the call, else the call gets what a batch element would. */
+void proxy_jsonrpc_judge(struct client *c);
+/* The body is in: split it, and forward a single call or wait for the answer. */
+void proxy_jsonrpc_start(struct client *c, struct http_request *req);
+/* A JSON-RPC route takes POSTed bodies, read whole (up to limits.max_body) before anything
+ * is sent. */
+void proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len);
+void proxy_end_jsonrpc(struct client *c);
+
+#endif
