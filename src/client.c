@@ -4,6 +4,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "path_norm.h"
+
 void
 client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 {
@@ -274,7 +276,7 @@ client_read_head(struct client *c)
 	struct http_request *req = &w->req;
 	size_t len, want;
 	unsigned char *p;
-	ssize_t r;
+	ssize_t r, shift;
 
 	/* Empty lines before the request line are part of the head for the parser and the limit. */
 	if ((len = evbuffer_get_length(in)) == 0)
@@ -329,6 +331,16 @@ client_read_head(struct client *c)
 	if (c->conn.tls_plain) {
 		client_error(c, GW_BAD_REQUEST, "plain HTTP request sent to HTTPS port", 1);
 		return;
+	}
+	/* Routes match, and the upstream gets, the normal path: the head is rewritten. */
+	if ((shift = path_norm_head((char *)p, (size_t)r, req)) < 0) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_BAD_REQUEST, "the path climbs above /", 0);
+		return;
+	} else if (shift > 0) {
+		evbuffer_drain(in, (size_t)shift);
+		r -= shift;
+		http_parse_request((const char *)evbuffer_pullup(in, r), (size_t)r, req);
 	}
 	client_route(c, req, r);
 }

@@ -1,8 +1,9 @@
 /*
  * Route matching: the first route in file order whose host, path and methods match.
  *
- * Paths are compared as the client sent them (no percent-decoding, no dot-segment removal),
- * path_prefix as a plain string prefix like nginx's prefix locations.
+ * Paths are compared as the worker hands them over, normalised by path_norm (no dot
+ * segments, no empty ones) but not percent-decoded; path_prefix as a plain string prefix like
+ * nginx's prefix locations.
  */
 #include "http.h"
 #include "route.h"

@@ -36,7 +36,8 @@ int route_pattern_match(const struct route_pattern *p, const char *path, size_t 
 /*
  * Return the first matching route, or NULL.  When no route matches but some route matched on
  * host and path and only the method differed, *method_mismatch is set to 1 (-> 405), else 0.
- * host may carry a ":port" suffix, which is ignored; path excludes the query string.
+ * host may carry a ":port" suffix, which is ignored; path excludes the query string and is
+ * normalised (path_norm).
  */
 const struct config_route *route_match(const struct config *cfg,
     const char *host, size_t host_len, const char *path, size_t path_len,

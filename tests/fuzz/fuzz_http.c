@@ -6,6 +6,8 @@
  * http_parse_response and http_chunked_feed; the decoder is fed whole, in the pieces the
  * split lengths describe, and byte by byte, and must give the same result every time.
  * Parsed heads also go through the header rules, whose output must be a well-formed head.
+ * A request head with its path normalised in place (path_norm_head) parses again, to the
+ * same head but for a normal path.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "headers.h"
 #include "http.h"
+#include "path_norm.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
 
@@ -87,6 +90,40 @@ fuzz_rules_response(const struct http_response *resp)
 }
 
 static void
+fuzz_norm_head(const char *buf, size_t len, const struct http_request *req)
+{
+	static struct http_request in, again;
+	char *copy, *out;
+	size_t n, end;
+	ssize_t shift;
+
+	if ((copy = malloc(len)) == NULL || (out = malloc(len)) == NULL) {
+		free(copy);
+		return;
+	}
+	memcpy(copy, buf, len);
+	FUZZ_CHECK(http_parse_request(copy, len, &in) == (ssize_t)len);
+	shift = path_norm_head(copy, len, &in);
+	FUZZ_CHECK(shift >= PATH_NORM_ABOVE_ROOT && shift < (ssize_t)len);
+	if (shift > 0) {
+		FUZZ_CHECK(http_parse_request(copy + shift, len - (size_t)shift, &again) ==
+		    (ssize_t)len - shift);
+		FUZZ_CHECK(again.path.len + (size_t)shift == req->path.len);
+		FUZZ_CHECK(path_norm(again.path.p, again.path.len, out, &n) == PATH_NORM_ASIS);
+		FUZZ_CHECK(again.query.len == req->query.len &&
+		    memcmp(again.query.p, req->query.p, req->query.len) == 0);
+		FUZZ_CHECK(again.method_bit == req->method_bit && again.nheaders == req->nheaders);
+		/* what follows the target stays where it was */
+		end = (size_t)(req->target.p + req->target.len - buf);
+		FUZZ_CHECK(memcmp(copy + end, buf + end, len - end) == 0);
+	} else if (shift == 0) {
+		FUZZ_CHECK(memcmp(copy, buf, len) == 0);
+	}
+	free(copy);
+	free(out);
+}
+
+static void
 fuzz_request(const char *buf, size_t len)
 {
 	static struct http_request req, again;
@@ -110,6 +147,7 @@ fuzz_request(const char *buf, size_t len)
 	FUZZ_CHECK(http_parse_request(buf, (size_t)r, &again) == r);
 	FUZZ_CHECK(http_parse_request(buf, (size_t)r - 1, &again) == HTTP_INCOMPLETE);
 	fuzz_rules_request(&req);
+	fuzz_norm_head(buf, (size_t)r, &req);
 }
 
 static void

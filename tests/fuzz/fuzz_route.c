@@ -1,8 +1,10 @@
 /*
- * libFuzzer target for route matching and the path sent upstream (strip_prefix).  The routes
- * are a fixed configuration; the input is a control byte (the method), a Host line ending in
- * '\n', then the request path with an optional query.  Checked: a match satisfies its route's
- * host, path and method; the rewritten target starts with '/', is the path without the strip
+ * libFuzzer target for path normalisation, route matching and the path sent upstream
+ * (strip_prefix).  The routes are a fixed configuration; the input is a control byte (the
+ * method), a Host line ending in '\n', then the request path with an optional query.  The path
+ * is normalised first, as a worker does.  Checked: the normal path is no longer, normal (a
+ * second pass leaves it), the same when made in place; a match satisfies its route's host,
+ * path and method; the rewritten target starts with '/', is the path without the strip
  * prefix (or "/") followed by the query, and too small an output buffer gives -1, never a
  * write past it.
  */
@@ -15,6 +17,7 @@
 
 #include "config.h"
 #include "http.h"
+#include "path_norm.h"
 #include "route.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
@@ -92,6 +95,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t hlen, plen, qlen;
 	unsigned method;
 	int mismatch;
+	char norm[1024], again[1024];
+	size_t nlen, alen;
+	int n;
 
 	if (cfg == NULL)
 		fuzz_load();
@@ -110,6 +116,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		q = path + plen;
 		qlen = 0;
+	}
+	if (plen > sizeof(norm) || (n = path_norm(path, plen, norm, &nlen)) == PATH_NORM_ABOVE_ROOT)
+		return 0;
+	if (n == PATH_NORM_DONE) {
+		FUZZ_CHECK(nlen <= plen && nlen > 0 && norm[0] == '/');
+		FUZZ_CHECK(path_norm(norm, nlen, again, &alen) == PATH_NORM_ASIS);
+		memcpy(again, path, plen);
+		FUZZ_CHECK(path_norm(again, plen, again, &alen) == PATH_NORM_DONE && alen == nlen &&
+		    memcmp(again, norm, nlen) == 0);
+		path = norm;
+		plen = nlen;
 	}
 	r = route_match(cfg, host, hlen, path, plen, method, &mismatch);
 	if (r == NULL)

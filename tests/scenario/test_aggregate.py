@@ -367,7 +367,8 @@ def route_request_headers_go_to_every_backend(env):
 @T.case
 def path_captures_stay_inside_the_backend_path(env):
     """A %2F in a capture stays %2F in a backend path; a capture holding a dot segment
-    ("." or "..", encoded or not, around a %2F too) is a bad request, no backend asked."""
+    once decoded ("." or "..", encoded or not, around a %2F) is a bad request, no backend
+    asked.  Dot segments of the client's path itself are resolved before routing."""
     files = env.scripted(default=json_answer(b'"f"'))
     other = env.scripted(default=json_answer(b'"o"'))
     conf = upstream_config('127.0.0.1:1', routes=[
@@ -382,24 +383,29 @@ def path_captures_stay_inside_the_backend_path(env):
                          'other': {'servers': [other.address]}}
     gw = env.daemon(conf)
     c = env.client(gw.port)
-    for target in ('/files/..%2F..%2Fadmin', '/files/a/../b', '/files/%2e%2E/x', '/files/a/./b',
-                   '/files/a%2F.', '/files/..', '/files/x/%2E'):
+    for target in ('/files/..%2F..%2Fadmin', '/files/a%2F..%2Fb', '/files/%2e%2E%2Fx',
+                   '/files/a%2F.%2Fb', '/files/a%2F.', '/files/..%2F', '/files/x/%2E%2F'):
         r = get(env, gw, target, headers=[('X-Request-Id', 'dot')], client=c)
         env.gateway_error('%s: 400' % target, r, 400, 'bad_request',
                           'backend f: ${path.rest} holds a dot segment (\'.\' or \'..\'), which '
                           'cannot go in a path', False, request_id='dot')
-    r = get(env, gw, '/users/%2E.', headers=[('X-Request-Id', 'dot')], client=c)
+    r = get(env, gw, '/users/%2E.%2F', headers=[('X-Request-Id', 'dot')], client=c)
     env.gateway_error('a {NAME} capture too, its backend optional', r, 400, 'bad_request',
                       'backend u: ${path.id} holds a dot segment (\'.\' or \'..\'), which cannot go '
                       'in a path', False, request_id='dot')
     env.eq('no backend was asked', (files.requests, other.requests), ([], []))
-    for target in ('/files/a%2Fb/c', '/files/.../x.', '/files/a./.b/%2E%2E%2E', '/files/'):
+    for target in ('/files/a%2Fb/c', '/files/.../x.', '/files/a./.b/%2E%2E%2E', '/files/',
+                   '/files/a/../b', '/files/a/./b', '/files/x/%2E'):
         env.eq('%s: answered' % target, get(env, gw, target, client=c).status, 200)
-    env.eq('the backend paths: the client\'s slashes, a %2F stays %2F',
+    env.eq('the backend paths: the client\'s slashes, a %2F stays %2F, the path normal',
            [q.target for q in files.requests],
            ['/store/a%2Fb/c?q=a%2Fb%2Fc', '/store/.../x.?q=...%2Fx.',
-            '/store/a./.b/...?q=a.%2F.b%2F...', '/store/?q='])
-    r = get(env, gw, '/search/../x', client=c)
+            '/store/a./.b/...?q=a.%2F.b%2F...', '/store/?q=', '/store/b?q=b',
+            '/store/a/b?q=a%2Fb', '/store/x/?q=x%2F'])
+    for target in ('/files/%2e%2E/x', '/files/..', '/users/%2E.'):
+        env.eq('%s: the normal path, which no route takes' % target,
+               get(env, gw, target, client=c).status, 404)
+    r = get(env, gw, '/search/..%2Fx', client=c)
     env.eq('a dot segment in a query is no path: passed, encoded',
            (r.status, files.requests[-1].target), (200, '/find?q=..%2Fx'))
 
