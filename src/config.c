@@ -1021,7 +1021,7 @@ static const struct config_field config_match_fields[] = {
 	F_CUSTOM("path_prefix", config_parse_route_path_prefix, "path", NULL, 0,
 	    "path prefix, compared as a plain string (/api matches /api, /api/x and /apix)"),
 	F_CUSTOM("methods", config_parse_methods, "list", NULL, 0,
-	    "allowed methods (GET implies HEAD); others get 405"),
+	    "allowed methods (GET implies HEAD); others go on to later routes, 405 if none"),
 	F_CUSTOM("json", config_parse_route_json, "mapping|list", NULL, 0,
 	    "a condition on fields of the JSON request body, or a list that must all hold"),
 };

@@ -212,6 +212,7 @@ proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len)
 
 	if (req->method_bit != METHOD_POST) {
 		evbuffer_drain(c->conn.in, head_len);
+		c->rq->allow = METHOD_POST;
 		client_error(c, GW_METHOD_NOT_ALLOWED, "a JSON-RPC route takes POST requests", 0);
 		return;
 	}

@@ -358,6 +358,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 {
 	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 	enum respond_connection conn;
+	char allow[ROUTE_ALLOW_MAX];
 
 	c->rq->gw_error = (int)err;
 	if (c->rq->resp_started) {
@@ -382,8 +383,9 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
 	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
 	c->rq->status = gateway_errors[err].status;
-	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, c->rq->head_request,
-	    &c->rq->head_sent);
+	route_allow_header(err == GW_METHOD_NOT_ALLOWED ? c->rq->allow : 0, allow);
+	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, allow,
+	    c->rq->head_request, &c->rq->head_sent);
 	c->rq->resp_started = 1;
 	client_request_end(c);
 }
@@ -488,16 +490,16 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	struct worker *w = c->w;
 	struct evbuffer *in = c->conn.in;
 	const struct config *cfg = client_cfg(c);
-	int mismatch = 0, wants;
+	int wants;
 
 	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
-	    &mismatch) == ROUTE_SCAN_WAIT) {
+	    &c->rq->allow) == ROUTE_SCAN_WAIT) {
 		client_scan_wait(c, (size_t)r);
 		return;
 	}
 	if (c->rq->route == NULL) {
 		evbuffer_drain(in, (size_t)r);
-		client_error(c, mismatch ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
+		client_error(c, c->rq->allow ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
 		return;
 	}
 	if (c->rq->wr == NULL) {

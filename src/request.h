@@ -126,6 +126,7 @@ struct request {
 	size_t req_block_len;           /* its bytes so far, de-chunked */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
 	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
+	unsigned allow;                 /* a 405's Allow: METHOD_* bits */
 
 	/* Its tries. */
 	size_t ntried;

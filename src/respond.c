@@ -36,7 +36,8 @@ respond_json_escape(struct evbuffer *out, const char *s, size_t len)
 
 size_t
 respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
-    struct http_str request_id, enum respond_connection conn, int head_only, size_t *head_len)
+    struct http_str request_id, enum respond_connection conn, const char *extra, int head_only,
+    size_t *head_len)
 {
 	const struct gateway_error_info *info = &gateway_errors[err];
 	struct http_str reason = http_reason(info->status);
@@ -57,11 +58,12 @@ respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
 	body_len = evbuffer_get_length(body);
 
 	evbuffer_add_printf(out, "HTTP/1.1 %d %.*s\r\nContent-Type: application/json\r\n"
-	    "Content-Length: %zu\r\nX-Request-Id: %.*s\r\n%s\r\n",
+	    "Content-Length: %zu\r\nX-Request-Id: %.*s\r\n%s%s\r\n",
 	    info->status, (int)reason.len, reason.p, body_len,
 	    (int)request_id.len, request_id.p,
 	    conn == RESPOND_CONN_CLOSE ? "Connection: close\r\n" :
-	    conn == RESPOND_CONN_KEEPALIVE ? "Connection: keep-alive\r\n" : "");
+	    conn == RESPOND_CONN_KEEPALIVE ? "Connection: keep-alive\r\n" : "",
+	    extra != NULL ? extra : "");
 	*head_len = evbuffer_get_length(out) - before;
 	if (!head_only)
 		evbuffer_add_buffer(out, body);

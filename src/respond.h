@@ -15,10 +15,12 @@ enum respond_connection {
 };
 
 /* Append a complete error response to out (head_only: its head, for a HEAD request); message
- * NULL uses the table's text.  Returns the number of bytes appended, or 0 on allocation
- * failure; *head_len is set to those of the head (the rest is the body). */
+ * NULL uses the table's text; extra (NULL: none) are header lines, each ending in CRLF, to add
+ * (a 405's Allow).  Returns the number of bytes appended, or 0 on allocation failure;
+ * *head_len is set to those of the head (the rest is the body). */
 size_t respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
-    struct http_str request_id, enum respond_connection conn, int head_only, size_t *head_len);
+    struct http_str request_id, enum respond_connection conn, const char *extra, int head_only,
+    size_t *head_len);
 
 /* Append s to out as the inside of a JSON string (quotes not included), escaping as needed. */
 void respond_json_escape(struct evbuffer *out, const char *s, size_t len);

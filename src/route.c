@@ -241,19 +241,18 @@ route_path_matches(const struct config_route *route, const char *path, size_t pa
 
 const struct config_route *
 route_match(const struct config *cfg, const char *host, size_t host_len, const char *path,
-    size_t path_len, unsigned method_bit, int *method_mismatch)
+    size_t path_len, unsigned method_bit, unsigned *allowed)
 {
-	return route_match_from(cfg, 0, host, host_len, path, path_len, method_bit,
-	    method_mismatch);
+	return route_match_from(cfg, 0, host, host_len, path, path_len, method_bit, allowed);
 }
 
 const struct config_route *
 route_match_from(const struct config *cfg, size_t first, const char *host, size_t host_len,
-    const char *path, size_t path_len, unsigned method_bit, int *method_mismatch)
+    const char *path, size_t path_len, unsigned method_bit, unsigned *allowed)
 {
 	const struct config_route *route;
 	size_t i;
-	int mismatch = 0;
+	unsigned others = 0;
 
 	for (i = first; i < cfg->nroutes; i++) {
 		route = &cfg->routes[i];
@@ -262,16 +261,43 @@ route_match_from(const struct config *cfg, size_t first, const char *host, size_
 			continue;
 		if ((route->methods & method_bit) == 0) {
 			/* a later route may still take this method */
-			mismatch = 1;
+			others |= route->methods;
 			continue;
 		}
-		if (method_mismatch != NULL)
-			*method_mismatch = 0;
+		if (allowed != NULL)
+			*allowed = 0;
 		return route;
 	}
-	if (method_mismatch != NULL)
-		*method_mismatch = mismatch;
+	if (allowed != NULL)
+		*allowed = others;
 	return NULL;
+}
+
+size_t
+route_allow_header(unsigned methods, char *out)
+{
+	static const struct { unsigned bit; const char *name; } order[] = {
+		{ METHOD_GET, "GET" }, { METHOD_HEAD, "HEAD" }, { METHOD_POST, "POST" },
+		{ METHOD_PUT, "PUT" }, { METHOD_DELETE, "DELETE" }, { METHOD_OPTIONS, "OPTIONS" },
+		{ METHOD_PATCH, "PATCH" }, { METHOD_TRACE, "TRACE" }, { METHOD_CONNECT, "CONNECT" }
+	};
+	size_t i, n, len = 0;
+
+	for (i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		if ((methods & order[i].bit) == 0)
+			continue;
+		memcpy(out + len, len == 0 ? "Allow: " : ", ", len == 0 ? 7 : 2);
+		len += len == 0 ? 7 : 2;
+		n = strlen(order[i].name);
+		memcpy(out + len, order[i].name, n);
+		len += n;
+	}
+	if (len > 0) {
+		memcpy(out + len, "\r\n", 2);
+		len += 2;
+	}
+	out[len] = '\0';
+	return len;
 }
 
 int

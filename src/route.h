@@ -34,18 +34,28 @@ int route_pattern_match(const struct route_pattern *p, const char *path, size_t 
     struct http_str *caps);
 
 /*
- * Return the first matching route, or NULL.  When no route matches but some route matched on
- * host and path and only the method differed, *method_mismatch is set to 1 (-> 405), else 0.
- * host may carry a ":port" suffix, which is ignored; path excludes the query string and is
- * normalised (path_norm).
+ * Return the first matching route, or NULL.  A route that matches on host and path but not
+ * on the method lets later routes take the request.  When none does, *allowed (may be NULL)
+ * is set to the methods of those routes, METHOD_* bits (-> 405 with Allow); when no route
+ * matched the host and path, or one took the request, to 0.  host may carry a ":port"
+ * suffix, which is ignored; path excludes the query string and is normalised (path_norm).
  */
 const struct config_route *route_match(const struct config *cfg,
     const char *host, size_t host_len, const char *path, size_t path_len,
-    unsigned method_bit, int *method_mismatch);
+    unsigned method_bit, unsigned *allowed);
 /* The same from cfg->routes[first] on: the routes before it were looked at already. */
 const struct config_route *route_match_from(const struct config *cfg, size_t first,
     const char *host, size_t host_len, const char *path, size_t path_len,
-    unsigned method_bit, int *method_mismatch);
+    unsigned method_bit, unsigned *allowed);
+
+/* Longest line route_allow_header writes, its NUL included. */
+#define ROUTE_ALLOW_MAX \
+	sizeof("Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE, CONNECT\r\n")
+
+/* The Allow header line naming the methods in METHOD_* bits, in a fixed order
+ * ("Allow: GET, HEAD, POST\r\n"; "" for none), NUL-terminated in out[ROUTE_ALLOW_MAX]: its
+ * length. */
+size_t route_allow_header(unsigned methods, char *out);
 
 /* The captures of route's path template in path, which route matched: their number. */
 size_t route_captures(const struct config_route *route, const char *path, size_t path_len,

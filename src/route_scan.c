@@ -351,12 +351,13 @@ route_scan_capture(struct route_scan *rs, const struct config *cfg,
 int
 route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct config *cfg,
     const struct http_request *req, struct evbuffer *in, size_t head_len,
-    const struct config_route **out, int *method_mismatch)
+    const struct config_route **out, unsigned *allowed)
 {
 	struct route_scan_window win;
 	const struct config_route *route;
 	size_t next = 0;
-	int mismatch = 0, m, r = 1, json;
+	unsigned mismatch = 0, m;
+	int r = 1, json;
 
 	if (!rs->waiting) {
 		rs->head_len = head_len;
@@ -407,7 +408,7 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 	}
 	rs->waiting = 0;
 	*out = route;
-	*method_mismatch = route == NULL && mismatch;
+	*allowed = route == NULL ? mismatch : 0;
 	return ROUTE_SCAN_DONE;
 }
 

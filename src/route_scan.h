@@ -67,11 +67,11 @@ enum route_scan_result {
  * The route of the request whose head req (head_len bytes, parsed from the front of in)
  * comes before its body in in: the first route in file order whose host, path, methods and
  * match.json hold, with its $json.PATH values.  Routes that read no field never wait.
- * *method_mismatch as route_match sets it.  Returns an enum route_scan_result.
+ * *allowed as route_match sets it.  Returns an enum route_scan_result.
  */
 int route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct config *cfg,
     const struct http_request *req, struct evbuffer *in, size_t head_len,
-    const struct config_route **route, int *method_mismatch);
+    const struct config_route **route, unsigned *allowed);
 
 /* How much input to hold while waiting: the head and enough body to fill the window. */
 size_t route_scan_input_max(const struct config *cfg, size_t head_len);

@@ -4,9 +4,9 @@
  * method), a Host line ending in '\n', then the request path with an optional query.  The path
  * is normalised first, as a worker does.  Checked: the normal path is no longer, normal (a
  * second pass leaves it), the same when made in place; a match satisfies its route's host,
- * path and method; the rewritten target starts with '/', is the path without the strip
- * prefix (or "/") followed by the query, and too small an output buffer gives -1, never a
- * write past it.
+ * path and method, no match names methods without the request's; the rewritten target starts
+ * with '/', is the path without the strip prefix (or "/") followed by the query, and too small
+ * an output buffer gives -1, never a write past it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -94,7 +94,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *host, *path, *nl, *q;
 	size_t hlen, plen, qlen;
 	unsigned method;
-	int mismatch;
+	unsigned allowed;
 	char norm[1024], again[1024];
 	size_t nlen, alen;
 	int n;
@@ -128,10 +128,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		path = norm;
 		plen = nlen;
 	}
-	r = route_match(cfg, host, hlen, path, plen, method, &mismatch);
-	if (r == NULL)
+	r = route_match(cfg, host, hlen, path, plen, method, &allowed);
+	if (r == NULL) {
+		FUZZ_CHECK((allowed & method) == 0);
 		return 0;
-	FUZZ_CHECK(!mismatch);
+	}
+	FUZZ_CHECK(allowed == 0);
 	FUZZ_CHECK(r->methods & method);
 	if (r->path != NULL)
 		FUZZ_CHECK(strlen(r->path) == plen && memcmp(r->path, path, plen) == 0);

@@ -1205,11 +1205,13 @@ class Env:
         if not self.check(what, cond, detail):
             raise CheckFailed(what)
 
-    def gateway_error(self, what, r, status, code, message, close, request_id=None):
+    def gateway_error(self, what, r, status, code, message, close, request_id=None,
+                      headers=()):
         """Asserts the exact bytes of a gateway error response.
 
         The request id is the given one, or 32 lowercase hex digits; a
-        message of None accepts any message.
+        message of None accepts any message; headers are the (name, value)
+        lines the error carries at the end of its head (a 405's Allow).
         """
         if r is None:
             return self.check(what, False, 'no response (connection closed)')
@@ -1226,8 +1228,10 @@ class Env:
             message = m.group(1).decode() if m else ''
         body = gateway_error_body(status, code, message, rid)
         want = ('HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n'
-                'X-Request-Id: %s\r\n%s\r\n' % (status, REASONS[status], len(body), rid,
-                                                'Connection: close\r\n' if close else '')).encode()
+                'X-Request-Id: %s\r\n%s%s\r\n' % (status, REASONS[status], len(body), rid,
+                                                  'Connection: close\r\n' if close else '',
+                                                  ''.join('%s: %s\r\n' % h for h in headers))
+                ).encode()
         self.eq(what + ': head', r.head, want)
         self.eq(what + ': body', r.body, body)
 

@@ -492,7 +492,7 @@ def errors_the_gateway_answers_itself(env):
     n = len(up.requests)
     r = c.request('GET', '/rpc', [('Host', 'rpc.test'), ('X-Request-Id', 'g-1')])
     env.gateway_error('GET', r, 405, 'method_not_allowed', 'a JSON-RPC route takes POST requests',
-                      False, request_id='g-1')
+                      False, request_id='g-1', headers=[('Allow', 'POST')])
     r = post(env, gw, b'[' + b' ' * 3000 + b']', [('X-Request-Id', 'big')], client=c)
     env.gateway_error('a body over max_body', r, 413, 'payload_too_large', None, True,
                       request_id='big')

@@ -1,6 +1,7 @@
 """Every method proxied with its exact request line and body; HEAD; routing
-by path, path_prefix, host and methods; strip_prefix; demo envelopes pass
-through byte-identical."""
+by path, path_prefix, host and methods (a method a route does not take going
+on to later routes; 405 with Allow when none takes it); strip_prefix; demo
+envelopes pass through byte-identical."""
 
 import os
 import sys
@@ -83,8 +84,9 @@ def routing(env):
     env.eq('strip_prefix of the whole prefix', up.requests[-1].target, '/orders')
 
     r = c.request('DELETE', '/api/orders/7', [('Host', 'a'), ('X-Request-Id', 'del-1')])
-    env.gateway_error('method not in methods', r, 405, 'method_not_allowed',
-                      'method not allowed on this route', close=False, request_id='del-1')
+    env.gateway_error('method not in methods: Allow names the route\'s', r, 405,
+                      'method_not_allowed', 'method not allowed on this route', close=False,
+                      request_id='del-1', headers=[('Allow', 'GET, HEAD, POST')])
 
     r = c.request('GET', '/health', [('Host', 'a')])
     env.eq('exact path route', (r.status, up.requests[-1].target), (200, '/health'))
@@ -104,6 +106,45 @@ def routing(env):
     env.gateway_error('no route for another host', r, 404, 'no_route',
                       'no route matches the request', close=False)
     env.eq('the 404s and 405 never reached an upstream', len(up.requests) + len(up2.requests), 5)
+
+
+@T.case
+def methods_fall_through_and_405_allow(env):
+    up = env.scripted(default=answer(lambda q: http_response(200, q.method.encode())))
+    gw = env.daemon(upstream_config(up.address, routes=[
+        {'name': 'read', 'match': {'path': '/items', 'methods': ['GET']}, 'upstream': 'app'},
+        {'name': 'write', 'match': {'path': '/items', 'methods': ['DELETE', 'POST']},
+         'upstream': 'app', 'request_headers': {'set': {'X-Route': '$route'}}},
+        {'name': 'put', 'match': {'path_prefix': '/put/', 'methods': ['PUT']}, 'upstream': 'app'},
+        {'name': 'rpc', 'match': {'path': '/rpc'}, 'jsonrpc': {'default': 'app'}}]))
+    c = env.client(gw.port)
+
+    r = c.request('GET', '/items', [('Host', 'h')])
+    env.eq('GET: the first route', (r.status, r.body, up.requests[-1].header('X-Route')),
+           (200, b'GET', None))
+    r = c.request('POST', '/items', [('Host', 'h')], b'{}')
+    env.eq('POST: not the first route\'s, taken by the second',
+           (r.status, r.body, up.requests[-1].header('X-Route')), (200, b'POST', 'write'))
+    n = len(up.requests)
+    for method, target, allow in [('PATCH', '/items', 'GET, HEAD, POST, DELETE'),
+                                  ('PUT', '/items', 'GET, HEAD, POST, DELETE'),
+                                  ('FOO', '/items', 'GET, HEAD, POST, DELETE'),
+                                  ('HEAD', '/put/x', 'PUT'),
+                                  ('GET', '/rpc', 'POST')]:
+        r = c.request(method, target, [('Host', 'h'), ('X-Request-Id', 'm-1')])
+        what = '%s %s' % (method, target)
+        env.eq('%s: the status line' % what, r.head.split(b'\r\n')[0],
+               b'HTTP/1.1 405 Method Not Allowed')
+        env.check('%s: the Allow line' % what,
+                  b'\r\nAllow: ' + allow.encode() + b'\r\n' in r.head, r.head)
+        env.eq('%s: one Allow header' % what, r.all('Allow'), [allow])
+        env.eq('%s: the error' % what, json.loads(r.body)['error']['code'] if r.body else None,
+               None if method == 'HEAD' else 'method_not_allowed')
+    r = c.request('DELETE', '/nothing', [('Host', 'h'), ('X-Request-Id', 'm-2')])
+    env.gateway_error('no route for the path: 404', r, 404, 'no_route',
+                      'no route matches the request', close=False, request_id='m-2')
+    env.eq('404: no Allow', r.all('Allow'), [])
+    env.eq('none of them went upstream', len(up.requests), n)
 
 
 @T.case

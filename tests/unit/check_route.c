@@ -34,27 +34,27 @@ reset(void)
 	cfg.routes = routes;
 }
 
-/* Name of the route chosen for host/path/method ("-" for none), and the 405 flag. */
+/* Name of the route chosen for host/path/method ("-" for none), and the methods of a 405. */
 static const char *
-match(const char *host, const char *path, unsigned method, int *mismatch)
+match(const char *host, const char *path, unsigned method, unsigned *mismatch)
 {
 	const struct config_route *r;
 
-	*mismatch = -1;
+	*mismatch = ~0u;
 	r = route_match(&cfg, host, strlen(host), path, strlen(path), method, mismatch);
 	return r ? r->name : "-";
 }
 
 START_TEST(test_first_match_wins)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("api", NULL, NULL, "/api/", 0, NULL);
 	add("all", NULL, NULL, "/", 0, NULL);
 	add("never", NULL, NULL, "/api/x", 0, NULL);
 	ck_assert_str_eq(match("h", "/api/x", METHOD_GET, &mm), "api");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 	ck_assert_str_eq(match("h", "/api", METHOD_GET, &mm), "all");
 	ck_assert_str_eq(match("h", "/", METHOD_GET, &mm), "all");
 	ck_assert_str_eq(match("h", "/other", METHOD_GET, &mm), "all");
@@ -63,17 +63,17 @@ END_TEST
 
 START_TEST(test_no_routes)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	ck_assert_str_eq(match("h", "/", METHOD_GET, &mm), "-");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 }
 END_TEST
 
 START_TEST(test_catch_all)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("any", NULL, NULL, NULL, 0, NULL);
@@ -86,7 +86,7 @@ END_TEST
 /* nginx location-prefix semantics: a plain string prefix, case-sensitive. */
 START_TEST(test_prefix)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("api", NULL, NULL, "/api", 0, NULL);
@@ -98,7 +98,7 @@ START_TEST(test_prefix)
 	ck_assert_str_eq(match("h", "/API", METHOD_GET, &mm), "-");
 	ck_assert_str_eq(match("h", "/v1/api", METHOD_GET, &mm), "-");
 	ck_assert_str_eq(match("h", "", METHOD_GET, &mm), "-");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 
 	reset();
 	add("slash", NULL, NULL, "/api/", 0, NULL);
@@ -110,7 +110,7 @@ END_TEST
 
 START_TEST(test_exact)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("health", NULL, "/healthz", NULL, 0, NULL);
@@ -124,7 +124,7 @@ END_TEST
 
 START_TEST(test_host)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("v6", "[::1]", NULL, NULL, 0, NULL);
@@ -144,58 +144,82 @@ START_TEST(test_host)
 	ck_assert_str_eq(match("[::1]:8080", "/", METHOD_GET, &mm), "v6");
 	ck_assert_str_eq(match("[::1]", "/", METHOD_GET, &mm), "v6");
 	ck_assert_str_eq(match("[::2]:8080", "/", METHOD_GET, &mm), "-");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 }
 END_TEST
 
 START_TEST(test_methods_405)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("read", NULL, NULL, "/orders", METHOD_GET | METHOD_HEAD, NULL);
 	add("other", NULL, "/other", NULL, METHOD_POST, NULL);
 	ck_assert_str_eq(match("h", "/orders/1", METHOD_GET, &mm), "read");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 	ck_assert_str_eq(match("h", "/orders/1", METHOD_HEAD, &mm), "read");
-	/* path matched, method did not: no route, and 405 rather than 404 */
+	/* path matched, method did not: no route, and 405 with the methods that would do */
 	ck_assert_str_eq(match("h", "/orders/1", METHOD_DELETE, &mm), "-");
-	ck_assert_int_eq(mm, 1);
+	ck_assert_uint_eq(mm, METHOD_GET | METHOD_HEAD);
 	ck_assert_str_eq(match("h", "/orders", METHOD_OTHER, &mm), "-");
-	ck_assert_int_eq(mm, 1);
+	ck_assert_uint_eq(mm, METHOD_GET | METHOD_HEAD);
 	/* nothing matched the path: 404 */
 	ck_assert_str_eq(match("h", "/nothing", METHOD_DELETE, &mm), "-");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 
 	/* a later route taking the method wins over the 405 */
 	add("write", NULL, NULL, "/orders", METHOD_POST | METHOD_PUT, NULL);
 	ck_assert_str_eq(match("h", "/orders/1", METHOD_PUT, &mm), "write");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
+	/* every route that matched the path names its methods, in no route's order */
 	ck_assert_str_eq(match("h", "/orders/1", METHOD_PATCH, &mm), "-");
-	ck_assert_int_eq(mm, 1);
+	ck_assert_uint_eq(mm, METHOD_GET | METHOD_HEAD | METHOD_POST | METHOD_PUT);
+	ck_assert_str_eq(match("h", "/other", METHOD_PATCH, &mm), "-");
+	ck_assert_uint_eq(mm, METHOD_POST);
 }
 END_TEST
 
 START_TEST(test_405_needs_host_match)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("api", "api.example.com", NULL, "/", METHOD_GET, NULL);
 	ck_assert_str_eq(match("www.example.com", "/", METHOD_POST, &mm), "-");
-	ck_assert_int_eq(mm, 0);
+	ck_assert_uint_eq(mm, 0);
 	ck_assert_str_eq(match("api.example.com", "/", METHOD_POST, &mm), "-");
-	ck_assert_int_eq(mm, 1);
+	ck_assert_uint_eq(mm, METHOD_GET);
 	/* the flag pointer is optional */
 	ck_assert_ptr_null(route_match(&cfg, "api.example.com", 15, "/", 1, METHOD_POST, NULL));
 	ck_assert_ptr_nonnull(route_match(&cfg, "api.example.com", 15, "/", 1, METHOD_GET, NULL));
 }
 END_TEST
 
+/* The Allow header: a fixed order, whatever the bits. */
+START_TEST(test_allow_header)
+{
+	char out[ROUTE_ALLOW_MAX];
+
+	ck_assert_uint_eq(route_allow_header(METHOD_POST, out), 13);
+	ck_assert_str_eq(out, "Allow: POST\r\n");
+	route_allow_header(METHOD_PUT | METHOD_HEAD | METHOD_GET | METHOD_DELETE, out);
+	ck_assert_str_eq(out, "Allow: GET, HEAD, PUT, DELETE\r\n");
+	/* a method the gateway has no name for is not listed */
+	route_allow_header(METHOD_OTHER | METHOD_PATCH, out);
+	ck_assert_str_eq(out, "Allow: PATCH\r\n");
+	ck_assert_uint_eq(route_allow_header(METHOD_ANY, out), sizeof(out) - 1);
+	ck_assert_str_eq(out,
+	    "Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE, CONNECT\r\n");
+	ck_assert_uint_eq(route_allow_header(0, out), 0);
+	ck_assert_str_eq(out, "");
+	ck_assert_uint_eq(route_allow_header(METHOD_OTHER, out), 0);
+}
+END_TEST
+
 /* Lengths, not NUL bytes, bound the inputs. */
 START_TEST(test_lengths)
 {
-	int mm;
+	unsigned mm;
 
 	reset();
 	add("exact", NULL, "/a", NULL, 0, NULL);
@@ -346,7 +370,7 @@ START_TEST(test_template_route)
 {
 	struct config_route *r;
 	const char *why;
-	int mm;
+	unsigned mm;
 
 	reset();
 	r = add("dash", NULL, "/users/{id}/dashboard", NULL, METHOD_GET, NULL);
@@ -355,7 +379,7 @@ START_TEST(test_template_route)
 	ck_assert_str_eq(match("h", "/users/me/dashboard", METHOD_GET, &mm), "dash");
 	ck_assert_str_eq(match("h", "/users/me/dashboard", METHOD_POST, &mm), "exact");
 	ck_assert_str_eq(match("h", "/users/1/dashboard", METHOD_POST, &mm), "-");
-	ck_assert_int_eq(mm, 1);
+	ck_assert_uint_eq(mm, METHOD_GET);
 	route_pattern_free(r->pattern);
 }
 END_TEST
@@ -375,6 +399,7 @@ route_suite(void)
 	tcase_add_test(tc, test_host);
 	tcase_add_test(tc, test_methods_405);
 	tcase_add_test(tc, test_405_needs_host_match);
+	tcase_add_test(tc, test_allow_header);
 	tcase_add_test(tc, test_lengths);
 	tcase_add_test(tc, test_templates);
 	tcase_add_test(tc, test_template_route);
