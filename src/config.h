@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <yaml.h>
 
+#include "http_method.h"
 #include "resolver.h"
 #include "template.h"
 
@@ -62,14 +63,6 @@ int config_status_range(const char *text, unsigned *first, unsigned *last);
 /* TLS protocol versions, as bits. */
 #define CONFIG_TLS_V1_2 0x1
 #define CONFIG_TLS_V1_3 0x2
-
-/* Bit per method, for route matching without string compares. */
-enum http_method_bit {
-	METHOD_GET = 1 << 0, METHOD_HEAD = 1 << 1, METHOD_POST = 1 << 2, METHOD_PUT = 1 << 3,
-	METHOD_DELETE = 1 << 4, METHOD_OPTIONS = 1 << 5, METHOD_PATCH = 1 << 6,
-	METHOD_TRACE = 1 << 7, METHOD_CONNECT = 1 << 8, METHOD_OTHER = 1 << 9,
-	METHOD_ANY = (1 << 10) - 1
-};
 
 /* A resolved socket address plus the text the user wrote (for logs and errors). */
 struct config_addr {
@@ -397,7 +390,7 @@ size_t config_servers_from_name(const struct config_server_name *entry,
     const struct resolver_answer *ans, struct config_server **out);
 void config_servers_free(struct config_server *servers, size_t n);
 
-/* Method name -> METHOD_* bit (METHOD_OTHER for unknown tokens). */
+/* Method name -> METHOD_* bit (METHOD_OTHER for unknown tokens): http_method_bit. */
 unsigned config_method_bit(const char *name, size_t len);
 
 /*

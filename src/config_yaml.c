@@ -594,14 +594,8 @@ config_addr_is_any(const struct config_addr *a)
 	return IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr);
 }
 
-#define CONFIG_METHODS(X) \
-	X(GET) X(HEAD) X(POST) X(PUT) X(DELETE) X(OPTIONS) X(PATCH) X(TRACE) X(CONNECT)
-
 unsigned
 config_method_bit(const char *name, size_t len)
 {
-#define X(m) if (len == sizeof(#m) - 1 && memcmp(name, #m, len) == 0) return METHOD_##m;
-	CONFIG_METHODS(X)
-#undef X
-	return METHOD_OTHER;
+	return http_method_bit(name, len);
 }

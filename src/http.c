@@ -13,7 +13,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "config.h"
 #include "http.h"
 
 #define C_TCHAR  0x01   /* token character (RFC 9110 5.6.2) */
@@ -211,7 +210,7 @@ http_is_token(const char *s, size_t len)
 	return len > 0 && http_scan_name(s, s + len) == s + len;
 }
 
-static unsigned
+unsigned
 http_method_bit(const char *m, size_t len)
 {
 	switch (len) {

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "http_method.h"
+
 #define HTTP_MAX_HEADERS 100
 
 struct http_str {
@@ -68,7 +70,7 @@ struct http_framing {
 
 struct http_request {
 	struct http_str method;
-	unsigned method_bit;            /* METHOD_* of config.h */
+	unsigned method_bit;            /* METHOD_* of http_method.h */
 	struct http_str target;         /* request-target as sent */
 	struct http_str path;           /* target up to '?' (origin-form), or the path of an absolute-form */
 	struct http_str query;          /* from '?' inclusive, or empty */
