@@ -10,6 +10,7 @@
 
 #include "http_method.h"
 #include "resolver.h"
+#include "rewrite.h"
 #include "template.h"
 
 struct rewrite_program;                 /* rewrite.h: a compiled list of envelope ops */
@@ -23,7 +24,6 @@ enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBU
 enum access_format { ACCESS_JSON, ACCESS_COMBINED };
 enum balance { BALANCE_ROUND_ROBIN, BALANCE_LEAST_CONN, BALANCE_HASH };
 enum on_error { ON_ERROR_PASS, ON_ERROR_FAIL };
-enum validate_mode { VALIDATE_ENVELOPE, VALIDATE_FULL };
 enum compress_mode { COMPRESS_OFF, COMPRESS_GZIP };
 enum verify_client { VERIFY_CLIENT_OFF, VERIFY_CLIENT_ON, VERIFY_CLIENT_OPTIONAL };
 enum merge_mode { MERGE_KEYED, MERGE_FLAT };

@@ -20,8 +20,7 @@
 #include <stdint.h>
 #include <yaml.h>
 
-#include "config.h"
-
+struct config_parse;                    /* config.h: where parse errors go */
 struct jcond;                           /* a compiled condition */
 struct jcond_scratch;                   /* per-worker state for jcond_eval */
 
@@ -41,15 +40,15 @@ struct jcond_scalar {
 };
 
 /*
- * Compile the condition at node; errors go to config_error at the offending node.  Returns
- * NULL when there was one.
+ * Compile the condition at node (jcond_config.c); errors go to config_error at the offending
+ * node.  Returns NULL when there was one.
  */
 struct jcond *jcond_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node);
 void jcond_free(struct jcond *c);
 /* 1 when c tests the status somewhere. */
 int jcond_uses_status(const struct jcond *c);
 
-/* A YAML scalar as a jcond_scalar: plain null, booleans and RFC 8259 numbers keep their type,
+/* A YAML scalar as a jcond_scalar (jcond_config.c): plain null, booleans and RFC 8259 numbers keep their type,
  * anything else is a string.  0, or -1 when out of memory. */
 int jcond_scalar_parse(const yaml_node_t *node, struct jcond_scalar *out);
 void jcond_scalar_free(struct jcond_scalar *s);
@@ -104,5 +103,33 @@ int jcond_find(struct jcond_scratch *s, const char *body, size_t len,
 typedef int (*jcond_lookup_fn)(void *arg, const struct jcond_seg *path, size_t nseg,
     const char **json, size_t *len, unsigned char *type);
 int jcond_eval_lookup(const struct jcond *c, jcond_lookup_fn lookup, void *arg, int status);
+
+/* ---- compiled conditions: built by jcond_config.c, run by jcond.c ---- */
+
+enum jcond_kind {
+	JC_STATUS, JC_EQUALS, JC_IN, JC_PREFIX, JC_EXISTS, JC_TYPE, JC_ALL, JC_ANY, JC_NOT
+};
+
+/* What `type:` tests, from a JSON value's first byte. */
+enum jcond_type { JT_NONE, JT_OBJECT, JT_ARRAY, JT_STRING, JT_NUMBER, JT_BOOL, JT_NULL };
+
+struct jcond_range {
+	int lo, hi;                     /* 200: 200..200; 2xx: 200..299 */
+};
+
+struct jcond {
+	enum jcond_kind kind;
+	struct jcond_seg *path;         /* field tests */
+	size_t nseg;
+	struct jcond_scalar *values;    /* equals (one), in */
+	size_t nvalues;
+	struct jcond_range *ranges;     /* status */
+	size_t nranges;
+	struct jcond_scalar prefix;     /* prefix: its text */
+	int exists;
+	enum jcond_type type;
+	struct jcond **sub;             /* all, any, not (one) */
+	size_t nsub;
+};
 
 #endif

@@ -1,4 +1,3 @@
-#include "config.h"
 #include "merge.h"
 
 #include <stdint.h>

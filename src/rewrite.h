@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <yaml.h>
 
-#include "config.h"
 #include "jcond.h"
 
+struct config_parse;                    /* config.h: where parse errors go */
 struct rewrite_program;                 /* compiled op list of one route direction */
 struct rewrite_ctx;                     /* per-worker scratch: tokens, spans, literal bytes */
 
@@ -62,6 +62,10 @@ struct rewrite_result {
 };
 
 enum rewrite_direction { REWRITE_REQUEST, REWRITE_RESPONSE };
+
+/* How much of a body is checked: the object being edited (envelope), or all of it, strictly
+ * (full). */
+enum validate_mode { VALIDATE_ENVELOPE, VALIDATE_FULL };
 
 /*
  * Parse the YAML sequence `node` (a route's `request:` or `response:` list, as direction says)

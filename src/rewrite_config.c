@@ -3,6 +3,7 @@
  * Everything a request needs is decided here, at load time: paths are split, keys are
  * escaped once, `set` values become JSON text with $variables marked for per-request splicing.
  */
+#include "config.h"
 #include "envelope.h"
 #include "jprefix.h"
 #include "rewrite.h"

@@ -1,17 +1,31 @@
 #!/bin/sh
 # The envelope engine is pure: none of its files may include, even through another header,
-# anything of the HTTP layer, libevent or OpenSSL.
+# anything of the HTTP layer, libevent or OpenSSL, nor the configuration (config.h): what the
+# engine parses from YAML lives in its *_config.c files, which are the configuration's side and
+# may include config.h.  The HTTP/1.1 parser does not include config.h either.
 : "${CC:=cc}" "${TESTS_SRCDIR:?}" "${TOP_BUILDDIR:?}"
 src=$TESTS_SRCDIR/../src
 status=0
-for f in jscan envelope jvalid jcond jprefix rewrite rewrite_config merge; do
-	deps=$($CC -M -I"$src" -include "$TOP_BUILDDIR/autoconf.h" "$src/$f.c") || exit 1
-	bad=$(printf '%s\n' $deps | grep -E '/(http|headers|conn|proxy|body|respond)\.h$|/event2/|/openssl/')
+http_layer='/(http|headers|conn|proxy|body|respond)\.h$|/event2/|/openssl/'
+config='/config(_parse)?\.h$'
+
+# check FILE PATTERN: FILE's includes, direct or not, must not match PATTERN
+check() {
+	deps=$($CC -M -I"$src" -include "$TOP_BUILDDIR/autoconf.h" "$src/$1.c") || exit 1
+	bad=$(printf '%s\n' $deps | grep -E "$2")
 	if [ -n "$bad" ]; then
-		echo "FAIL: src/$f.c includes" $bad
+		echo "FAIL: src/$1.c includes" $bad
 		status=1
 	else
-		echo "ok: src/$f.c"
+		echo "ok: src/$1.c"
 	fi
+}
+
+for f in jscan envelope jvalid jcond jprefix rewrite merge; do
+	check $f "$http_layer|$config"
 done
+for f in jcond_config rewrite_config; do
+	check $f "$http_layer"
+done
+check http "$config"
 exit $status

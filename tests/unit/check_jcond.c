@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "jcond.h"
 
 /* Compile YAML text into a condition; on error NULL and the errors in *errors. */
