@@ -383,6 +383,7 @@ config_parse_error_log(struct config_parse *ctx, const yaml_node_t *node, void *
 		return;
 	free(cfg->error_log);
 	cfg->error_log = NULL;
+	cfg->error_log_mark = node->start_mark;
 	if (strcmp(text, "stderr") == 0 || strcmp(text, "syslog") == 0) {
 		cfg->error_log = config_xstrdup(text);
 	} else if (strncmp(text, "syslog:", 7) == 0) {
@@ -398,8 +399,21 @@ config_parse_error_log(struct config_parse *ctx, const yaml_node_t *node, void *
 	} else {
 		cfg->error_log = config_xstrdup(text);
 		config_resolve_path(ctx, &cfg->error_log);
-		cfg->error_log_mark = node->start_mark;
 	}
+}
+
+/* user: kept with its position, for config_check_files. */
+void
+config_parse_user(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const char *text;
+
+	if (node == NULL || (text = config_string(ctx, node)) == NULL)
+		return;
+	free(cfg->user);
+	cfg->user = config_xstrdup(text);
+	cfg->user_mark = node->start_mark;
 }
 
 void

@@ -60,6 +60,9 @@ int config_status_range(const char *text, unsigned *first, unsigned *last);
 /* What a status set takes, for messages. */
 #define CONFIG_STATUS_FORMS "a status from 100 to 599, a class like 2xx or a range like 200..299"
 
+/* Where log.error: syslog sends its lines. */
+#define CONFIG_SYSLOG_SOCKET "/dev/log"
+
 /* TLS protocol versions, as bits. */
 #define CONFIG_TLS_V1_2 0x1
 #define CONFIG_TLS_V1_3 0x2
@@ -313,6 +316,7 @@ struct config {
 	char *path;                     /* file it was loaded from */
 	unsigned workers;               /* resolved: "auto" becomes the CPU count */
 	char *user;                     /* NULL: do not drop privileges */
+	yaml_mark_t user_mark;
 	char *pid_file;                 /* NULL: none */
 	yaml_mark_t pid_file_mark;
 
@@ -369,8 +373,12 @@ struct config {
  */
 struct config *config_load(const char *path, char **errors);
 void config_free(struct config *cfg);
-/* Check that the files the configuration writes can be written: 0, or -1 and *errors as
- * config_load sets them.  Separate from loading: it creates the log files it opens. */
+/*
+ * Check what a start needs outside the file: the user exists, the files the configuration
+ * writes can be written (as the user where it writes them as the user), the syslog socket of
+ * log.error exists.  0, or -1 and *errors as config_load sets them.  Separate from loading:
+ * it creates the log files it opens.
+ */
 int config_check_files(const struct config *cfg, char **errors);
 
 /* Parse "1.5k"-style sizes and "250ms"/"10s"/"2m" durations; 0 on success, -1 on bad input. */

@@ -1,4 +1,8 @@
-/* Configuration: the checks of the files it writes, run by -t and at the start after loading. */
+/*
+ * Configuration: what a start needs outside the file, checked after loading (by -t, at the start
+ * and on reload) so that -t refuses what the start would: the user, the files it writes, the
+ * syslog socket.
+ */
 #include "config.h"
 #include "config_parse.h"
 
@@ -11,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ------------------------------------------------------------------ files */
 
 /* An error about the file a key names, at the key's value: "FILE:LINE:COL: KEY: message". */
 static void
@@ -122,15 +128,51 @@ config_check_pid_file(struct config_parse *ctx, const char *path, const char *us
 	}
 }
 
+/* The user to switch to must exist: the start looks it up before it detaches. */
+static void
+config_check_user(struct config_parse *ctx, const char *user, yaml_mark_t mark)
+{
+	if (user == NULL)
+		return;
+	errno = 0;
+	if (getpwnam(user) != NULL)
+		return;
+	if (errno == 0 || errno == ENOENT || errno == ESRCH || errno == EBADF || errno == EPERM)
+		config_file_error(ctx, mark, "user", "user %s not found", user);
+	else
+		config_file_error(ctx, mark, "user", "cannot look up user %s: %s", user,
+		    strerror(errno));
+}
+
+/* A syslog socket log.error names must be there, as a socket whose name fits an address. */
+static void
+config_check_syslog(struct config_parse *ctx, const char *path, yaml_mark_t mark)
+{
+	struct sockaddr_un sun;
+	struct stat st;
+
+	if (strlen(path) >= sizeof(sun.sun_path))
+		config_file_error(ctx, mark, "log.error", "the socket name %s is longer than %zu "
+		    "bytes", path, sizeof(sun.sun_path) - 1);
+	else if (stat(path, &st) < 0)
+		config_file_error(ctx, mark, "log.error", "no syslog socket %s: %s", path,
+		    strerror(errno));
+	else if (!S_ISSOCK(st.st_mode))
+		config_file_error(ctx, mark, "log.error", "%s is not a socket", path);
+}
+
 int
 config_check_files(const struct config *cfg, char **errors)
 {
 	struct config_parse *ctx = config_parse_new(cfg->path);
 
+	config_check_user(ctx, cfg->user, cfg->user_mark);
 	config_check_pid_file(ctx, cfg->pid_file, cfg->user, cfg->pid_file_mark);
-
-	if (cfg->error_log != NULL && strcmp(cfg->error_log, "syslog") != 0 &&
-	    strncmp(cfg->error_log, "syslog:", 7) != 0)
+	if (cfg->error_log != NULL && strcmp(cfg->error_log, "syslog") == 0)
+		config_check_syslog(ctx, CONFIG_SYSLOG_SOCKET, cfg->error_log_mark);
+	else if (cfg->error_log != NULL && strncmp(cfg->error_log, "syslog:", 7) == 0)
+		config_check_syslog(ctx, cfg->error_log + 7, cfg->error_log_mark);
+	else
 		config_check_log(ctx, cfg->error_log, cfg->error_log_mark, "log.error");
 	config_check_log(ctx, cfg->access_log, cfg->access_log_mark, "log.access");
 	*errors = config_parse_errors(ctx);

@@ -124,6 +124,7 @@ void config_parse_workers(struct config_parse *ctx, const yaml_node_t *node, voi
 void config_resolve_path(struct config_parse *ctx, char **path);
 void config_parse_error_log(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_pid_file(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_user(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 const yaml_node_t *config_list(struct config_parse *ctx, const yaml_node_t *node);
 int config_json_path(struct config_parse *ctx, const yaml_node_t *node, const char *text);

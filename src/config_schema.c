@@ -384,7 +384,7 @@ const struct config_section config_jsonrpc_name_section =
 static const struct config_field config_top_fields[] = {
 	F_CUSTOM("workers", config_parse_workers, "integer|auto", "auto", 0,
 	    "event-loop threads; auto = number of CPUs"),
-	F_STRING("user", struct config, user, NULL, "user to switch to after binding"),
+	F_CUSTOM("user", config_parse_user, "string", NULL, 0, "user to switch to after binding"),
 	F_CUSTOM("pid_file", config_parse_pid_file, "file", NULL, 0,
 	    "file the process id is written to once the listeners are bound; removed at exit"),
 	F_SECTION("log", config_log_section, "logging"),

@@ -21,12 +21,15 @@ The skeleton defines the upstreams the examples name (STUB_UPSTREAMS).  Files th
 name exist for the check: paths under /etc/jsongate/, /var/log/jsongate/ and /run/jsongate/
 are taken under a scratch directory (certificates and keys are copies of the configuration
 tests' own, tests/config/certs), relative ones are in the working directory, and the host
-names of servers come from a hosts file of the check's own (JSONGATE_HOSTS_FILE).  A block
+names of servers come from a hosts file of the check's own (JSONGATE_HOSTS_FILE).  The user
+an example drops privileges to (`user: jsongate`, which -t checks exists) is the user running
+the check.  A block
 that still cannot be checked must be listed in NOT_STANDALONE with the reason: there is none.
 
 Prints one line per check and "N passed, M failed"; exit 0 only when nothing failed."""
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -285,6 +288,8 @@ def setup(tmp):
 def load(tmp, hosts, text):
     for d in MAPPED_DIRS:
         text = text.replace(d, os.path.join(tmp, 'root', d.strip('/')) + '/')
+    text = re.sub(r'^(\s*user: )jsongate\b', r'\g<1>' + pwd.getpwuid(os.getuid()).pw_name, text,
+                  flags=re.M)
     path = os.path.join(tmp, 'example.yaml')
     with open(path, 'w') as f:
         f.write(text)

@@ -2,7 +2,10 @@
 readiness, IPv4 and IPv6 listeners, `workers: auto`."""
 
 import os
+import pwd
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *  # noqa: E402,F403
@@ -146,6 +149,52 @@ def check_log_file_cannot_be_opened(env):
            (1, ('%s:1:11: pid_file: cannot create files in %s/run: No such file or directory\n'
                 '%s:3:10: log.error: cannot open /nonexistent-dir/error.log: No such file or '
                 'directory\n' % (path, env.tmp, path)).encode()))
+
+
+@T.case
+def check_user_and_error_log_as_the_start(env):
+    """-t refuses what the start refuses, at its key: a user that does not exist, a syslog
+    socket that is not there (or not a socket, or too long a name); the start says the same."""
+    port = free_port()
+    sock_dir = tempfile.mkdtemp(prefix='jg-t-')
+    try:
+        text = ('user: no-such-user-jsongate\nlog:\n  error: syslog:%s/log.sock\n'
+                'listeners:\n  - listen: 127.0.0.1:%d\n' % (sock_dir, port))
+        path = write(env, 'user.yaml', text)
+        want = ('%s:1:7: user: user no-such-user-jsongate not found\n'
+                '%s:3:10: log.error: no syslog socket %s/log.sock: No such file or directory\n'
+                % (path, path, sock_dir)).encode()
+        p = env.run([JSONGATE, '-t', '-c', path])
+        env.eq('-t: exit status, stdout, stderr', (p.returncode, p.stdout, p.stderr), (1, b'', want))
+        p = env.run([JSONGATE, '-f', '-c', path], timeout=10)
+        env.eq('start: exit status and the same errors', (p.returncode, p.stderr), (1, want))
+
+        text = 'log:\n  error: syslog:%s\nlisteners:\n  - listen: 127.0.0.1:%d\n'
+        not_socket = path
+        path = write(env, 'notsock.yaml', text % (not_socket, port))
+        p = env.run([JSONGATE, '-t', '-c', path])
+        env.eq('a file that is not a socket', (p.returncode, p.stderr),
+               (1, ('%s:2:10: log.error: %s is not a socket\n' % (path, not_socket)).encode()))
+        long_name = '/' + 'x' * 108
+        path = write(env, 'long.yaml', text % (long_name, port))
+        p = env.run([JSONGATE, '-t', '-c', path])
+        env.eq('a socket name longer than a socket address takes', (p.returncode, p.stderr),
+               (1, ('%s:2:10: log.error: the socket name %s is longer than 107 bytes\n'
+                    % (path, long_name)).encode()))
+
+        # A socket nobody listens on is there: its lines go to stderr (test_ops_files.py).
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(os.path.join(sock_dir, 'log.sock'))
+        s.close()
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        text = ('user: %s\nlog:\n  error: syslog:%s/log.sock\n'
+                'listeners:\n  - listen: 127.0.0.1:%d\n' % (user, sock_dir, port))
+        path = write(env, 'ok.yaml', text)
+        p = env.run([JSONGATE, '-t', '-c', path])
+        env.eq('an existing user and socket: ok', (p.returncode, p.stdout, p.stderr),
+               (0, b'configuration ok\n', b''))
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 @T.case
