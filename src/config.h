@@ -322,7 +322,8 @@ struct config {
 
 	enum log_level log_level;       /* default info */
 	char *error_log;                /* "stderr", "syslog", "syslog:SOCKET" or a file; NULL:
-	                                 * stderr with -f, syslog without */
+	                                 * stderr with -f, syslog without (stderr when syslog
+	                                 * cannot be reached) */
 	yaml_mark_t error_log_mark;
 	char *access_log;               /* file, "stderr", or NULL for off; default stderr */
 	yaml_mark_t access_log_mark;    /* where the file is named, for config_check_files */

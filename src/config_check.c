@@ -144,7 +144,11 @@ config_check_user(struct config_parse *ctx, const char *user, yaml_mark_t mark)
 		    strerror(errno));
 }
 
-/* A syslog socket log.error names must be there, as a socket whose name fits an address. */
+/*
+ * A syslog socket log.error names must be there, as a socket whose name fits an address.  One
+ * that nobody listens on is not an error: a syslog daemon may be restarting, and lines go to
+ * stderr while it cannot be reached (log.c).
+ */
 static void
 config_check_syslog(struct config_parse *ctx, const char *path, yaml_mark_t mark)
 {
@@ -168,6 +172,8 @@ config_check_files(const struct config *cfg, char **errors)
 
 	config_check_user(ctx, cfg->user, cfg->user_mark);
 	config_check_pid_file(ctx, cfg->pid_file, cfg->user, cfg->pid_file_mark);
+	/* Not the default syslog of a start without -f: where it cannot be reached, the error
+	 * log is stderr instead. */
 	if (cfg->error_log != NULL && strcmp(cfg->error_log, "syslog") == 0)
 		config_check_syslog(ctx, CONFIG_SYSLOG_SOCKET, cfg->error_log_mark);
 	else if (cfg->error_log != NULL && strncmp(cfg->error_log, "syslog:", 7) == 0)

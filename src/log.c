@@ -16,7 +16,6 @@
 #include <event2/event.h>
 
 #define LOG_LINE_MAX 2048
-#define LOG_SYSLOG_DEFAULT "/dev/log"
 /* syslog(3)'s facility daemon, as the PRI part of a message counts it. */
 #define LOG_FACILITY_DAEMON (3 << 3)
 
@@ -33,6 +32,11 @@ static int log_stderr_too;              /* starting: errors and warnings to stde
 static pthread_mutex_t log_syslog_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sockaddr_un log_syslog_addr;
 static int log_syslog_fd = -1;
+static int log_syslog_down_at_open;     /* it could not be reached when the log was opened */
+static int log_syslog_said;             /* the line saying lines go to stderr was written */
+
+static int log_syslog_connect(void);
+static void log_syslog_fallback(int err, enum log_level level, const char *text, size_t len);
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_WARN] = "warn",
@@ -63,7 +67,7 @@ log_open(const char *target)
 	int fd = STDERR_FILENO;
 
 	if (strcmp(target, "syslog") == 0)
-		socket_path = LOG_SYSLOG_DEFAULT;
+		socket_path = CONFIG_SYSLOG_SOCKET;
 	else if (strncmp(target, "syslog:", 7) == 0)
 		socket_path = target + 7;
 	else if (strcmp(target, "stderr") != 0) {
@@ -89,12 +93,27 @@ log_open(const char *target)
 	log_kind = socket_path != NULL ? LOG_TO_SYSLOG : path != NULL ? LOG_TO_FILE :
 	    LOG_TO_STDERR;
 	if (socket_path != NULL) {
+		tzset();                /* syslog time stamps are local time */
+		/* Reached now, or its lines go to stderr from the start, which says so. */
+		pthread_mutex_lock(&log_syslog_lock);
+		if (log_syslog_fd >= 0)
+			close(log_syslog_fd);
+		log_syslog_fd = -1;
 		log_syslog_addr.sun_family = AF_UNIX;
 		strcpy(log_syslog_addr.sun_path, socket_path);
-		tzset();                /* syslog time stamps are local time */
+		log_syslog_down_at_open = log_syslog_connect() < 0;
+		if (log_syslog_down_at_open)
+			log_syslog_fallback(errno, LOG_LEVEL_WARN, NULL, 0);
+		pthread_mutex_unlock(&log_syslog_lock);
 	}
 	log_stderr_too = log_kind != LOG_TO_STDERR;
 	return 0;
+}
+
+int
+log_syslog_down(void)
+{
+	return log_kind == LOG_TO_SYSLOG && log_syslog_down_at_open;
 }
 
 void
@@ -143,28 +162,79 @@ log_line(int fd, enum log_level level, const char *text, size_t len)
 		return;         /* nowhere left to say it */
 }
 
-static void
+/* Under the lock: 0, or -1 with errno. */
+static int
 log_syslog_connect(void)
 {
+	int saved;
+
 	if (log_syslog_fd < 0 &&
 	    (log_syslog_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
-		return;
+		return -1;
 	if (connect(log_syslog_fd, (struct sockaddr *)&log_syslog_addr,
 	    sizeof(log_syslog_addr)) < 0) {
+		saved = errno;
 		close(log_syslog_fd);
 		log_syslog_fd = -1;
+		errno = saved;
+		return -1;
 	}
+	return 0;
+}
+
+/* Under the lock: one datagram, connecting first if need be, and once more after a failed
+ * send (the syslog daemon went away or restarted).  0 when sent or dropped for want of room,
+ * or -1 with errno when syslog cannot be reached. */
+static int
+log_syslog_send(const char *msg, size_t n)
+{
+	if (log_syslog_fd < 0 && log_syslog_connect() < 0)
+		return -1;
+	if (send(log_syslog_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n ||
+	    errno == EAGAIN)
+		return 0;
+	close(log_syslog_fd);
+	log_syslog_fd = -1;
+	if (log_syslog_connect() < 0)
+		return -1;
+	if (send(log_syslog_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n ||
+	    errno == EAGAIN)
+		return 0;
+	return -1;
+}
+
+/* Under the lock: syslog cannot be reached, so the line (if any) goes to stderr, after one
+ * line saying so, the first time only: lines are never silently lost where nothing listens
+ * on the socket (a container without /dev/log). */
+static void
+log_syslog_fallback(int err, enum log_level level, const char *text, size_t len)
+{
+	char notice[256 + sizeof(log_syslog_addr.sun_path)];
+	int n;
+
+	if (!log_syslog_said) {
+		log_syslog_said = 1;
+		n = snprintf(notice, sizeof(notice), "syslog at %s cannot be reached (%s): error "
+		    "lines go to stderr", log_syslog_addr.sun_path, strerror(err));
+		if (n > 0)
+			log_line(STDERR_FILENO, LOG_LEVEL_WARN, notice,
+			    (size_t)n < sizeof(notice) ? (size_t)n : sizeof(notice) - 1);
+	}
+	if (text != NULL)
+		log_line(STDERR_FILENO, level, text, len);
 }
 
 /* An RFC 3164 message as syslog(3) sends it: "<PRI>Mmm dd hh:mm:ss jsongate[PID]: text".
- * Never waits: a line the syslog daemon has no room for is lost, not the event loop. */
-static void
+ * Never waits: a line the syslog daemon has no room for is lost, not the event loop.  0, or
+ * 1 when syslog could not be reached and the line went to stderr. */
+static int
 log_syslog(enum log_level level, const char *text, size_t len)
 {
 	char msg[LOG_LINE_MAX + 64];
 	time_t now = time(NULL);
 	struct tm tm;
 	size_t n;
+	int sent;
 
 	localtime_r(&now, &tm);
 	n = (size_t)snprintf(msg, sizeof(msg), "<%d>",
@@ -175,26 +245,18 @@ log_syslog(enum log_level level, const char *text, size_t len)
 	if (n >= sizeof(msg))
 		n = sizeof(msg) - 1;
 	pthread_mutex_lock(&log_syslog_lock);
-	if (log_syslog_fd < 0)
-		log_syslog_connect();
-	if (log_syslog_fd >= 0 && send(log_syslog_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 &&
-	    errno != EAGAIN) {
-		/* The syslog daemon went away or restarted: connect again, once; a line that
-		 * still does not go is lost. */
-		close(log_syslog_fd);
-		log_syslog_fd = -1;
-		log_syslog_connect();
-		if (log_syslog_fd >= 0)
-			send(log_syslog_fd, msg, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
+	sent = log_syslog_send(msg, n) == 0;
+	if (!sent)
+		log_syslog_fallback(errno, level, text, len);
 	pthread_mutex_unlock(&log_syslog_lock);
+	return !sent;
 }
 
 static void
 log_vwrite(enum log_level level, int with_errno, const char *fmt, va_list ap)
 {
 	char text[LOG_LINE_MAX];
-	int saved = errno;
+	int saved = errno, on_stderr = 0;
 	size_t n;
 	int r;
 
@@ -207,11 +269,11 @@ log_vwrite(enum log_level level, int with_errno, const char *fmt, va_list ap)
 		n += (size_t)r;
 	if (n >= sizeof(text))
 		n = sizeof(text) - 1;
-	if (log_kind == LOG_TO_SYSLOG)
-		log_syslog(level, text, n);
-	else
+	if (log_kind != LOG_TO_SYSLOG)
 		log_line(log_fd, level, text, n);
-	if (log_stderr_too && level <= LOG_LEVEL_WARN)
+	else if (log_syslog(level, text, n) != 0)
+		on_stderr = 1;
+	if (log_stderr_too && !on_stderr && level <= LOG_LEVEL_WARN)
 		log_line(STDERR_FILENO, level, text, n);
 	errno = saved;
 }

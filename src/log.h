@@ -9,8 +9,12 @@ void log_set_level(enum log_level level);
 /* Send the lines to target: "stderr", "syslog" (/dev/log), "syslog:SOCKET", or a file opened
  * for appending.  0, or -1 with errno (the log stays where it was).  Until log_started(),
  * errors and warnings go to stderr as well, so that whoever starts jsongate sees why it
- * could not start. */
+ * could not start.  Lines syslog cannot take because nothing listens on its socket go to
+ * stderr, after one line saying so (the first time only). */
 int log_open(const char *target);
+/* 1 when the log is syslog and its socket could not be reached when opened: its lines go to
+ * stderr instead (after one line saying so), so stderr must stay open. */
+int log_syslog_down(void);
 /* The start is over (or stderr is about to be /dev/null): stderr only if it is the target. */
 void log_started(void);
 /* Open the log file again after a rotation renamed it: 1, or -1 with errno (the old file

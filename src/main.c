@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -300,6 +301,25 @@ worker_exit_cb(evutil_socket_t fd, short what, void *arg)
 		event_base_loopbreak(main_base);
 }
 
+/* Into the background with stdin and stdout on /dev/null, and stderr too unless it is where
+ * the error log goes for want of syslog: then it stays where whoever started jsongate sent it,
+ * rather than errors being lost. */
+static void
+detach(void)
+{
+	int keep_stderr = log_syslog_down(), fd;
+
+	if (daemon(1, keep_stderr) < 0)
+		fatal("daemon");
+	if (!keep_stderr)
+		return;
+	if ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0 || dup2(fd, STDIN_FILENO) < 0 ||
+	    dup2(fd, STDOUT_FILENO) < 0)
+		fatal("/dev/null");
+	if (fd > STDERR_FILENO)
+		close(fd);
+}
+
 static void
 drop_privileges(const char *user, uid_t uid, gid_t gid)
 {
@@ -356,7 +376,9 @@ main(int argc, char **argv)
 		return 1;
 	}
 	log_hook_libevent();
-	if (!foreground && cfg->access_log != NULL && strcmp(cfg->access_log, "stderr") == 0)
+	/* Without syslog, stderr stays open in the background (detach) and takes both logs. */
+	if (!foreground && !log_syslog_down() && cfg->access_log != NULL &&
+	    strcmp(cfg->access_log, "stderr") == 0)
 		log_warnx("log.access: stderr is /dev/null once in the background: "
 		    "name a file, or use -f");
 	if (!foreground && strcmp(error_log, "stderr") == 0)
@@ -390,10 +412,11 @@ main(int argc, char **argv)
 		uid = pw->pw_uid;
 		gid = pw->pw_gid;
 	}
-	/* Started: from here on stderr is /dev/null (in the background) or the log itself. */
+	/* Started: from here on stderr is /dev/null (in the background, unless syslog could not
+	 * be reached) or the log itself. */
 	log_started();
-	if (!foreground && daemon(1, 0) < 0)
-		fatal("daemon");
+	if (!foreground)
+		detach();
 	if (cfg->user != NULL)
 		drop_privileges(cfg->user, uid, gid);
 	/* As the user: it has to remove the file at exit, which needs the same rights. */

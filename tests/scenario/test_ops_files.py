@@ -4,7 +4,8 @@ groups checked in /proc), or fails loudly when not started as root; -V names
 the versions of libevent, OpenSSL, libyaml and zlib exactly as each reports itself (jsmn: header-only);
 log.error to a file (reopened on SIGUSR1) or to syslog (exact datagrams on a
 socket of the test's), start-up errors on stderr too; without -f the daemon
-detaches with stdin, stdout and stderr on /dev/null and logs to syslog;
+detaches with stdin, stdout and stderr on /dev/null and logs to syslog, or, where
+nothing listens on the syslog socket, to the stderr it was started with (said once);
 pid_file holds the daemon's pid while it runs, written only once it listens (with
 user:, written and removed as that user)."""
 
@@ -395,31 +396,124 @@ def background_logs_to_syslog(env):
         log.close()
 
 
+def syslog_down(path):
+    """None when a syslog socket at path takes datagrams, else why not (an OSError)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.connect(path)
+        return None
+    except OSError as e:
+        return e
+    finally:
+        s.close()
+
+
+def text_lines(path):
+    """The error log lines of a file, without their time stamps."""
+    with open(path) as f:
+        return [l.split(' ', 1)[1] for l in own(f.read()).splitlines() if not l.startswith('{')]
+
+
+def json_lines(path):
+    """The access log lines (JSON) of a file that has error log lines too."""
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.startswith('{')]
+
+
 @T.case
 def background_default_leaves_the_terminal(env):
-    """No -f and no log.error: errors go to syslog (/dev/log, which may not exist here), never
-    to the terminal that started jsongate, which only hears the warnings of the start."""
+    """No -f and no log.error: errors go to syslog (/dev/log), never to the terminal that
+    started jsongate, which only hears the warnings of the start; where nothing listens on
+    /dev/log (a container), they go to the stderr it was started with, after a line saying so
+    (without_syslog_errors_go_to_stderr)."""
     up = env.scripted(default=answer(http_response(200, b'{}')))
     port = free_port()
     conf = upstream_config(up.address, log={'access': 'stderr'},
                            listeners=[{'listen': '127.0.0.1:%d' % port}])
+    out_path = os.path.join(env.tmp, 'default.out')
+    down = syslog_down('/dev/log')
     pids = []
     try:
         status, out = start_background(env, conf, 'default')
         env.eq('exit status 0', status, 0)
-        env.eq('the terminal hears only the warning about the access log on stderr',
-               [l.split(' ', 1)[1] for l in out.splitlines()],
-               ['[warn] log.access: stderr is /dev/null once in the background: '
-                'name a file, or use -f'])
         pids = wait_until(lambda: pids_with(os.path.join(env.tmp, 'default.yaml')), 5 * SLOW)
         env.eq('one daemon runs on', len(pids or []), 1)
         r = Client(port).request('GET', '/x', [('Host', 'a')])
         env.eq('it serves', r.status if r else None, 200)
-        for pid in pids or []:
-            env.eq('its stderr is /dev/null', os.readlink('/proc/%d/fd/2' % pid), '/dev/null')
+        access = ('[warn] log.access: stderr is /dev/null once in the background: '
+                  'name a file, or use -f')
+        if down is None:
+            env.eq('the terminal hears only the warning about the access log on stderr',
+                   text_lines(out_path), [access])
+            for pid in pids or []:
+                env.eq('its stderr is /dev/null', os.readlink('/proc/%d/fd/2' % pid),
+                       '/dev/null')
+        else:
+            env.eq('no /dev/log: the error log is the stderr it was started with, said once',
+                   text_lines(out_path),
+                   ['[warn] syslog at /dev/log cannot be reached (%s): error lines go to stderr'
+                    % os.strerror(down.errno),
+                    '[info] listening on 127.0.0.1:%d' % port,
+                    '[info] jsongate 0.1.0 ready with 1 worker'])
+            env.check('stderr is not /dev/null: no warning about the access log on stderr',
+                      access not in text_lines(out_path))
+            env.check('whose lines it gets too', wait_until(
+                lambda: [l['path'] for l in json_lines(out_path)] == ['/x'], 5 * SLOW))
+            for pid in pids or []:
+                env.eq('its stderr is kept', os.readlink('/proc/%d/fd/2' % pid), out_path)
     finally:
         for pid in pids or []:
             env.check('SIGTERM stops it', stop_background(env, pid))
+
+
+@T.case
+def without_syslog_errors_go_to_stderr(env):
+    """No -f, and nothing listens on the syslog socket log.error names (bound, then closed: what
+    a syslog daemon that died leaves behind): one line says that error lines go to stderr, the
+    daemon keeps the stderr it was started with (stdin and stdout on /dev/null), and a later
+    error reaches it."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    sock_dir = tempfile.mkdtemp(prefix='jg-log-')
+    sock_path = os.path.join(sock_dir, 'log.sock')
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(sock_path)
+    s.close()
+    pid = None
+    try:
+        port = free_port()
+        conf = upstream_config(up.address, log={'access': 'off', 'error': 'syslog:' + sock_path},
+                               pid_file='jsongate.pid', listeners=[{'listen': '127.0.0.1:%d' % port}])
+        out_path = os.path.join(env.tmp, 'nosyslog.out')
+        pid_path = os.path.join(env.tmp, 'jsongate.pid')
+        status, _ = start_background(env, conf, 'nosyslog')
+        env.eq('the command returns 0', status, 0)
+        env.require('the daemon writes its pid', wait_until(
+            lambda: os.path.exists(pid_path) and os.path.getsize(pid_path) > 0, 5 * SLOW))
+        with open(pid_path) as f:
+            pid = int(f.read())
+        env.check('ready, on its stderr', wait_until(
+            lambda: any(' ready ' in l for l in text_lines(out_path)), 5 * SLOW),
+            text_lines(out_path))
+        env.eq('the line saying so first, then the error log\'s lines', text_lines(out_path),
+               ['[warn] syslog at %s cannot be reached (Connection refused): error lines go to '
+                'stderr' % sock_path,
+                '[info] listening on 127.0.0.1:%d' % port,
+                '[info] jsongate 0.1.0 ready with 1 worker'])
+        fds = {n: os.readlink('/proc/%d/fd/%d' % (pid, n)) for n in (0, 1, 2)}
+        env.eq('stdin and stdout on /dev/null, stderr kept', fds,
+               {0: '/dev/null', 1: '/dev/null', 2: out_path})
+        with open(os.path.join(env.tmp, 'nosyslog.yaml'), 'w') as f:
+            f.write('workers: [\n')
+        os.kill(pid, signal.SIGHUP)
+        env.check('a later error reaches stderr', wait_until(
+            lambda: '[error] reload failed: keeping the running configuration'
+            in text_lines(out_path), 5 * SLOW), text_lines(out_path))
+        env.eq('said once', sum('cannot be reached' in l for l in text_lines(out_path)), 1)
+        r = Client(port).request('GET', '/x', [('Host', 'a')])
+        env.eq('it serves on', r.status if r else None, 200)
+    finally:
+        env.check('SIGTERM stops it', stop_background(env, pid))
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 T.run()
