@@ -96,25 +96,6 @@ config_bad_uint(struct config_parse *ctx, const yaml_node_t *node, const struct 
 	    (unsigned long long)f->min, (unsigned long long)f->max, text);
 }
 
-int
-config_parse_uint_text(const char *text, uint64_t min, uint64_t max, unsigned *out)
-{
-	unsigned long long v;
-	const char *p;
-	char *end;
-
-	for (p = text; isdigit((unsigned char)*p); p++)
-		;
-	if (p == text || *p != '\0')
-		return -1;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno != 0 || v < min || v > max)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* Format a size for messages the way a user would write it. */
 static void
 config_size_text(uint64_t v, char *buf, size_t cap)
@@ -444,17 +425,6 @@ config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		config_resolve_path(ctx, &cfg->access_log);
 		cfg->access_log_mark = node->start_mark;
 	}
-}
-
-/* A list node, or NULL after an error. */
-const yaml_node_t *
-config_list(struct config_parse *ctx, const yaml_node_t *node)
-{
-	if (node->type != YAML_SEQUENCE_NODE) {
-		config_error(ctx, node, "expected a list, got %s", config_node_kind(node));
-		return NULL;
-	}
-	return node;
 }
 
 /* A dotted path of a request body field ($json.PATH); 0, or -1 after an error. */

@@ -115,7 +115,6 @@ struct config_section {
 #define config_list_item(ctx, n, i) config_node((ctx), (n)->data.sequence.items.start[(i)])
 
 /* config.c: generic parsing by the schema, the top-level custom fields, the listeners */
-int config_parse_uint_text(const char *text, uint64_t min, uint64_t max, unsigned *out);
 void config_parse_map(struct config_parse *ctx, const yaml_node_t *map,
     const struct config_section *sec, void *obj);
 void config_parse_object(struct config_parse *ctx, const yaml_node_t *node,
@@ -126,7 +125,6 @@ void config_parse_error_log(struct config_parse *ctx, const yaml_node_t *node, v
 void config_parse_pid_file(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_user(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_access(struct config_parse *ctx, const yaml_node_t *node, void *obj);
-const yaml_node_t *config_list(struct config_parse *ctx, const yaml_node_t *node);
 int config_json_path(struct config_parse *ctx, const yaml_node_t *node, const char *text);
 void config_parse_json_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_path_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
@@ -150,11 +148,14 @@ int config_is_null(const yaml_node_t *node);
 const char *config_scalar(struct config_parse *ctx, const yaml_node_t *node, const char *expected);
 const char *config_string(struct config_parse *ctx, const yaml_node_t *node);
 yaml_node_t *config_map_get(struct config_parse *ctx, const yaml_node_t *map, const char *key);
+const yaml_node_t *config_list(struct config_parse *ctx, const yaml_node_t *node);
+int config_parse_uint_text(const char *text, uint64_t min, uint64_t max, unsigned *out);
 extern const char config_addr_not_numeric[];
 const char *config_port_parse(const char *text, uint16_t *port);
 const char *config_addr_parse(const char *text, struct config_addr *out);
 int config_addr_same(const struct config_addr *a, const struct config_addr *b);
 int config_addr_is_any(const struct config_addr *a);
+void config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint64_t *set);
 
 /* config_schema.c: the tables other pieces parse with */
 extern const char *const config_failure_names[];
@@ -192,7 +193,6 @@ void config_parse_retry_on(struct config_parse *ctx, const yaml_node_t *node, vo
 void config_parse_retry_budget(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_hash_key(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_health_path(struct config_parse *ctx, const yaml_node_t *node, void *obj);
-void config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint64_t *set);
 void config_parse_health_status(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_health_json(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_health(struct config_parse *ctx, const yaml_node_t *node, void *obj);

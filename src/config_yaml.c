@@ -1,12 +1,14 @@
 /*
  * Configuration: the parse context (every error collected with its position and the key path
- * being parsed), YAML node helpers and the scalar parsers: sizes, durations, addresses, methods.
+ * being parsed), YAML node helpers and the scalar parsers: integers, sizes, durations, addresses,
+ * methods, status sets.
  */
 #include "config.h"
 #include "config_parse.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -345,7 +347,39 @@ config_map_get(struct config_parse *ctx, const yaml_node_t *map, const char *key
 	return NULL;
 }
 
+/* A list node, or NULL after an error. */
+const yaml_node_t *
+config_list(struct config_parse *ctx, const yaml_node_t *node)
+{
+	if (node->type != YAML_SEQUENCE_NODE) {
+		config_error(ctx, node, "expected a list, got %s", config_node_kind(node));
+		return NULL;
+	}
+	return node;
+}
+
 /* ------------------------------------------------------------------ scalar parsers */
+
+/* Digits only, within [min, max]: 0, or -1. */
+int
+config_parse_uint_text(const char *text, uint64_t min, uint64_t max, unsigned *out)
+{
+	unsigned long long v;
+	const char *p;
+	char *end;
+
+	for (p = text; isdigit((unsigned char)*p); p++)
+		;
+	if (p == text || *p != '\0')
+		return -1;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno != 0 || v < min || v > max)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
 
 /* Digits with an optional fraction: whole part and the fraction as num/scale. */
 static const char *
@@ -598,4 +632,72 @@ unsigned
 config_method_bit(const char *name, size_t len)
 {
 	return http_method_bit(name, len);
+}
+
+/* ------------------------------------------------------------------ status sets */
+
+int
+config_status_range(const char *text, unsigned *first, unsigned *last)
+{
+	const char *dots = strstr(text, "..");
+	char lo[4];
+
+	if (strlen(text) == 3 && text[0] >= '1' && text[0] <= '5' &&
+	    (text[1] == 'x' || text[1] == 'X') && (text[2] == 'x' || text[2] == 'X')) {
+		*first = (unsigned)(text[0] - '0') * 100;
+		*last = *first + 99;
+		return 0;
+	}
+	if (dots == NULL) {
+		if (config_parse_uint_text(text, 100, 599, first) == -1)
+			return -1;
+		*last = *first;
+		return 0;
+	}
+	if (dots - text != 3)
+		return -1;
+	memcpy(lo, text, 3);
+	lo[3] = '\0';
+	if (config_parse_uint_text(lo, 100, 599, first) == -1 ||
+	    config_parse_uint_text(dots + 2, 100, 599, last) == -1)
+		return -1;
+	return *first <= *last ? 0 : -2;
+}
+
+/* A list of statuses, classes (2xx) and ranges (200..299) into set (bit code - 100); absent:
+ * all of 2xx. */
+void
+config_parse_status_set(struct config_parse *ctx, const yaml_node_t *node, uint64_t *set)
+{
+	const yaml_node_t *item;
+	const char *text;
+	unsigned c, first, last;
+	size_t i, n;
+	int r;
+
+	memset(set, 0, CONFIG_STATUS_WORDS * sizeof(*set));
+	if (node == NULL) {
+		for (c = 200; c < 300; c++)
+			set[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
+		return;
+	}
+	if (config_list(ctx, node) == NULL)
+		return;
+	n = config_list_len(node);
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_scalar(ctx, item, "a status")) == NULL)
+			continue;
+		if ((r = config_status_range(text, &first, &last)) != 0) {
+			if (r == -2)
+				config_error(ctx, item, "status range \"%s\" runs backwards: its "
+				    "first status must not be above its last", text);
+			else
+				config_error(ctx, item, "expected " CONFIG_STATUS_FORMS ", got \"%s\"",
+				    text);
+			continue;
+		}
+		for (c = first; c <= last; c++)
+			set[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
+	}
 }
