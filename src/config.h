@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "http_method.h"
+#include "log.h"
 #include "resolver.h"
 #include "rewrite.h"
 #include "template.h"
@@ -20,7 +21,6 @@ struct route_pattern;                   /* route.h: a path template */
 struct tls_server;                      /* tls.h: a listener's TLS contexts */
 struct tls_client;                      /* tls.h: an upstream's TLS context */
 
-enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum access_format { ACCESS_JSON, ACCESS_COMBINED };
 enum balance { BALANCE_ROUND_ROBIN, BALANCE_LEAST_CONN, BALANCE_HASH };
 enum on_error { ON_ERROR_PASS, ON_ERROR_FAIL };

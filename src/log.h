@@ -2,7 +2,7 @@
 #ifndef JG_LOG_H
 #define JG_LOG_H
 
-#include "config.h"
+enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 
 void log_init(enum log_level level);
 void log_set_level(enum log_level level);
