@@ -309,6 +309,9 @@ struct config_route {
 		uint64_t upstream_response;
 		uint64_t upstream_try;      /* 0: none */
 	} timeouts;
+	struct route_limits {           /* the global limits unless the route sets them */
+		size_t max_request_body;    /* 0: none */
+	} limits;
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
@@ -345,6 +348,8 @@ struct config {
 		unsigned max_depth;     /* default 1000 */
 		unsigned max_members;   /* default 100000 */
 		size_t route_scan;      /* default 64k: body bytes read to route by a field */
+		size_t max_request_body;    /* default 0: no limit; any request body, streamed
+		                             * or not: over it 413 */
 		unsigned max_backends;  /* default 16 */
 	} limits;
 

@@ -1012,6 +1012,7 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 		route->timeouts.upstream_connect = cfg->timeouts.upstream_connect;
 		route->timeouts.upstream_response = cfg->timeouts.upstream_response;
 		route->timeouts.upstream_try = cfg->timeouts.upstream_try;
+		route->limits.max_request_body = cfg->limits.max_request_body;
 		/* match is parsed first: the ops after it know the route's path template. */
 		ctx->current = route;
 		config_parse_object(ctx, item, &config_route_section, route);

@@ -56,8 +56,9 @@ static const struct config_field config_admin_fields[] = {
 static const struct config_section config_admin_section = CONFIG_SECTION_OF(config_admin_fields);
 
 static const struct config_field config_limits_fields[] = {
-	F_SIZE("max_header", struct config, limits.max_header, "16k", 1024,
-	    "largest request head; larger requests get 431"),
+	{ "max_header", CONFIG_SIZE, offsetof(struct config, limits.max_header), "16k", 1024,
+	    1024 * 1024, NULL, NULL, NULL, 0, "largest request head (at most 1m); larger "
+	    "requests get 431", NULL },
 	F_SIZE("max_body", struct config, limits.max_body, "8m", 0,
 	    "largest JSON body buffered for ops; larger requests get 413"),
 	F_UINT("max_connections", struct config, limits.max_connections, "10000", 1, UINT32_MAX,
@@ -71,6 +72,8 @@ static const struct config_field config_limits_fields[] = {
 	    "request body bytes read for the fields of match.json and $json.PATH", NULL },
 	F_UINT("max_backends", struct config, limits.max_backends, "16", 1, CONFIG_MAX_BACKENDS,
 	    "most backends one aggregated route may have"),
+	F_SIZE("max_request_body", struct config, limits.max_request_body, "0", 0,
+	    "largest request body, streamed or buffered; larger requests get 413; 0: no limit"),
 };
 static const struct config_section config_limits_section = CONFIG_SECTION_OF(config_limits_fields);
 
@@ -267,6 +270,14 @@ static const struct config_field config_route_timeouts_fields[] = {
 static const struct config_section config_route_timeouts_section =
     CONFIG_SECTION_OF(config_route_timeouts_fields);
 
+/* Defaults: the global limits, copied into the route before its keys are parsed. */
+static const struct config_field config_route_limits_fields[] = {
+	F_SIZE("max_request_body", struct config_route, limits.max_request_body, NULL, 0,
+	    "largest request body of the route's requests; larger get 413; 0: no limit"),
+};
+static const struct config_section config_route_limits_section =
+    CONFIG_SECTION_OF(config_route_limits_fields);
+
 static const struct config_field config_route_fields[] = {
 	F_CUSTOM("name", config_parse_route_name, "string", NULL, 0,
 	    "name for logs and metrics; default routes[N]"),
@@ -307,6 +318,8 @@ static const struct config_field config_route_fields[] = {
 	    "ops on JSON response bodies whose status is not in response_on"),
 	F_SECTION("timeouts", config_route_timeouts_section,
 	    "upstream timeouts of the route instead of the global ones"),
+	F_SECTION("limits", config_route_limits_section,
+	    "limits of the route instead of the global ones"),
 	F_CUSTOM("request_headers", config_parse_request_headers, "mapping", NULL, 0,
 	    "headers set, added or removed on requests: { set, add, remove }"),
 	F_CUSTOM("response_headers", config_parse_response_headers, "mapping", NULL, 0,

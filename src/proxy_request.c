@@ -259,6 +259,8 @@ proxy_collect_request_body(struct client *c)
 			}
 			c->rq->req_done = r == HTTP_CHUNKED_DONE;
 		}
+		if (request_body_too_large(c, c->rq->req_block_len - c->rq->req_seen))
+			return;
 	}
 	ql = evbuffer_get_length(c->rq->req_copy);
 	if (c->rq->req_block_len > cfg->limits.max_body) {
@@ -518,6 +520,8 @@ proxy_keep_chunked(struct client *c)
 			return;
 		}
 	n = evbuffer_get_length(c->rq->req_body);
+	if (request_body_too_large(c, n - c->rq->req_seen))
+		return;
 	if (r != HTTP_CHUNKED_DONE && n <= max)
 		return;
 	c->rq->buffer_body = c->rq->keep_chunked = 0;
@@ -618,6 +622,8 @@ proxy_forward_request_body(struct client *c)
 				return;
 			}
 			if (r == HTTP_CHUNKED_DATA) {
+				if (request_body_too_large(c, dlen))
+					return;
 				evbuffer_drain(in, off);
 				evbuffer_add_printf(out, "%zx\r\n", dlen);
 				evbuffer_remove_buffer(in, out, dlen);

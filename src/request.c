@@ -49,6 +49,22 @@ proxy_unrewritten(struct client *c, enum metrics_direction direction,
 	return 1;
 }
 
+int
+request_body_too_large(struct client *c, uint64_t n)
+{
+	uint64_t max = c->rq->route->limits.max_request_body;
+
+	if (max == 0 || c->rq->req_seen + n <= max) {
+		c->rq->req_seen += n;
+		return 0;
+	}
+	log_warnx("route %s: request body exceeds limits.max_request_body (request %s)",
+	    c->rq->route->name, c->rq->request_id);
+	c->rq->up_close = 1;
+	client_error(c, GW_PAYLOAD_TOO_LARGE, "request body exceeds limits.max_request_body", 1);
+	return 1;
+}
+
 /* Why the ops could not rewrite a body, for jsongate_envelope_total. */
 enum metrics_envelope_reason
 proxy_unrewritten_reason(const struct body_result *res)
@@ -509,6 +525,15 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	if (path_vars_set(&c->rq->pathv, c->rq->route, req->path.p, req->path.len) < 0) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	/* A body announced over the route's limit: refused before a byte of it goes anywhere
+	 * (and before 100 Continue invites it). */
+	if (c->rq->route->limits.max_request_body != 0 && req->framing.content_length >= 0 &&
+	    (uint64_t)req->framing.content_length > c->rq->route->limits.max_request_body) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_PAYLOAD_TOO_LARGE, "request body exceeds limits.max_request_body",
+		    1);
 		return;
 	}
 	if (c->rq->route->backends != NULL) {

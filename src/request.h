@@ -119,6 +119,8 @@ struct request {
 	unsigned pick_after_body : 1;   /* the server is chosen once the body the request ops
 	                                 * take is in: its upstream hashes by a $json field */
 	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
+	uint64_t req_seen;              /* body bytes taken so far (de-chunked), against the
+	                                 * route's max_request_body */
 	enum body_mode req_mode;
 	uint64_t req_left;
 	struct http_chunked req_chunk;
@@ -245,6 +247,12 @@ unsigned proxy_prog_vars(const struct rewrite_program *prog);
 int proxy_unrewritten(struct client *c, enum metrics_direction direction,
     enum metrics_envelope_reason why, enum gateway_error err, const char *message,
     int must_close);
+/*
+ * n more bytes of a chunked body came: 0 while they stay within the route's
+ * limits.max_request_body, else 1 once the request is refused with 413 and its try ended, so
+ * that no upstream gets the whole body.
+ */
+int request_body_too_large(struct client *c, uint64_t n);
 /* Why the ops could not rewrite a body, for jsongate_envelope_total. */
 enum metrics_envelope_reason proxy_unrewritten_reason(const struct body_result *res);
 const struct config *client_cfg(const struct client *c);

@@ -122,6 +122,7 @@ SKELETONS = {
         route_with('      methods:\n        -\n          match: eth_call\n'
                    '          upstream: archive\n          #>\n', JSONRPC)],
     'routes[].timeouts': [route_with('    timeouts:\n      #>\n')],
+    'routes[].limits': [route_with('    limits:\n      #>\n')],
     'routes[].request_headers': [route_with('    request_headers:\n      #>\n')],
     'routes[].response_headers': [route_with('    response_headers:\n      #>\n')],
 }

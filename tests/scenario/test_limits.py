@@ -169,6 +169,47 @@ def keepalive_zero(env):
 
 
 @T.case
+def max_request_body(env):
+    """limits.max_request_body bounds every request body, streamed or not: a Content-Length
+    over it gets 413 before a byte is forwarded (instead of 100 Continue), a chunked body that
+    goes over it gets 413 and the upstream never gets all of it; a route's own limit wins."""
+    up = env.scripted(default=answer(lambda q: http_response(
+        200, b'{"got":%d}' % len(q.body))), truncated_ok=True)
+    gw = env.daemon(upstream_config(up.address, limits={'max_request_body': '1k'}, routes=[
+        {'name': 'big', 'match': {'path_prefix': '/big/'}, 'upstream': 'app',
+         'limits': {'max_request_body': '4k'}},
+        {'name': 'all', 'match': {'path_prefix': '/'}, 'upstream': 'app'}]))
+    msg = 'request body exceeds limits.max_request_body'
+    c = env.client(gw.port)
+    c.send(b'POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n')
+    env.gateway_error('Content-Length over the limit: 413 before the body', c.read_response(),
+                      413, 'payload_too_large', msg, close=True)
+    c = env.client(gw.port)
+    c.send(b'POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n'
+           b'Expect: 100-continue\r\n\r\n')
+    env.gateway_error('with Expect: 100-continue: 413 instead of 100',
+                      c.read_response(skip_interim=False), 413, 'payload_too_large', msg,
+                      close=True)
+    c = env.client(gw.port)
+    c.send(b'POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n' +
+           b''.join(b'1f4\r\n' + b'x' * 500 + b'\r\n' for _ in range(4)) + b'0\r\n\r\n')
+    env.gateway_error('a chunked body going over the limit: 413', c.read_response(), 413,
+                      'payload_too_large', msg, close=True)
+    env.eq('no upstream got a whole request of these', up.requests, [])
+    c = env.client(gw.port)
+    r = c.request('POST', '/up', [('Host', 'a')], body=b'y' * 1024)
+    env.eq('a body at the limit passes', (r.status, r.body), (200, b'{"got":1024}'))
+    r = c.request('POST', '/big/up', [('Host', 'a')], body=b'y' * 3000)
+    env.eq('the route\'s own limit (4k) wins', (r.status, r.body), (200, b'{"got":3000}'))
+    c.send(b'POST /big/up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n' +
+           b'bb8\r\n' + b'z' * 3000 + b'\r\n0\r\n\r\n')
+    r = c.read_response()
+    env.eq('a chunked body within it passes', (r.status, r.body), (200, b'{"got":3000}'))
+    r = c.request('GET', '/up', [('Host', 'a')])
+    env.eq('a request without a body is not concerned', r.status, 200)
+
+
+@T.case
 def max_connections(env):
     up = env.scripted(default=answer(lambda q: http_response(200, json.dumps({'t': q.target}).encode())))
     gw = env.daemon(upstream_config(up.address, limits={'max_connections': 2}))
