@@ -1,5 +1,6 @@
 #include "config.h"
 #include "access_log.h"
+#include "jstr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,45 +141,14 @@ access_printf(struct access_line *l, const char *fmt, ...)
 		l->n += (size_t)r < room ? (size_t)r : room;
 }
 
-/*
- * s[0..len) as the inside of a JSON string, at most max bytes, into out (or only counted when
- * out is NULL); returns its length.  Quotes, backslashes, controls and every byte outside
- * ASCII are escaped (\u00XX, the byte's value as the code point), so a line is valid JSON
- * (and UTF-8) whatever the request held, and the bytes can be recovered.
- */
-static size_t
-access_escape(char *out, const char *s, size_t len, size_t max)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t n = 0, i;
-
-	for (i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		size_t w = ch == '"' || ch == '\\' ? 2 : ch < 0x20 || ch >= 0x7f ? 6 : 1;
-
-		if (n + w > max)
-			break;
-		if (out != NULL && w == 2) {
-			out[n] = '\\';
-			out[n + 1] = (char)ch;
-		} else if (out != NULL && w == 6) {
-			memcpy(out + n, "\\u00", 4);
-			out[n + 4] = hex[ch >> 4];
-			out[n + 5] = hex[ch & 15];
-		} else if (out != NULL) {
-			out[n] = (char)ch;
-		}
-		n += w;
-	}
-	return n;
-}
-
+/* s[0..len) as the inside of a JSON string, at most max bytes (jstr.h: valid UTF-8 as it is,
+ * other bytes as U+FFFD, so a line is valid JSON and UTF-8 whatever the request held). */
 static void
 access_json_n(struct access_line *l, const char *s, size_t len, size_t max)
 {
 	if (max > l->cap - 1 - l->n)
 		max = l->cap - 1 - l->n;
-	l->n += access_escape(l->buf + l->n, s, len, max);
+	l->n += jstr_escape_max(l->buf + l->n, s, len, max, NULL);
 }
 
 static void
@@ -196,9 +166,9 @@ access_fields(struct access_line *l, const char *member, const struct access_fie
 
 	access_lit(l, member);
 	for (i = 0; i < n; i++) {
-		name = access_escape(NULL, f[i].name, strlen(f[i].name), ACCESS_FIELD_MAX);
+		name = jstr_escape_max(NULL, f[i].name, strlen(f[i].name), ACCESS_FIELD_MAX, NULL);
 		value = f[i].value == NULL ? 4 :
-		    access_escape(NULL, f[i].value, f[i].len, ACCESS_FIELD_MAX) + 2;
+		    jstr_escape_max(NULL, f[i].value, f[i].len, ACCESS_FIELD_MAX, NULL) + 2;
 		if (access_reserve(l, 4 + name + value) < 0)
 			break;          /* no memory: the rest left out */
 		if (i != 0)
@@ -293,7 +263,8 @@ access_backends(struct access_line *l, const struct access_entry *e, int json)
 		else
 			n = snprintf(tail, sizeof(tail), ":%d:%s:%.3f", b->status, b->outcome,
 			    b->duration_ms);
-		name = json ? access_escape(NULL, b->name, strlen(b->name), ACCESS_FIELD_MAX) :
+		name = json ?
+		    jstr_escape_max(NULL, b->name, strlen(b->name), ACCESS_FIELD_MAX, NULL) :
 		    access_combined_len(b->name, ACCESS_FIELD_MAX);
 		if (n < 0 || (size_t)n >= sizeof(tail) || access_reserve(l, 2 + name + (size_t)n) < 0)
 			break;

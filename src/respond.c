@@ -1,5 +1,6 @@
 #include "config.h"
 #include "respond.h"
+#include "jstr.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,29 +10,18 @@
 void
 respond_json_escape(struct evbuffer *out, const char *s, size_t len)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t i, run = 0;
+	struct evbuffer_iovec v;
+	size_t used;
 
-	for (i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		char esc[6];
-
-		if (ch >= 0x20 && ch != '"' && ch != '\\')
-			continue;
-		evbuffer_add(out, s + run, i - run);
-		run = i + 1;
-		if (ch == '"' || ch == '\\') {
-			esc[0] = '\\';
-			esc[1] = (char)ch;
-			evbuffer_add(out, esc, 2);
-		} else {
-			memcpy(esc, "\\u00", 4);
-			esc[4] = hex[ch >> 4];
-			esc[5] = hex[ch & 15];
-			evbuffer_add(out, esc, 6);
-		}
+	/* A piece at a time, so that a long text needs no room six times its size at once. */
+	while (len != 0) {
+		if (evbuffer_reserve_space(out, 6 * 256 < 6 * len ? 6 * 256 : 6 * len, &v, 1) < 1)
+			return;
+		v.iov_len = jstr_escape_max(v.iov_base, s, len, v.iov_len, &used);
+		evbuffer_commit_space(out, &v, 1);
+		s += used;
+		len -= used;
 	}
-	evbuffer_add(out, s + run, len - run);
 }
 
 size_t

@@ -22,7 +22,8 @@ size_t respond_error(struct evbuffer *out, enum gateway_error err, const char *m
     struct http_str request_id, enum respond_connection conn, const char *extra, int head_only,
     size_t *head_len);
 
-/* Append s to out as the inside of a JSON string (quotes not included), escaping as needed. */
+/* Append s to out as the inside of a JSON string (quotes not included), by jstr_escape's
+ * policy. */
 void respond_json_escape(struct evbuffer *out, const char *s, size_t len);
 
 #endif

@@ -17,57 +17,6 @@
 /* Spans handed to a sink at once. */
 #define REWRITE_SINK_BATCH 256
 
-size_t
-rewrite_json_escape(char *dst, const char *src, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	const unsigned char *s = (const unsigned char *)src;
-	char *d = dst;
-	size_t i = 0, n;
-
-	while (i < len) {
-		unsigned char c = s[i];
-
-		if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-			*d++ = (char)c;
-			i++;
-			continue;
-		}
-		if (c == '"' || c == '\\') {
-			*d++ = '\\';
-			*d++ = (char)c;
-			i++;
-			continue;
-		}
-		if (c < 0x20) {
-			*d++ = '\\';
-			switch (c) {
-			case '\n': *d++ = 'n'; break;
-			case '\r': *d++ = 'r'; break;
-			case '\t': *d++ = 't'; break;
-			case '\b': *d++ = 'b'; break;
-			case '\f': *d++ = 'f'; break;
-			default:
-				*d++ = 'u'; *d++ = '0'; *d++ = '0';
-				*d++ = hex[c >> 4]; *d++ = hex[c & 15];
-			}
-			i++;
-			continue;
-		}
-		if ((n = jvalid_utf8_len(s + i, len - i)) == 0) {
-			/* An invalid byte becomes U+FFFD so the output stays valid UTF-8. */
-			memcpy(d, "\xef\xbf\xbd", 3);
-			d += 3;
-			i++;
-			continue;
-		}
-		memcpy(d, s + i, n);
-		d += n;
-		i += n;
-	}
-	return (size_t)(d - dst);
-}
-
 enum rw_kind {
 	RW_RAW,                         /* an input value not looked into */
 	RW_OBJ,                         /* an object with a member list */

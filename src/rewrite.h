@@ -8,6 +8,7 @@
 #include <yaml.h>
 
 #include "jcond.h"
+#include "jstr.h"
 
 struct config_parse;                    /* config.h: where parse errors go */
 struct rewrite_program;                 /* compiled op list of one route direction */
@@ -116,11 +117,13 @@ struct rewrite_program *rewrite_program_from_yaml(const char *yaml, size_t len, 
 struct rewrite_program *rewrite_program_from_yaml_route(const char *yaml, size_t len,
     const char *path_template, char *errbuf, size_t errlen);
 
-/*
- * Escape src[0..len) as the inside of a JSON string into dst, which must hold 6 * len bytes:
- * `"`, `\` and control bytes are escaped, invalid UTF-8 becomes U+FFFD.  Returns the length.
- */
-size_t rewrite_json_escape(char *dst, const char *src, size_t len);
+/* Escape src[0..len) as the inside of a JSON string into dst, which must hold 6 * len bytes:
+ * jstr_escape, the one escaper and its UTF-8 policy, under the name the engine's callers use. */
+static inline size_t
+rewrite_json_escape(char *dst, const char *src, size_t len)
+{
+	return jstr_escape(dst, src, len);
+}
 
 /* ---- compiled programs: shared by rewrite_config.c (builds) and rewrite.c (runs) ---- */
 

@@ -21,7 +21,7 @@ check() {
 	fi
 }
 
-for f in jscan envelope jvalid jcond jprefix rewrite merge; do
+for f in jscan envelope jvalid jstr jcond jprefix rewrite merge; do
 	check $f "$http_layer|$config"
 done
 for f in jcond_config rewrite_config; do

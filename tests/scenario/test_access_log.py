@@ -114,9 +114,9 @@ def read_raw_lines(path, n, timeout=5):
 
 @T.case
 def json_lines_whatever_the_request_held(env):
-    """Every JSON line is valid JSON in strict UTF-8: controls and every byte outside ASCII are
-    escaped (\\u00XX, the byte's value), and a value too long for a 4 KB line is cut short,
-    never the line."""
+    """Every JSON line is valid JSON in strict UTF-8: controls escaped, valid UTF-8 as it is,
+    every other byte as U+FFFD, and a value too long for a 4 KB line is cut short, never the
+    line."""
     up = env.scripted(default=answer(http_response(200, b'{}')))
     path = os.path.join(env.tmp, 'access.json.log')
     name = 'r"o\\u\x01te-\u00e9-' + 'n' * 5000
@@ -141,17 +141,63 @@ def json_lines_whatever_the_request_held(env):
         except ValueError as e:
             env.check(what + ': strict UTF-8 and valid JSON', False, '%s: %r' % (e, raw[:300]))
             continue
-        logged = entry.get('path', '').encode('latin-1')
+        # Each target's bytes that are not UTF-8 stand alone: each is one U+FFFD.
+        logged, received = entry.get('path', ''), t.decode('utf-8', 'replace')
         paths.append(logged)
-        env.check(what + ': path holds the bytes received, maybe cut',
-                  0 < len(logged) <= len(t) and t.startswith(logged), logged[:100])
+        env.check(what + ': path holds the bytes received (bad ones U+FFFD), maybe cut',
+                  0 < len(logged) <= len(received) and received.startswith(logged), logged[:100])
         env.eq(what + ': request_id with its quotes and backslash', entry.get('request_id'), rid)
-        route = entry.get('route', '').encode('latin-1')
+        route = entry.get('route', '').encode('utf-8')
         env.check(what + ': the 5 KB route name is cut, the control escaped',
                   name.encode().startswith(route) and 20 < len(route) < len(name), route)
         env.eq(what + ': fields after the cut ones are whole', (entry.get('status'), entry.get('method')),
                (200, 'GET'))
-    env.eq('a short path is logged whole', paths[:1], targets[:1])
+    env.eq('a short path is logged whole', paths[:1], [targets[0].decode('utf-8', 'replace')])
+
+
+@T.case
+def json_values_keep_utf8(env):
+    """Valid UTF-8 is logged as it is (an e acute is its two bytes, not \\u00c3\\u00a9),
+    a percent-encoded target as it came, a byte that is not UTF-8 as U+FFFD: exact bytes."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    path = os.path.join(env.tmp, 'access.json.log')
+    gw = env.daemon(upstream_config(up.address, routes=[{'name': 'caf\u00e9', 'match': {'path_prefix': '/'},
+                                                         'upstream': 'app'}],
+                                    log={'level': 'info', 'access': path, 'format': 'json'}))
+    targets = [b'/caf%C3%A9', b'/caf\xc3\xa9', b'/x\xff\xc3(\xed\xa0\x80y', b'/\xf0\x9f\x98\x80']
+    for t in targets:
+        c = env.client(gw.port)
+        c.send(b'GET %s HTTP/1.1\r\nHost: a\r\nX-Request-Id: rid\r\nUser-Agent: caf\xc3\xa9\r\n\r\n' % t)
+        env.eq('%r: answered' % t, c.read_response().status, 200)
+    env.eq('the upstream got each target as sent', [r.head.split(b' ')[1] for r in up.requests], targets)
+    lines = read_raw_lines(path, len(targets))
+    env.require('one line per request', len(lines) == len(targets), lines)
+    fffd = b'\xef\xbf\xbd'
+    wanted = [b'/caf%C3%A9', b'/caf\xc3\xa9', b'/x' + fffd * 2 + b'(' + fffd * 3 + b'y', b'/\xf0\x9f\x98\x80']
+    for t, raw, want in zip(targets, lines, wanted):
+        env.check('%r: "path" exactly' % t, b',"path":"' + want + b'",' in raw, raw)
+        env.check('%r: "route" in UTF-8' % t, b',"route":"caf\xc3\xa9",' in raw, raw)
+        try:
+            json.loads(raw.decode('utf-8'))
+        except ValueError as e:
+            env.check('%r: strict UTF-8 and valid JSON' % t, False, '%s: %r' % (e, raw))
+
+
+@T.case
+def combined_keeps_nginx_escapes(env):
+    """combined is not JSON: an e acute in the target and the User-Agent is \\xC3\\xA9 there,
+    as nginx writes it."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    path = os.path.join(env.tmp, 'access.combined.log')
+    gw = env.daemon(upstream_config(up.address, routes=ROUTES,
+                                    log={'level': 'info', 'access': path, 'format': 'combined'}))
+    c = env.client(gw.port)
+    c.send(b'GET /api/caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\nUser-Agent: caf\xc3\xa9\r\n\r\n')
+    env.eq('answered', c.read_response().status, 200)
+    lines = read_raw_lines(path, 1)
+    env.require('a line', len(lines) == 1, lines)
+    env.check('target and agent as nginx writes them',
+              lines[0].endswith(b'] "GET /api/caf\\xC3\\xA9 HTTP/1.1" 200 2 "-" "caf\\xC3\\xA9"'), lines[0])
 
 
 @T.case

@@ -1305,8 +1305,8 @@ def the_access_log_lists_every_backend(env):
                        if os.path.exists(log_path) and open(log_path, 'rb').read() else None, 5)
     env.require('one line', lines is not None and len(lines) == 1, lines)
     entry = json.loads(lines[0])
-    env.eq('every backend, in order, whole names (bytes escaped as the log does)',
-           list(entry['backends']), [n.encode().decode('latin-1') for n in names])
+    env.eq('every backend, in order, whole names (UTF-8 as it is)',
+           list(entry['backends']), names)
     env.eq('each with its status and outcome',
            {(b['status'], b['outcome']) for b in entry['backends'].values()}, {(200, 'ok')})
     env.check('nothing said left out', 'backends_omitted' not in entry, entry.keys())

@@ -850,8 +850,8 @@ def a_long_method_is_cut_in_the_log(env):
     r = post(env, gw, call(name, '1', '[1]'))
     env.eq('answered', r.status, 200)
     lines = wait_until(lambda: open(log_path).read().splitlines() or None, 5) or ['{}']
-    env.eq('rpc_method: the decoded name\'s first 128 bytes', json.loads(lines[0]).get(
-        'rpc_method'), 'm' * 127 + '\u00c3')
+    env.eq('rpc_method: the decoded name\'s first 128 bytes (a cut sequence as U+FFFD)',
+           json.loads(lines[0]).get('rpc_method'), 'm' * 127 + '\ufffd')
 
 
 def fds(pid):
