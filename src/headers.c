@@ -20,7 +20,8 @@ enum headers_kind {
 	HK_DROP,                /* hop-by-hop, framing, or replaced by the proxy */
 	HK_HOST,
 	HK_XFF,
-	HK_REQUEST_ID
+	HK_REQUEST_ID,
+	HK_ETAG_WEAK                    /* a strong ETag of a body jsongate changed: W/ added */
 };
 
 #define HEADERS_MAX_LISTED 32   /* Connection tokens remembered; beyond, rescan */
@@ -308,15 +309,110 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 	return headers_commit(out, &vec, start, w, size);
 }
 
+/* ------------------------------------------------------------------ Date */
+
+/*
+ * The current time as an HTTP-date, formatted when the second changes: a worker writes
+ * thousands of heads a second, each with the same text.
+ */
+static _Thread_local char headers_date_text[HEADERS_DATE_LEN + 1];
+static _Thread_local time_t headers_date_second = -1;
+
+const char *
+headers_date(void)
+{
+	static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+	static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul",
+	    "Aug", "Sep", "Oct", "Nov", "Dec" };
+	struct timespec ts;
+	struct tm tm;
+	char *w = headers_date_text;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	if (ts.tv_sec == headers_date_second)
+		return headers_date_text;
+	if (gmtime_r(&ts.tv_sec, &tm) == NULL || tm.tm_year + 1900 > 9999 || tm.tm_year < 0)
+		memset(&tm, 0, sizeof(tm));     /* never: a clock outside 1900-9999 */
+	w = headers_put(w, days[tm.tm_wday], 3);
+	*w++ = ',';
+	*w++ = ' ';
+	*w++ = (char)('0' + tm.tm_mday / 10);
+	*w++ = (char)('0' + tm.tm_mday % 10);
+	*w++ = ' ';
+	w = headers_put(w, months[tm.tm_mon], 3);
+	*w++ = ' ';
+	*w++ = (char)('0' + (tm.tm_year + 1900) / 1000);
+	*w++ = (char)('0' + (tm.tm_year + 1900) / 100 % 10);
+	*w++ = (char)('0' + (tm.tm_year + 1900) / 10 % 10);
+	*w++ = (char)('0' + (tm.tm_year + 1900) % 10);
+	*w++ = ' ';
+	*w++ = (char)('0' + tm.tm_hour / 10);
+	*w++ = (char)('0' + tm.tm_hour % 10);
+	*w++ = ':';
+	*w++ = (char)('0' + tm.tm_min / 10);
+	*w++ = (char)('0' + tm.tm_min % 10);
+	*w++ = ':';
+	*w++ = (char)('0' + tm.tm_sec / 10);
+	*w++ = (char)('0' + tm.tm_sec % 10);
+	w = HEADERS_PUT_LIT(w, " GMT");
+	*w = '\0';
+	headers_date_second = ts.tv_sec;
+	return headers_date_text;
+}
+
+/* ------------------------------------------------------------------ responses */
+
+/* 1 when a kept Vary line of the response lists elem (or "*", which stands for all). */
+static int
+headers_vary_lists(const struct http_response *resp, const unsigned char *kind, size_t n,
+    struct http_str elem)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &resp->headers[i];
+		const char *p = h->value.p, *end = p + h->value.len;
+		struct http_str tok;
+
+		if (kind[i] == HK_DROP || !HTTP_IEQ(h->name.p, h->name.len, "vary"))
+			continue;
+		do {
+			p = http_list_next(p, end, &tok);
+			if (headers_same_name(tok, elem) || HTTP_IEQ(tok.p, tok.len, "*"))
+				return 1;
+		} while (p != NULL);
+	}
+	return 0;
+}
+
+/* 1 when line (a header line of added, CR LF included) is a Vary whose every element the
+ * response's own Vary lines list already: it would say nothing new. */
+static int
+headers_vary_said(const struct http_response *resp, const unsigned char *kind, size_t n,
+    const char *line, size_t len)
+{
+	const char *p, *end = line + len - 2;
+	struct http_str tok;
+
+	if (len < 7 || !http_ieq(line, "vary:", 5))
+		return 0;
+	p = line + 5;
+	do {
+		p = http_list_next(p, end, &tok);
+		if (tok.len != 0 && !headers_vary_lists(resp, kind, n, tok))
+			return 0;
+	} while (p != NULL);
+	return 1;
+}
+
 int
 headers_response_out(struct evbuffer *out, const struct http_response *resp,
-    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars)
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
+    const char *added)
 {
 	unsigned char kind[HTTP_MAX_HEADERS];
 	struct headers_listed listed;
 	size_t n = resp->nheaders < HTTP_MAX_HEADERS ? resp->nheaders : HTTP_MAX_HEADERS;
 	struct http_str reason = resp->reason;
-	int has_id = 0;
+	int has_id = 0, has_date = 0;
 	int status = resp->status;
 
 	if (status < 100 || status > 999)
@@ -338,14 +434,32 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 			continue;
 		if (kind[i] == HK_REQUEST_ID)
 			has_id = 1;
-		size += h->name.len + h->value.len + 4;
+		/* Date and ETag: four letters, like few others. */
+		if (h->name.len == 4 && HTTP_IEQ(h->name.p, 4, "date")) {
+			has_date = 1;
+		} else if (h->name.len == 4 && added != NULL && HTTP_IEQ(h->name.p, 4, "etag")) {
+			/* RFC 9110 8.8.1: a strong validator promises these very bytes. */
+			if (h->value.len >= 1 && h->value.p[0] == '"')
+				kind[i] = HK_ETAG_WEAK;
+			else if (h->value.len < 2 || h->value.p[0] != 'W' || h->value.p[1] != '/')
+				kind[i] = HK_DROP;      /* no entity-tag at all: not passed on */
+			if (kind[i] == HK_DROP)
+				continue;
+		}
+		size += h->name.len + h->value.len + 6;
 	}
 	if (ops != NULL && (ops->own & HEADER_OPS_REQUEST_ID))
 		has_id = 1;     /* the ops set or remove it */
 	if (!has_id && request_id.len > 0)
 		size += sizeof("X-Request-Id: \r\n") + request_id.len;
+	if (!has_date && (ops == NULL || !header_ops_drops(ops, (struct http_str){ "Date", 4 })))
+		size += sizeof("Date: \r\n") + HEADERS_DATE_LEN;
+	else
+		has_date = 1;   /* the upstream's, or the ops' own */
 	if (ops != NULL)
 		size += header_ops_size(ops, vars);
+	if (added != NULL)
+		size += strlen(added);
 
 	struct evbuffer_iovec vec;
 	char *start = headers_reserve(out, size, &vec), *w = start;
@@ -360,11 +474,24 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	w = headers_put(w, reason.p, reason.len);
 	*w++ = '\r';
 	*w++ = '\n';
+	if (!has_date) {
+		w = HEADERS_PUT_LIT(w, "Date: ");
+		w = headers_put(w, headers_date(), HEADERS_DATE_LEN);
+		*w++ = '\r';
+		*w++ = '\n';
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &resp->headers[i];
 
-		if (kind[i] != HK_DROP)
+		if (kind[i] == HK_ETAG_WEAK) {
+			w = headers_put(w, h->name.p, h->name.len);
+			w = HEADERS_PUT_LIT(w, ": W/");
+			w = headers_put(w, h->value.p, h->value.len);
+			*w++ = '\r';
+			*w++ = '\n';
+		} else if (kind[i] != HK_DROP) {
 			w = headers_put_field(w, h->name, h->value);
+		}
 	}
 	if (!has_id && request_id.len > 0) {
 		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");
@@ -374,6 +501,12 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	}
 	if (ops != NULL)
 		w = header_ops_put(w, ops, vars);
+	for (const char *line = added, *eol; line != NULL && *line != '\0'; line = eol) {
+		eol = strstr(line, "\r\n");
+		eol = eol != NULL ? eol + 2 : line + strlen(line);
+		if (!headers_vary_said(resp, kind, n, line, (size_t)(eol - line)))
+			w = headers_put(w, line, (size_t)(eol - line));
+	}
 	return headers_commit(out, &vec, start, w, size);
 }
 

@@ -39,11 +39,25 @@ int headers_request_out(struct evbuffer *out, const struct http_request *req,
 /*
  * Append "HTTP/1.1 STATUS REASON\r\n" and the end-to-end response headers (hop-by-hop and
  * Content-Length dropped as above); when request_id is not empty and the upstream did not send
- * X-Request-Id, it is added.  Then ops (the route's response_headers, or NULL) as for requests,
- * with the values of vars.  The caller appends framing, Connection, and "\r\n".
+ * X-Request-Id, it is added.  A Date is added (first, as the current time) when the upstream
+ * sent none.  Then ops (the route's response_headers, or NULL) as for requests, with the
+ * values of vars.
+ * added is NULL when the body goes out as the upstream sent it; otherwise jsongate made or
+ * changed it, and added holds the header lines (each ending in CR LF; "" for none) that
+ * jsongate adds for it, written last: the upstream's strong ETag goes out weak ("abc" as
+ * W/"abc", RFC 9110 8.8.1; a weak one as it is, one that is no entity-tag dropped), and a
+ * Vary line of added is left out when the upstream's Vary lines list each of its elements
+ * already (or "*").
+ * The caller appends framing, Connection, and "\r\n".
  */
 int headers_response_out(struct evbuffer *out, const struct http_response *resp,
-    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars);
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
+    const char *added);
+
+/* The current time as an HTTP-date (RFC 9110 5.6.7), "Sat, 05 Dec 2026 11:00:00 GMT",
+ * HEADERS_DATE_LEN bytes and a NUL: formatted once a second per thread. */
+#define HEADERS_DATE_LEN 29
+const char *headers_date(void);
 
 /* 1 for the headers every message loses on its way through: hop-by-hop ones (RFC 9110 7.6.1)
  * and Content-Length (jsongate frames each message itself). */

@@ -157,10 +157,8 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 		if (ops->vars & (1u << REWRITE_VAR_HEADER))
 			proxy_kept_request_headers(c, &vars);
 	}
-	if (headers_response_out(out, resp, id, ops, &vars) < 0)
+	if (headers_response_out(out, resp, id, ops, &vars, extra) < 0)
 		c->keepalive = 0;
-	if (extra != NULL)
-		evbuffer_add(out, extra, strlen(extra));
 	if (framing == OUT_CHUNKED)
 		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	else if (framing == OUT_LENGTH)
@@ -543,7 +541,7 @@ proxy_respond_rewritten(struct client *c)
 			resp->status = res.status;
 			resp->reason.len = 0;
 		}
-		const char *extra = NULL;
+		const char *extra = "";         /* the body is jsongate's: no strong ETag */
 		if (res.inflated)
 			proxy_remove_header(resp->headers, &resp->nheaders, "content-encoding");
 		if (c->rq->accept_gzip && !res.inflated &&

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "respond.h"
+#include "headers.h"
 #include "jstr.h"
 
 #include <stdio.h>
@@ -47,9 +48,9 @@ respond_error(struct evbuffer *out, enum gateway_error err, const char *message,
 	evbuffer_add(body, "\"}}", 3);
 	body_len = evbuffer_get_length(body);
 
-	evbuffer_add_printf(out, "HTTP/1.1 %d %.*s\r\nContent-Type: application/json\r\n"
+	evbuffer_add_printf(out, "HTTP/1.1 %d %.*s\r\nDate: %s\r\nContent-Type: application/json\r\n"
 	    "Content-Length: %zu\r\nX-Request-Id: %.*s\r\n%s%s\r\n",
-	    info->status, (int)reason.len, reason.p, body_len,
+	    info->status, (int)reason.len, reason.p, headers_date(), body_len,
 	    (int)request_id.len, request_id.p,
 	    conn == RESPOND_CONN_CLOSE ? "Connection: close\r\n" :
 	    conn == RESPOND_CONN_KEEPALIVE ? "Connection: keep-alive\r\n" : "",

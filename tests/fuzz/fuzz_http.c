@@ -85,7 +85,7 @@ fuzz_rules_response(const struct http_response *resp)
 
 	if (out == NULL)
 		out = evbuffer_new();
-	FUZZ_CHECK(headers_response_out(out, resp, id, NULL, NULL) == 0);
+	FUZZ_CHECK(headers_response_out(out, resp, id, NULL, NULL, NULL) == 0);
 	fuzz_check_out(out);
 }
 

@@ -28,6 +28,7 @@ closing "N passed, M failed"; the exit status is 0 only when nothing failed.
 A test never skips.
 """
 
+import email.utils
 import fcntl
 import json
 import os
@@ -66,7 +67,7 @@ __all__ = [
     'close_when_idle', 'retry_after', 'blackhole', 'GARBAGE',
     'http_response', 'build_request', 'upstream_config', 'to_yaml', 'free_port',
     'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until', 'instrumented',
-    'gateway_error_body', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
+    'gateway_error_body', 'date_is_now', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
     'WRAPPER', 'SLOW', 'IO_TIMEOUT', 'ProtocolError', 'json', 'os', 're',
     'socket', 'time', 'signal', 'threading', 'zlib', 'subprocess',
 ]
@@ -180,6 +181,15 @@ def rss_kb(pid):
     return out
 
 
+def date_is_now(value, slack=60):
+    """value is an HTTP-date (RFC 9110 5.6.7) within slack seconds of the clock."""
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return False
+    return value.endswith(' GMT') and abs(when - time.time()) <= slack * SLOW
+
+
 def gateway_error_body(status, code, message, request_id):
     return ('{"error":{"status":%d,"code":"%s","message":"%s","request_id":"%s"}}'
             % (status, code, message, request_id)).encode()
@@ -287,7 +297,9 @@ class Response:
         self.status = None
         self.reason = None
         self.headers = []
-        self.head = b''          # raw status line and headers, with the blank line
+        self.head = b''          # raw status line and headers, with the blank line, but Date
+        self.raw_head = b''      # the same with Date
+        self.date = None         # the Date header's value (the one header that is the clock)
         self.body = b''
         self.body_len = 0
         self.body_crc = 0
@@ -316,6 +328,8 @@ class Response:
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _STATUS_LINE = re.compile(rb'HTTP/(1\.[01]) ([0-9]{3}) ([^\r\n]*)\r\n\Z')
 _HEADER_LINE = re.compile(rb'(' + _TOKEN + rb'):[ \t]*([^\r\n]*?)[ \t]*\r\n\Z')
+_HTTP_DATE = re.compile(rb'(Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|'
+                        rb'Sep|Oct|Nov|Dec) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT\Z')
 _CHUNK_LINE = re.compile(rb'([0-9A-Fa-f]+)(;[^\r\n]*)?\r\n\Z')
 
 
@@ -407,17 +421,25 @@ class Client:
             if not m:
                 raise ProtocolError('bad status line %r' % line)
             r.version, r.status, r.reason = m.group(1).decode(), int(m.group(2)), m.group(3).decode('latin-1')
-            r.head = line
+            r.head = r.raw_head = line
             while True:
                 line = self._line(deadline)
                 if line is None:
                     raise ProtocolError('connection closed in the header block')
-                r.head += line
+                r.raw_head += line
                 if line == b'\r\n':
+                    r.head += line
                     break
                 hm = _HEADER_LINE.match(line)
                 if not hm:
                     raise ProtocolError('bad header line %r' % line)
+                if hm.group(1).lower() == b'date':
+                    # Checked here and kept apart, so that heads compare byte for byte.
+                    if r.date is not None or not _HTTP_DATE.match(hm.group(2)):
+                        raise ProtocolError('a second or malformed Date %r' % line)
+                    r.date = hm.group(2).decode()
+                    continue
+                r.head += line
                 r.headers.append((hm.group(1).decode(), hm.group(2).decode('latin-1')))
             if 100 <= r.status < 200 and skip_interim:
                 continue
@@ -1233,6 +1255,7 @@ class Env:
                                                   ''.join('%s: %s\r\n' % h for h in headers))
                 ).encode()
         self.eq(what + ': head', r.head, want)
+        self.check(what + ': a Date of now', date_is_now(r.date), r.date)
         self.eq(what + ': body', r.body, body)
 
     def teardown(self):

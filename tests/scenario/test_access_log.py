@@ -67,7 +67,7 @@ def json_to_file(env):
     env.check('200 line: path', first.get('path') in ('/api/orders?id=7', '/api/orders'), first.get('path'))
     env.eq('200 line: request_id is the one returned', first.get('request_id'), ok.header('X-Request-Id'))
     env.eq('200 line: bytes_sent counts head and body, body_bytes_sent the body',
-           (first.get('bytes_sent'), first.get('body_bytes_sent')), (len(ok.head) + len(ok.body), len(ok.body)))
+           (first.get('bytes_sent'), first.get('body_bytes_sent')), (len(ok.raw_head) + len(ok.body), len(ok.body)))
     env.eq('404 line: method, path, status, request_id',
            (second.get('method'), second.get('path'), second.get('status'), second.get('request_id')),
            ('POST', '/nowhere', 404, 'log-me-404'))
@@ -76,7 +76,7 @@ def json_to_file(env):
               (second.get('route'), second.get('upstream')))
     env.eq('404 line (a gateway error): bytes_sent and body_bytes_sent',
            (second.get('bytes_sent'), second.get('body_bytes_sent')),
-           (len(missing.head) + len(missing.body), len(missing.body)))
+           (len(missing.raw_head) + len(missing.body), len(missing.body)))
 
 
 @T.case

@@ -1367,4 +1367,20 @@ def a_request_body_is_not_forwarded(env):
     env.eq('neither reached the backend', [q.body for q in up.requests], [b'', b''])
 
 
+@T.case
+def the_merged_answer_carries_date(env):
+    """An aggregated answer is jsongate's own: it carries Date, the current time, right after
+    the status line (the backends' Date headers are not its)."""
+    users = env.scripted(default=json_answer(b'{"id":7}'))
+    gw = env.daemon(aggregated({'user': {'upstream': 'users', 'path': '/users/7'}},
+                               {'users': [users.address]}))
+    r = get(env, gw, headers=[('X-Request-Id', 'agg-date')])
+    want = b'{"user":{"id":7}}'
+    env.check('a Date of now', r is not None and date_is_now(r.date), r and r.date)
+    env.eq('exact head, Date first', r.raw_head if r else None,
+           b'HTTP/1.1 200 OK\r\nDate: %s\r\n' % (r and r.date or '').encode() +
+           head_of(len(want), 'agg-date')[len(b'HTTP/1.1 200 OK\r\n'):])
+    env.eq('body', r.body if r else None, want)
+
+
 T.run()

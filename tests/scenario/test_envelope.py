@@ -1297,4 +1297,93 @@ def failing_op_list_rolls_back_status_and_body(env):
     env.eq('the connection still serves', (r.status, r.body), (409, b'{"id":2}'))
 
 
+# ------------------------------------------------------------------ what a rewritten head says
+
+UP_DATE = 'Sat, 05 Dec 2026 10:00:00 GMT'
+
+
+@T.case
+def rewritten_answers_weaken_a_strong_etag(env):
+    """A body the ops changed goes out with the upstream's strong ETag made weak (W/, RFC 9110
+    8.8.1); a weak one, and every answer passed untouched, keep theirs byte for byte; the
+    upstream's Date stays as it came."""
+    body = b'{"code":0,"data":{"a":1}}'
+    tagged = [('ETag', '"v1-abc"'), ('Date', UP_DATE)]
+    up = served(env, {
+        '/ops/strong': http_response(200, body, tagged),
+        '/ops/weak': http_response(200, body, [('ETag', 'W/"v1"'), ('Date', UP_DATE)]),
+        '/ops/odd': http_response(200, body, [('ETag', 'v1'), ('Date', UP_DATE)]),
+        '/ops/text': http_response(200, b'plain', tagged, content_type='text/plain'),
+        '/ops/invalid': http_response(200, b'{"code":', tagged),
+        '/pass/strong': http_response(200, body, tagged),
+    })
+    gw = start(env, up, route('ops', '/ops', '[ {unwrap: data} ]', on_error='pass'),
+               route('pass', '/pass'))
+    c = env.client(gw.port)
+    rid = [('X-Request-Id', 'etag-1')]
+    ct = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
+    for target, head, out in (
+            ('/ops/strong', ct + b'ETag: W/"v1-abc"\r\n', b'{"a":1}'),
+            ('/ops/weak', ct + b'ETag: W/"v1"\r\n', b'{"a":1}'),
+            ('/ops/odd', ct, b'{"a":1}'),
+            ('/ops/text', b'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: "v1-abc"\r\n', b'plain'),
+            ('/ops/invalid', ct + b'ETag: "v1-abc"\r\n', b'{"code":'),
+            ('/pass/strong', ct + b'ETag: "v1-abc"\r\n', body)):
+        r = get(c, target, rid)
+        want = head + b'Date: %s\r\nX-Request-Id: etag-1\r\nContent-Length: %d\r\n\r\n' % (
+            UP_DATE.encode(), len(out))
+        env.eq(target + ': exact head and body', (r.raw_head, r.body) if r else None, (want, out))
+
+
+@T.case
+def compressed_answers_say_vary_once(env):
+    """compress: gzip adds Vary: Accept-Encoding only when the upstream's Vary does not list
+    it already (any case, among other names); an upstream Vary of other names gets a second
+    line.  The re-compressed body's strong ETag goes out weak."""
+    body = b'{"code":0,"data":{"text":"' + b'vary ' * 100 + b'"}}'
+    want = b'{"text":"' + b'vary ' * 100 + b'"}'
+    d = ('Date', UP_DATE)
+    up = served(env, {
+        '/v/ae': http_response(200, body, [('Vary', 'Accept-Encoding'), d]),
+        '/v/mixed': http_response(200, body, [('Vary', 'Origin, accept-ENCODING'), ('ETag', '"z"'), d]),
+        '/v/origin': http_response(200, body, [('Vary', 'Origin'), d]),
+        '/v/none': http_response(200, body, [d]),
+    })
+    gw = start(env, up, route('z', '/', '[ {unwrap: data} ]', compress='gzip'))
+    c = env.client(gw.port)
+    ct = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n'
+    tail = b'Date: ' + UP_DATE.encode() + b'\r\nX-Request-Id: vary-1\r\nContent-Encoding: gzip\r\n'
+    for target, head, ours in (
+            ('/v/ae', ct + b'Vary: Accept-Encoding\r\n', b''),
+            ('/v/mixed', ct + b'Vary: Origin, accept-ENCODING\r\nETag: W/"z"\r\n', b''),
+            ('/v/origin', ct + b'Vary: Origin\r\n', b'Vary: Accept-Encoding\r\n'),
+            ('/v/none', ct, b'Vary: Accept-Encoding\r\n')):
+        r = get(c, target, [('X-Request-Id', 'vary-1'), ('Accept-Encoding', 'gzip')])
+        if r is None:
+            env.check(target + ': answered', False, 'connection closed')
+            continue
+        env.eq(target + ': exact head', r.raw_head,
+               head + tail + ours + b'Content-Length: %d\r\n\r\n' % len(r.body))
+        env.eq(target + ': the body gzip', gzip.decompress(r.body), want)
+
+
+@T.case
+def proxied_answers_without_date_get_one(env):
+    """An upstream answer without Date gets jsongate's (the current time, first after the
+    status line, as nginx adds one); one with Date keeps it where it was."""
+    up = served(env, {'/plain': http_response(200, b'{}'),
+                      '/dated': http_response(200, b'{}', [('Date', UP_DATE)])})
+    gw = start(env, up, route('p', '/'))
+    c = env.client(gw.port)
+    r = get(c, '/plain', [('X-Request-Id', 'date-1')])
+    env.check('a Date of now', r is not None and date_is_now(r.date), r and r.date)
+    env.eq('Date first', r.raw_head if r else None,
+           b'HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: application/json\r\nX-Request-Id: date-1\r\n'
+           b'Content-Length: 2\r\n\r\n' % (r.date or '').encode())
+    r = get(c, '/dated', [('X-Request-Id', 'date-2')])
+    env.eq('the upstream\'s Date kept', r.raw_head if r else None,
+           b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: %s\r\nX-Request-Id: date-2\r\n'
+           b'Content-Length: 2\r\n\r\n' % UP_DATE.encode())
+
+
 T.run()

@@ -302,4 +302,23 @@ def upstream_connect_timeout(env):
         lst.close()
 
 
+@T.case
+def gateway_errors_carry_date(env):
+    """Every answer jsongate makes itself carries Date (RFC 9110 6.6.1), right after the status
+    line: exact bytes of a 404 no_route and a 502 from a refused connect."""
+    routes = [{'name': 'api', 'match': {'path_prefix': '/api'}, 'upstream': 'app'}]
+    gw = env.daemon(upstream_config('127.0.0.1:%d' % env.closed_port(), routes=routes))
+    c = env.client(gw.port)
+    for target, status, reason, code, message in (
+            ('/nothing', 404, 'Not Found', 'no_route', 'no route matches the request'),
+            ('/api/x', 502, 'Bad Gateway', 'upstream_unavailable', 'connect to upstream app refused')):
+        r = c.request('GET', target, [('Host', 'a'), ('X-Request-Id', 'dated')])
+        body = gateway_error_body(status, code, message, 'dated')
+        env.check('%d: a Date of now' % status, r is not None and date_is_now(r.date), r and r.date)
+        env.eq('%d: exact head, Date first' % status, r.raw_head if r else None,
+               ('HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n'
+                'X-Request-Id: dated\r\n\r\n' % (status, reason, r and r.date, len(body))).encode())
+        env.eq('%d: body' % status, r.body if r else None, body)
+
+
 T.run()

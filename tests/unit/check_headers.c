@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 
@@ -121,6 +122,52 @@ check_output(const char *name, struct evbuffer *out, const char *want)
 	    "%s:\n got: %.*s\nwant: %s", name, (int)len, got ? got : "", want);
 }
 
+/* A Date line's value, "Sat, 05 Dec 2026 11:00:00 GMT", written now (this second or the one
+ * before). */
+static int
+date_is_now(const char *v)
+{
+	char now[2][64];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	for (int i = 0; i < 2; i++) {
+		time_t at = t - i;
+
+		gmtime_r(&at, &tm);
+		strftime(now[i], sizeof(now[i]), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	}
+	return strlen(now[0]) == HEADERS_DATE_LEN && (memcmp(v, now[0], HEADERS_DATE_LEN) == 0 ||
+	    memcmp(v, now[1], HEADERS_DATE_LEN) == 0);
+}
+
+/* check_output for a response head: a Date line jsongate wrote must hold the current time,
+ * and want has "Date: @" in its place. */
+static void
+check_head(const char *name, struct evbuffer *out, const char *want)
+{
+	size_t len = evbuffer_get_length(out);
+	const char *got = (const char *)evbuffer_pullup(out, -1);
+	char norm[8192];
+	const char *d = len < sizeof(norm) ? strstr(want, "\r\nDate: @\r\n") : NULL;
+	size_t at;
+
+	if (d == NULL) {
+		check_output(name, out, want);
+		return;
+	}
+	at = (size_t)(d - want) + 8;    /* the value's offset, the same in got */
+	ck_assert_msg(len >= at + HEADERS_DATE_LEN + 2 && memcmp(got, want, at) == 0 &&
+	    date_is_now(got + at) && memcmp(got + at + HEADERS_DATE_LEN, "\r\n", 2) == 0,
+	    "%s: no Date of now where expected:\n got: %.*s", name, (int)len, got ? got : "");
+	memcpy(norm, got, at);
+	norm[at] = '@';
+	memcpy(norm + at + 1, got + at + HEADERS_DATE_LEN, len - at - HEADERS_DATE_LEN);
+	len = len - HEADERS_DATE_LEN + 1;
+	ck_assert_msg(len == strlen(want) && memcmp(norm, want, len) == 0,
+	    "%s:\n got: %.*s\nwant: %s", name, (int)len, norm, want);
+}
+
 static struct http_str
 str_of(const char *s)
 {
@@ -158,31 +205,81 @@ struct resp_rule {
 	const char *in;
 	const char *request_id;
 	const char *want;
+	const char *added;              /* NULL: the upstream's body, untouched */
 };
+
+#define ADDED_GZIP "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n"
+#define UP_DATE "Date: Sat, 05 Dec 2026 10:59:58 GMT\r\n"
 
 static const struct resp_rule resp_rules[] = {
 	{ "ok", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n",
-	    "id", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: id\r\n" },
+	    "id", "HTTP/1.1 200 OK\r\nDate: @\r\nContent-Type: application/json\r\n"
+	    "X-Request-Id: id\r\n" },
 	{ "http/1.0 upstream", "HTTP/1.0 404 Nope\r\n\r\n", "id",
-	    "HTTP/1.1 404 Nope\r\nX-Request-Id: id\r\n" },
+	    "HTTP/1.1 404 Nope\r\nDate: @\r\nX-Request-Id: id\r\n" },
 	{ "empty reason gets the standard one", "HTTP/1.1 503 \r\nRetry-After: 1\r\n\r\n", "id",
-	    "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nX-Request-Id: id\r\n" },
-	{ "missing reason", "HTTP/1.1 204\r\n\r\n", "id", "HTTP/1.1 204 No Content\r\nX-Request-Id: id\r\n" },
+	    "HTTP/1.1 503 Service Unavailable\r\nDate: @\r\nRetry-After: 1\r\nX-Request-Id: id\r\n" },
+	{ "missing reason", "HTTP/1.1 204\r\n\r\n", "id",
+	    "HTTP/1.1 204 No Content\r\nDate: @\r\nX-Request-Id: id\r\n" },
 	{ "unknown status keeps an empty reason", "HTTP/1.1 299\r\n\r\n", "id",
-	    "HTTP/1.1 299 \r\nX-Request-Id: id\r\n" },
+	    "HTTP/1.1 299 \r\nDate: @\r\nX-Request-Id: id\r\n" },
 	{ "upstream request id kept", "HTTP/1.1 200 OK\r\nx-request-id: up\r\n\r\n", "id",
-	    "HTTP/1.1 200 OK\r\nx-request-id: up\r\n" },
-	{ "no request id", "HTTP/1.1 200 OK\r\nA: b\r\n\r\n", NULL, "HTTP/1.1 200 OK\r\nA: b\r\n" },
+	    "HTTP/1.1 200 OK\r\nDate: @\r\nx-request-id: up\r\n" },
+	{ "no request id", "HTTP/1.1 200 OK\r\nA: b\r\n\r\n", NULL,
+	    "HTTP/1.1 200 OK\r\nDate: @\r\nA: b\r\n" },
 	{ "hop-by-hop stripped", "HTTP/1.1 200 OK\r\nConnection: close, X-Internal\r\n"
 	    "Keep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n"
 	    "Upgrade: h2\r\nProxy-Authenticate: Basic\r\nX-Internal: 1\r\nSet-Cookie: a=1\r\n"
 	    "Set-Cookie: b=2\r\n\r\n", "id",
-	    "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Request-Id: id\r\n" },
+	    "HTTP/1.1 200 OK\r\nDate: @\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Request-Id: id\r\n" },
 	{ "content-length dropped with TE", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n"
-	    "Transfer-Encoding: chunked\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nX-Request-Id: id\r\n" },
-	{ "100 continue", "HTTP/1.1 100 Continue\r\n\r\n", "", "HTTP/1.1 100 Continue\r\n" },
+	    "Transfer-Encoding: chunked\r\n\r\n", "id",
+	    "HTTP/1.1 200 OK\r\nDate: @\r\nX-Request-Id: id\r\n" },
+	{ "100 continue", "HTTP/1.1 100 Continue\r\n\r\n", "", "HTTP/1.1 100 Continue\r\nDate: @\r\n" },
 	{ "listed request id replaced", "HTTP/1.1 200 OK\r\nConnection: X-Request-Id\r\n"
-	    "X-Request-Id: hop\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nX-Request-Id: id\r\n" },
+	    "X-Request-Id: hop\r\n\r\n", "id", "HTTP/1.1 200 OK\r\nDate: @\r\nX-Request-Id: id\r\n" },
+	/* Date: the upstream's kept where it was, byte for byte; none added then. */
+	{ "upstream date kept", "HTTP/1.1 200 OK\r\nA: b\r\n" UP_DATE "\r\n", NULL,
+	    "HTTP/1.1 200 OK\r\nA: b\r\n" UP_DATE },
+	{ "upstream date kept, any case", "HTTP/1.1 200 OK\r\ndATE: x\r\n\r\n", NULL,
+	    "HTTP/1.1 200 OK\r\ndATE: x\r\n", "" },
+	{ "a date listed in Connection is replaced", "HTTP/1.1 200 OK\r\nConnection: date\r\n"
+	    UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\nDate: @\r\n" },
+	/* ETag: untouched bodies keep it as it came; a changed body's strong one goes weak. */
+	{ "strong etag, untouched body", "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\n" UP_DATE },
+	{ "strong etag, changed body", "HTTP/1.1 200 OK\r\nETag: \"abc\"\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\nETag: W/\"abc\"\r\n" UP_DATE, "" },
+	{ "strong etag, any case, gzip added", "HTTP/1.1 200 OK\r\netag: \"\"\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\netag: W/\"\"\r\n" UP_DATE ADDED_GZIP, ADDED_GZIP },
+	{ "weak etag, changed body", "HTTP/1.1 200 OK\r\nETag: W/\"abc\"\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\nETag: W/\"abc\"\r\n" UP_DATE, "" },
+	{ "no entity-tag, changed body: dropped", "HTTP/1.1 200 OK\r\nETag: abc\r\nETag:\r\n"
+	    UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\n" UP_DATE, "" },
+	{ "no entity-tag, untouched body", "HTTP/1.1 200 OK\r\nETag: abc\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\nETag: abc\r\n" UP_DATE },
+	{ "etag-like names untouched", "HTTP/1.1 200 OK\r\nETags: \"a\"\r\nX-ETag: \"b\"\r\n"
+	    UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\nETags: \"a\"\r\nX-ETag: \"b\"\r\n" UP_DATE, "" },
+	/* Vary: Accept-Encoding at most once. */
+	{ "vary added", "HTTP/1.1 200 OK\r\n" UP_DATE "\r\n", NULL,
+	    "HTTP/1.1 200 OK\r\n" UP_DATE ADDED_GZIP, ADDED_GZIP },
+	{ "upstream vary lists it", "HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n" UP_DATE "\r\n",
+	    NULL, "HTTP/1.1 200 OK\r\nVary: Accept-Encoding\r\n" UP_DATE
+	    "Content-Encoding: gzip\r\n", ADDED_GZIP },
+	{ "upstream vary lists it among others, any case", "HTTP/1.1 200 OK\r\n"
+	    "vary: Origin ,ACCEPT-ENCODING\r\n" UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\n"
+	    "vary: Origin ,ACCEPT-ENCODING\r\n" UP_DATE "Content-Encoding: gzip\r\n", ADDED_GZIP },
+	{ "upstream vary lists it on a second line", "HTTP/1.1 200 OK\r\nVary: Origin\r\n"
+	    "Vary: accept-encoding\r\n" UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\nVary: Origin\r\n"
+	    "Vary: accept-encoding\r\n" UP_DATE "Content-Encoding: gzip\r\n", ADDED_GZIP },
+	{ "upstream vary *", "HTTP/1.1 200 OK\r\nVary: *\r\n" UP_DATE "\r\n", NULL,
+	    "HTTP/1.1 200 OK\r\nVary: *\r\n" UP_DATE "Content-Encoding: gzip\r\n", ADDED_GZIP },
+	{ "upstream vary lists others only: a second line", "HTTP/1.1 200 OK\r\n"
+	    "Vary: Origin, Accept-Encoding-X\r\n" UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\n"
+	    "Vary: Origin, Accept-Encoding-X\r\n" UP_DATE ADDED_GZIP, ADDED_GZIP },
+	{ "a vary listed in Connection does not count", "HTTP/1.1 200 OK\r\nConnection: vary\r\n"
+	    "Vary: Accept-Encoding\r\n" UP_DATE "\r\n", NULL, "HTTP/1.1 200 OK\r\n" UP_DATE
+	    ADDED_GZIP, ADDED_GZIP },
 };
 
 START_TEST(test_response_rules)
@@ -193,8 +290,9 @@ START_TEST(test_response_rules)
 	size_t len = strlen(c->in);
 
 	ck_assert_msg(http_parse_response(c->in, len, &resp) == (ssize_t)len, "%s: parse", c->name);
-	ck_assert_int_eq(headers_response_out(out, &resp, str_of(c->request_id), NULL, NULL), 0);
-	check_output(c->name, out, c->want);
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of(c->request_id), NULL, NULL,
+	    c->added), 0);
+	check_head(c->name, out, c->want);
 	evbuffer_free(out);
 }
 END_TEST
@@ -324,12 +422,48 @@ START_TEST(test_response_header_ops)
 	struct evbuffer *out = evbuffer_new();
 
 	ck_assert_int_eq(http_parse_response(in, strlen(in), &resp), (ssize_t)strlen(in));
-	ck_assert_int_eq(headers_response_out(out, &resp, str_of("rid"), ops, &vars), 0);
-	check_output("response ops", out,
-	    "HTTP/1.1 200 OK\r\nCache-Control: private\r\nX-Request-Id: rid\r\n"
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of("rid"), ops, &vars, NULL), 0);
+	check_head("response ops", out,
+	    "HTTP/1.1 200 OK\r\nDate: @\r\nCache-Control: private\r\nX-Request-Id: rid\r\n"
 	    "X-Upstream: 10.0.0.9:80\r\nCache-Control: no-store\r\nX-Empty: \r\n");
 	evbuffer_free(out);
 	header_ops_free(ops);
+}
+END_TEST
+
+/* Ops that set or remove Date own it: none is added. */
+START_TEST(test_response_date_ops)
+{
+	static const char *const removes[] = { "remove Date", NULL };
+	static const char *const sets[] = { "set date=then", NULL };
+	const char *in = "HTTP/1.1 200 OK\r\nDate: upstream\r\nA: b\r\n\r\n";
+	struct header_ops *ops;
+	struct http_response resp;
+	struct rewrite_vars vars = vars_of(NULL);
+	struct evbuffer *out = evbuffer_new();
+
+	ck_assert_int_eq(http_parse_response(in, strlen(in), &resp), (ssize_t)strlen(in));
+	ops = ops_of(0, removes);
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of(NULL), ops, &vars, ""), 0);
+	check_output("date removed", out, "HTTP/1.1 200 OK\r\nA: b\r\n");
+	header_ops_free(ops);
+	evbuffer_drain(out, evbuffer_get_length(out));
+	ops = ops_of(0, sets);
+	ck_assert_int_eq(headers_response_out(out, &resp, str_of(NULL), ops, &vars, NULL), 0);
+	check_output("date set", out, "HTTP/1.1 200 OK\r\nA: b\r\ndate: then\r\n");
+	header_ops_free(ops);
+	evbuffer_free(out);
+}
+END_TEST
+
+/* The cached text is the current second's, in the RFC 9110 form. */
+START_TEST(test_date_text)
+{
+	const char *d = headers_date();
+
+	ck_assert_uint_eq(strlen(d), HEADERS_DATE_LEN);
+	ck_assert_msg(date_is_now(d), "%s", d);
+	ck_assert_ptr_eq(headers_date(), d);
 }
 END_TEST
 
@@ -566,6 +700,8 @@ headers_suite(void)
 	tc = tcase_create("header_ops");
 	tcase_add_test(tc, test_request_header_ops);
 	tcase_add_test(tc, test_response_header_ops);
+	tcase_add_test(tc, test_response_date_ops);
+	tcase_add_test(tc, test_date_text);
 	tcase_add_test(tc, test_header_ops_body_and_path_vars);
 	tcase_add_loop_test(tc, test_header_op_refusals, 0,
 	    sizeof(op_refusals) / sizeof(op_refusals[0]));
