@@ -389,7 +389,12 @@ def plain_requests_to_tls(port, n, msg):
             closed = 'error %r' % e
         finally:
             c.close()
-        if closed is True and c.buf == want:
+        # The Date line (the clock) checked, then left out, as the Client does.
+        m = re.search(rb'\r\nDate: ([^\r\n]*)\r\n', c.buf)
+        got = c.buf
+        if m and date_is_now(m.group(1).decode()):
+            got = got[:m.start()] + b'\r\n' + got[m.end():]
+        if closed is True and got == want:
             return None
         return (i, way, c.buf[:120] if closed is True else closed)
     results = []
