@@ -53,8 +53,8 @@ client_free(struct client *c, enum client_close why)
 	if (c->rq != NULL) {
 		/* The request stays the client's until the reaper: callers may still look. */
 		proxy_drop_block(c);
-		exchange_end(&c->rq->ex, 0);
-		proxy_forget_tried(c);
+		exchange_end(&c->rq->t.ex, 0);
+		tries_forget(&c->rq->t);
 		proxy_end_aggregate(c);
 		proxy_end_jsonrpc(c);
 		request_drain(c->rq);
@@ -239,16 +239,10 @@ client_request_begin(struct client *c)
 	c->keepalive = 0;
 	c->http_minor = 1;
 	c->rq->route = NULL;
-	c->rq->ntried = 0;
-	c->rq->retries = 0;
-	c->rq->stale_retried = 0;
-	c->rq->sent = 0;
 	c->rq->buffer_body = 0;
 	c->rq->keep_chunked = 0;
-	c->rq->replayable = 0;
 	c->rq->replay_len = 0;
-	c->rq->last_error = GW_UPSTREAM_UNAVAILABLE;
-	c->rq->last_message[0] = '\0';
+	tries_reset(&c->rq->t);
 	return 0;
 }
 
@@ -315,7 +309,7 @@ client_read_head(struct client *c)
 	c->rq->expect_continue = req->framing.expect_continue;
 	c->rq->head_request = req->method_bit == METHOD_HEAD;
 	c->rq->head_as_get = 0;
-	c->rq->idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
+	c->rq->t.idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
 	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0 ||
 	    http_find_header(req->headers, req->nheaders, "idempotency-key").len != 0;
 	client_body_framing(c, req);
@@ -450,7 +444,7 @@ proxy_flush(struct client *c)
 	if (c->state == CLIENT_DEAD)
 		return;
 	conn_flush(&c->conn);
-	if (c->rq != NULL && c->rq->ex.uc != NULL)
+	if (c->rq != NULL && c->rq->t.ex.uc != NULL)
 		conn_flush(upconn(c));
 }
 
@@ -474,9 +468,9 @@ client_on_input(struct client *c)
 				break;
 			c->rq->req_done = 1;
 			conn_read_stop(&c->conn);
-			if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+			if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
 				proxy_send_request(c);
-		} else if (!c->rq->req_done && c->rq->ex.uc != NULL && c->rq->sent) {
+		} else if (!c->rq->req_done && c->rq->t.ex.uc != NULL && c->rq->t.sent) {
 			proxy_forward_request_body(c);
 		} else if (c->rq->req_done) {
 			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
@@ -502,7 +496,7 @@ client_on_drained(struct client *c)
 		client_reader_caught_up(c);
 		return;
 	}
-	if (c->up_paused && c->rq != NULL && c->rq->ex.uc != NULL) {
+	if (c->up_paused && c->rq != NULL && c->rq->t.ex.uc != NULL) {
 		c->up_paused = 0;
 		conn_read_start(upconn(c));
 		proxy_forward_response_body(c);

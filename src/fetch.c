@@ -32,7 +32,13 @@ enum fetch_body {
 
 static void fetch_exchange_cb(struct exchange *ex, int what, void *arg);
 static void fetch_timer_cb(evutil_socket_t fd, short what, void *arg);
-static void fetch_try(struct fetch *f, int fresh);
+static void fetch_try_begin(void *arg);
+static void fetch_try_end(void *arg);
+static void fetch_tries_failed(void *arg);
+
+static const struct tries_ops fetch_tries_ops = {
+	fetch_try_begin, fetch_try_end, fetch_tries_failed
+};
 
 int
 fetch_init(struct fetch *f, struct worker *w, fetch_done_cb cb, void *arg)
@@ -47,31 +53,33 @@ fetch_init(struct fetch *f, struct worker *w, fetch_done_cb cb, void *arg)
 	f->head = evbuffer_new();
 	f->body = evbuffer_new();
 	if (f->timer == NULL || f->request == NULL || f->head == NULL || f->body == NULL ||
-	    exchange_init(&f->ex, w, fetch_exchange_cb, f) < 0) {
+	    tries_init(&f->t, w, fetch_exchange_cb, &fetch_tries_ops, f) < 0) {
 		fetch_free(f);
 		return -1;
 	}
 	return 0;
 }
 
+/* The socket layer must not write into the block any more. */
 static void
-fetch_forget_tried(struct fetch *f)
+fetch_try_end(void *arg)
 {
-	while (f->ntried > 0)
-		upstream_server_unref(f->tried[--f->ntried]);
+	struct fetch *f = arg;
+
+	if (f->t.ex.uc != NULL) {
+		f->t.ex.uc->conn.sink = NULL;
+		f->t.ex.uc->conn.read_max = CONN_READ_MAX;
+	}
+	f->sinking = 0;
 }
 
-/* End this try's exchange; the socket layer must not write into the block any more. */
+/* End this try's exchange. */
 static void
 fetch_end_try(struct fetch *f, int reusable)
 {
-	if (f->ex.uc != NULL) {
-		f->ex.uc->conn.sink = NULL;
-		f->ex.uc->conn.read_max = CONN_READ_MAX;
-	}
-	f->sinking = 0;
-	if (f->ex.timer != NULL)
-		exchange_end(&f->ex, reusable);
+	fetch_try_end(f);
+	if (f->t.ex.timer != NULL)
+		exchange_end(&f->t.ex, reusable);
 }
 
 /* Let go of what an answer left: its head and body (output that references the block
@@ -96,7 +104,7 @@ fetch_cancel(struct fetch *f)
 		evtimer_del(f->timer);
 	fetch_end_try(f, 0);
 	fetch_drop_answer(f);
-	fetch_forget_tried(f);
+	tries_forget(&f->t);
 	f->state = FETCH_IDLE;
 }
 
@@ -104,7 +112,7 @@ void
 fetch_free(struct fetch *f)
 {
 	fetch_cancel(f);
-	exchange_free(&f->ex);
+	tries_free(&f->t);
 	if (f->timer != NULL)
 		event_free(f->timer);
 	if (f->request != NULL)
@@ -120,7 +128,7 @@ fetch_free(struct fetch *f)
 const struct config_server *
 fetch_server(const struct fetch *f)
 {
-	return f->ntried != 0 ? f->tried[f->ntried - 1]->srv : NULL;
+	return tries_server(&f->t);
 }
 
 int
@@ -166,142 +174,60 @@ fetch_start(struct fetch *f, struct upstream_pool *up, const char *key, size_t k
 
 	fetch_cancel(f);
 	f->up = up;
-	f->idempotent = idempotent != 0;
 	f->max_body = max_body;
 	f->timeouts = timeouts;
-	f->ex.connect_timeout = timeouts->upstream_connect;
-	f->ex.try_timeout = timeouts->upstream_try;
-	f->retries = 0;
-	f->stale_retried = 0;
+	tries_reset(&f->t);
+	tries_begin(&f->t, up, f->request_id);
+	f->t.idempotent = idempotent != 0;
+	f->t.replayable = 1;            /* the request is kept whole for every try */
+	f->t.ex.connect_timeout = timeouts->upstream_connect;
+	f->t.ex.try_timeout = timeouts->upstream_try;
+	f->t.ex.key = key;
+	f->t.ex.keylen = keylen;
 	f->error = GW_UPSTREAM_UNAVAILABLE;
 	f->message[0] = '\0';
-	f->ex.key = key;
-	f->ex.keylen = keylen;
 	f->state = FETCH_RUNNING;
 	f->started_us = upstream_state_now_us();
 	if (timeout_ms != 0)
 		evtimer_add(f->timer, conn_timeout_tv(f->timer, timeout_ms, &tv));
-	fetch_try(f, 0);
+	tries_start(&f->t, 0);
 }
 
+/* A try starts: nothing of an earlier try's answer stays. */
 static void
-fetch_note_server(struct fetch *f)
+fetch_try_begin(void *arg)
 {
-	if (f->noted || f->ex.sp == NULL || f->ntried == CONFIG_MAX_TRIES)
-		return;
-	upstream_server_ref(f->ex.sp);
-	f->tried[f->ntried++] = f->ex.sp;
-	f->noted = 1;
-}
+	struct fetch *f = arg;
 
-static void
-fetch_try(struct fetch *f, int fresh)
-{
-	int r;
-
-	f->noted = f->head_seen = f->up_close = 0;
+	f->head_seen = f->up_close = 0;
 	f->status = 0;
 	fetch_drop_answer(f);
-	f->ex.tried = f->tried;
-	f->ex.ntried = f->ntried;
-	r = exchange_start(&f->ex, f->up, fresh);
-	fetch_note_server(f);
-	if (r < 0)
-		fetch_exchange_cb(&f->ex, EXCHANGE_FAILED, f);
-	else if (r > 0)
-		fetch_exchange_cb(&f->ex, EXCHANGE_READY, f);
 }
 
-/* This try failed with fail: another one, or the fetch fails with err. */
+/* No try is left: the fetch fails with the last try's error. */
 static void
-fetch_next_try(struct fetch *f, unsigned fail, enum upstream_retry_reason why,
-    enum gateway_error err, const char *fmt, const char *detail)
+fetch_tries_failed(void *arg)
 {
-	exchange_verdict(&f->ex, fail);
-	fetch_end_try(f, 0);
+	struct fetch *f = arg;
+
 	f->status = 0;
-	f->error = err;
-	snprintf(f->message, sizeof(f->message), fmt, f->up->cfg->name, detail);
-	if (!exchange_may_retry(&f->ex, fail, why, f->ntried, &f->retries, f->idempotent,
-	    1, f->request_id)) {
-		fetch_finish(f, 0);
-		return;
-	}
-	fetch_try(f, 0);
-}
-
-/* The exchange could not give a connection: no server left, overloaded, or a failed
- * connect. */
-static void
-fetch_connect_failed(struct fetch *f)
-{
-	char logmsg[384];
-
-	if (f->ex.fail == EXCHANGE_OVERLOADED) {
-		log_warnx("upstream %s: every server is at max_connections and the queue is full "
-		    "or the wait ran out (request %s)", f->up->cfg->name, f->request_id);
-		fetch_fail(f, GW_UPSTREAM_OVERLOADED, "every server of upstream %s is at its limit%s",
-		    "");
-		return;
-	}
-	if (f->ex.fail == EXCHANGE_NO_SERVER) {
-		if (f->ntried == 0)
-			fetch_fail(f, GW_UPSTREAM_UNAVAILABLE, "upstream %s has no server%s", "");
-		else
-			fetch_finish(f, 0);     /* the last try's error stands */
-		return;
-	}
-	f->error = exchange_describe_connect(&f->ex, f->message, sizeof(f->message), logmsg,
-	    sizeof(logmsg));
-	log_warnx("%s (request %s)", logmsg, f->request_id);
-	exchange_verdict(&f->ex, FAIL_CONNECT);
-	fetch_end_try(f, 0);
-	if (!exchange_may_retry(&f->ex, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR, f->ntried,
-	    &f->retries, f->idempotent, 1, f->request_id)) {
-		fetch_finish(f, 0);
-		return;
-	}
-	fetch_try(f, 0);
+	f->error = f->t.error;
+	snprintf(f->message, sizeof(f->message), "%s", f->t.message);
+	fetch_finish(f, 0);
 }
 
 static void
 fetch_send(struct fetch *f)
 {
-	struct conn *uc = &f->ex.uc->conn;
+	struct conn *uc = &f->t.ex.uc->conn;
 	uint64_t ms = f->timeouts->upstream_response;
 
 	evbuffer_add(uc->out, evbuffer_pullup(f->request, -1), evbuffer_get_length(f->request));
+	f->t.sent = 1;
 	if (uc->ssl == NULL)
 		uc->read_max = FETCH_HEAD_READ;
 	conn_set_timeouts(uc, ms, ms);
 	conn_read_start(uc);
-}
-
-/* A status in retry_on that another try may improve on: drop this answer for a try
- * elsewhere (1), or take it (0). */
-static int
-fetch_retry_status(struct fetch *f, const struct http_response *resp)
-{
-	unsigned fail = exchange_status_failure(resp->status);
-	char code[8];
-
-	if (fail == 0)
-		return 0;       /* judged at the answer's end */
-	exchange_verdict(&f->ex, fail);
-	exchange_note_retry_after(&f->ex, resp);
-	if (!(f->up->cfg->retry_on & fail) || !exchange_may_retry(&f->ex, fail,
-	    exchange_status_reason(resp->status), f->ntried, &f->retries, f->idempotent, 1,
-	    f->request_id))
-		return 0;
-	log_info("upstream %s server %s answered %d: trying another server (request %s)",
-	    f->up->cfg->name, f->ex.sp->srv->addr.text, resp->status, f->request_id);
-	snprintf(code, sizeof(code), "%d", resp->status);
-	f->error = exchange_status_error(resp->status);
-	snprintf(f->message, sizeof(f->message), "upstream %s answered %s", f->up->cfg->name,
-	    code);
-	fetch_end_try(f, 0);
-	fetch_try(f, 0);
-	return 1;
 }
 
 /* The answer's head: 1 when read (the body follows), 0 for more bytes, -1 when the try is
@@ -309,7 +235,7 @@ fetch_retry_status(struct fetch *f, const struct http_response *resp)
 static int
 fetch_read_head(struct fetch *f)
 {
-	struct conn *uc = &f->ex.uc->conn;
+	struct conn *uc = &f->t.ex.uc->conn;
 	struct http_response *resp = &f->w->resp;
 	size_t len, want;
 	ssize_t r;
@@ -326,18 +252,16 @@ fetch_read_head(struct fetch *f)
 			return 0;
 		}
 		if (r <= 0 || resp->status == 101) {
-			log_warnx("malformed answer from upstream %s server %s (request %s)",
-			    f->up->cfg->name, fetch_server(f)->addr.text, f->request_id);
-			fetch_next_try(f, FAIL_INVALID, UPSTREAM_RETRY_INVALID, GW_UPSTREAM_INVALID,
-			    "malformed response from upstream %s%s", "");
+			tries_invalid(&f->t);
+			tries_next(&f->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
 			return -1;
 		}
 		if (resp->status >= 200)
 			break;
 		evbuffer_drain(uc->in, (size_t)r);
 	}
-	exchange_head_received(&f->ex);
-	if (fetch_retry_status(f, resp))
+	exchange_head_received(&f->t.ex);
+	if (tries_retry_status(&f->t, resp))
 		return -1;
 	f->status = resp->status;
 	f->coding = body_content_coding(resp->headers, resp->nheaders);
@@ -383,7 +307,7 @@ fetch_read_head(struct fetch *f)
 static int
 fetch_read_body(struct fetch *f)
 {
-	struct conn *uc = &f->ex.uc->conn;
+	struct conn *uc = &f->t.ex.uc->conn;
 	struct evbuffer_iovec vec;
 	size_t n, consumed, off, dlen;
 	int r, sinking;
@@ -408,11 +332,9 @@ fetch_read_body(struct fetch *f)
 			r = http_chunked_feed(&f->chunk, vec.iov_base, vec.iov_len, &consumed, &off,
 			    &dlen);
 			if (r == HTTP_CHUNKED_ERROR) {
-				log_warnx("invalid chunked framing from upstream %s server %s "
-				    "(request %s)", f->up->cfg->name, fetch_server(f)->addr.text,
-				    f->request_id);
-				fetch_next_try(f, FAIL_INVALID, UPSTREAM_RETRY_INVALID,
-				    GW_UPSTREAM_INVALID, "malformed response from upstream %s%s", "");
+				/* The answer is not the client's yet: another try may go. */
+				tries_bad_framing(&f->t);
+				tries_next(&f->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
 				return -1;
 			}
 			if (r == HTTP_CHUNKED_DATA) {
@@ -443,85 +365,28 @@ fetch_read_body(struct fetch *f)
 static void
 fetch_input(struct fetch *f)
 {
-	struct conn *uc = &f->ex.uc->conn;
+	struct conn *uc = &f->t.ex.uc->conn;
 
 	if (!f->head_seen && fetch_read_head(f) <= 0)
 		return;
 	if (fetch_read_body(f) != 1)
 		return;
-	exchange_verdict(&f->ex, 0);    /* the whole answer came */
+	exchange_verdict(&f->t.ex, 0);  /* the whole answer came */
 	/* Bytes past the answer, or an answer that ends the connection: never reuse it. */
 	fetch_finish(f, !f->up_close && evbuffer_get_length(uc->in) == 0 && !uc->eof);
-}
-
-/* A pooled connection the server closed while idle, the request crossing the close: no
- * server failure.  One extra try on a new connection when a reset may be retried (it uses
- * up no retries, as nginx's), else the fetch fails. */
-static int
-fetch_stale_retry(struct fetch *f)
-{
-	struct upconn *uc = f->ex.uc;
-
-	if (!uc->reused || f->stale_retried || f->head_seen || evbuffer_get_length(uc->conn.in) != 0)
-		return 0;
-	if (!exchange_may_retry(&f->ex, FAIL_RESET, UPSTREAM_RETRY_STALE, f->ntried, &f->retries,
-	    f->idempotent, 1, f->request_id)) {
-		log_warnx("upstream %s server %s closed a pooled connection before answering "
-		    "(request %s)", f->up->cfg->name, fetch_server(f)->addr.text, f->request_id);
-		fetch_fail(f, GW_UPSTREAM_UNAVAILABLE,
-		    "upstream %s closed the connection before answering%s", "");
-		return 1;
-	}
-	f->stale_retried = 1;
-	fetch_end_try(f, 0);
-	if (f->noted)
-		upstream_server_unref(f->tried[--f->ntried]);  /* the same server may take it */
-	fetch_try(f, 1);
-	return 1;
 }
 
 /* The connection ended, failed or timed out while the answer was awaited. */
 static void
 fetch_upstream_failed(struct fetch *f, int what)
 {
-	struct upconn *uc = f->ex.uc;
-	const char *name = f->up->cfg->name, *addr = fetch_server(f)->addr.text;
-	char reason[160];
-
 	if (f->head_seen && f->body_mode == FETCH_BODY_CLOSE && (what & CONN_EOF)) {
-		exchange_verdict(&f->ex, 0);
+		exchange_verdict(&f->t.ex, 0);
 		fetch_finish(f, 0);
 		return;
 	}
-	if (uc->conn.tls_failed && !f->head_seen) {
-		/* A TLS 1.3 server refuses a client certificate after our side of the
-		 * handshake: the request never reached the application, and may go elsewhere.
-		 * But its bytes went out: one that is not safe to send twice goes to no other
-		 * server, whatever the alert was for. */
-		tls_conn_error(&uc->conn, reason, sizeof(reason));
-		log_warnx("TLS with upstream %s server %s failed: %s (request %s)", name, addr,
-		    reason, f->request_id);
-		if (!f->idempotent) {
-			exchange_verdict(&f->ex, FAIL_CONNECT);
-			fetch_fail(f, GW_UPSTREAM_TLS, "TLS handshake with upstream %s failed: %s",
-			    reason);
-			return;
-		}
-		fetch_next_try(f, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR, GW_UPSTREAM_TLS,
-		    "TLS handshake with upstream %s failed: %s", reason);
-		return;
-	}
-	if (!(what & CONN_TIMEOUT) && fetch_stale_retry(f))
-		return;
-	log_warnx("upstream %s server %s %s (request %s)", name, addr,
-	    what & CONN_TIMEOUT ? "did not answer in time" :
-	    "closed the connection before the answer was complete", f->request_id);
-	if (what & CONN_TIMEOUT)
-		fetch_next_try(f, FAIL_TIMEOUT, UPSTREAM_RETRY_TIMEOUT, GW_UPSTREAM_TIMEOUT,
-		    "upstream %s did not answer in time%s", "");
-	else
-		fetch_next_try(f, FAIL_RESET, UPSTREAM_RETRY_RESET, GW_UPSTREAM_UNAVAILABLE,
-		    "upstream %s closed the connection before answering%s", "");
+	/* Before or after the head: the answer is not the client's yet, another try may go. */
+	tries_connection_failed(&f->t, what, f->head_seen);
 }
 
 static void
@@ -531,27 +396,27 @@ fetch_exchange_cb(struct exchange *ex, int what, void *arg)
 	struct upconn *uc;
 
 	(void)ex;
-	fetch_note_server(f);
+	tries_note_server(&f->t);
 	if (what & EXCHANGE_FAILED) {
-		fetch_connect_failed(f);
+		tries_connect_failed(&f->t);
 		return;
 	}
 	if (what & EXCHANGE_READY)
 		fetch_send(f);
 	/* Each step may end the try (and start another, or the fetch ends): go on only while
 	 * it is the same connection. */
-	uc = f->ex.uc;
+	uc = f->t.ex.uc;
 	if ((what & CONN_READ) && f->state == FETCH_RUNNING && uc != NULL) {
 		fetch_input(f);
 		/* Still waiting for the rest of this answer: a reset may have come with the data. */
-		if (f->state == FETCH_RUNNING && f->ex.uc == uc)
+		if (f->state == FETCH_RUNNING && f->t.ex.uc == uc)
 			conn_read_again(&uc->conn);
 	}
 	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && f->state == FETCH_RUNNING &&
-	    uc != NULL && f->ex.uc == uc)
+	    uc != NULL && f->t.ex.uc == uc)
 		fetch_upstream_failed(f, what);
-	if (f->state == FETCH_RUNNING && f->ex.uc != NULL)
-		conn_flush(&f->ex.uc->conn);
+	if (f->state == FETCH_RUNNING && f->t.ex.uc != NULL)
+		conn_flush(&f->t.ex.uc->conn);
 }
 
 static void

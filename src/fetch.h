@@ -16,6 +16,7 @@
 #include "errors.h"
 #include "exchange.h"
 #include "http.h"
+#include "tries.h"
 
 struct event;
 struct evbuffer;
@@ -30,7 +31,7 @@ typedef void (*fetch_done_cb)(struct fetch *f, void *arg);
 enum fetch_state { FETCH_IDLE, FETCH_RUNNING, FETCH_DONE };
 
 struct fetch {
-	struct exchange ex;
+	struct tries t;                 /* its tries (the exchange in progress is t.ex) */
 	struct worker *w;
 	struct upstream_pool *up;
 	struct event *timer;            /* the fetch's own deadline, over every try */
@@ -39,15 +40,9 @@ struct fetch {
 	enum fetch_state state;
 	const char *request_id;         /* for logs */
 	struct evbuffer *request;       /* head and body, sent again on each try */
-	int idempotent;
 	size_t max_body;
 	const struct route_timeouts *timeouts;   /* the owner's route's */
-	struct server_pool *tried[CONFIG_MAX_TRIES];
-	size_t ntried;
-	unsigned retries;
-	unsigned noted : 1;             /* this try's server is in tried[] */
 	unsigned head_seen : 1;
-	unsigned stale_retried : 1;     /* a stale pooled connection was replaced once */
 	unsigned up_close : 1;          /* the answer says the connection ends with it */
 	unsigned sinking : 1;           /* the connection reads into block */
 	/* The answer. */

@@ -79,9 +79,9 @@ proxy_jsonrpc_hold_answer(struct client *c, size_t head_len)
 void
 proxy_jsonrpc_too_large(struct client *c)
 {
-	proxy_try_error(c, GW_UPSTREAM_INVALID, "the answer of upstream %s is over its size "
+	tries_error(&c->rq->t, GW_UPSTREAM_INVALID, "the answer of upstream %s is over its size "
 	    "limit%s", "");
-	client_error(c, c->rq->last_error, c->rq->last_message, 0);
+	client_error(c, c->rq->t.error, c->rq->t.message, 0);
 }
 
 /* The whole answer of a forwarded call is in: it goes as the upstream sent it when it answers
@@ -110,7 +110,7 @@ proxy_jsonrpc_judge(struct client *c)
 	status = jsonrpc_route_answered(c->rq->rpc, resp->status,
 	    body_content_coding(resp->headers, resp->nheaders), b, len, out, &err);
 	body_block_release(b);
-	if (c->rq->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
+	if (c->rq->t.ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
 		c->rq->up_close = 1;        /* bytes past the answer: never reuse */
 	if (status != 0) {
 		c->rq->gw_error = err;
@@ -170,7 +170,7 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 	struct jsonrpc_request jr = {
 		req, c->rq->request_id, c->addr, c->rq->req_block, c->rq->req_block_len,
 		body_content_coding(req->headers, req->nheaders),
-		c->rq->idempotent, proxy_jsonrpc_head_cb, c
+		c->rq->t.idempotent, proxy_jsonrpc_head_cb, c
 	};
 
 	if (jr.coding == BODY_CODING_OTHER) {
@@ -188,6 +188,7 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 	}
 	/* One call: it goes to its upstream as it came, its answer back as it comes. */
 	c->rq->upool = &c->rq->wr->pools[up - cfg->upstreams];
+	tries_begin(&c->rq->t, c->rq->upool, c->rq->request_id);
 	client_hash_key(c, req);
 	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);

@@ -8,136 +8,29 @@ static void proxy_invalid_response(struct client *c);
 
 /* --- tries ------------------------------------------------------------------------------ */
 
-/* The server of the try in progress joins tried[] (once). */
+/* A try starts: it carries the request's hash key and the route's timeouts. */
 static void
-proxy_note_server(struct client *c)
+proxy_try_begin(void *arg)
 {
-	if (c->rq->noted || c->rq->ex.sp == NULL || c->rq->ntried == CONFIG_MAX_TRIES)
-		return;
-	upstream_server_ref(c->rq->ex.sp);
-	c->rq->tried[c->rq->ntried++] = c->rq->ex.sp;
-	c->rq->noted = 1;
+	struct client *c = arg;
+
+	c->rq->t.ex.key = c->rq->hash_key;
+	c->rq->t.ex.keylen = c->rq->hash_key_len;
+	c->rq->t.ex.connect_timeout = c->rq->route->timeouts.upstream_connect;
+	c->rq->t.ex.try_timeout = c->rq->route->timeouts.upstream_try;
 }
 
-/* The request is over (logged): the servers it tried may go. */
-void
-proxy_forget_tried(struct client *c)
-{
-	while (c->rq->ntried > 0)
-		upstream_server_unref(c->rq->tried[--c->rq->ntried]);
-}
-
-/* Start a try on a server not tried yet (fresh: on a new connection). */
-void
-proxy_try(struct client *c, int fresh)
-{
-	int r;
-
-	c->rq->sent = 0;
-	c->rq->noted = 0;
-	c->rq->ex.key = c->rq->hash_key;
-	c->rq->ex.keylen = c->rq->hash_key_len;
-	c->rq->ex.connect_timeout = c->rq->route->timeouts.upstream_connect;
-	c->rq->ex.try_timeout = c->rq->route->timeouts.upstream_try;
-	c->rq->ex.tried = c->rq->tried;
-	c->rq->ex.ntried = c->rq->ntried;
-	r = exchange_start(&c->rq->ex, c->rq->upool, fresh);
-	proxy_note_server(c);
-	if (r < 0)
-		proxy_exchange_cb(&c->rq->ex, EXCHANGE_FAILED, c);
-	else if (r > 0)
-		proxy_exchange_cb(&c->rq->ex, EXCHANGE_READY, c);
-}
-
-/* Whether a failed try may be followed by another.  A failed connect reached no server:
- * every method fails over, to each server once.  Otherwise the request must be safe to
- * send again and still in hand, and retries, retry_on and the retry budget must allow it. */
-static int
-proxy_may_retry(struct client *c, unsigned fail, enum upstream_retry_reason why)
-{
-	return !c->rq->resp_started && exchange_may_retry(&c->rq->ex, fail, why, c->rq->ntried,
-	    &c->rq->retries, c->rq->idempotent, c->rq->replayable, c->rq->request_id);
-}
-
-/* Remember why this try failed: what the client gets if no other try succeeds. */
-void
-proxy_try_error(struct client *c, enum gateway_error err, const char *fmt, const char *detail)
-{
-	c->rq->last_error = err;
-	snprintf(c->rq->last_message, sizeof(c->rq->last_message), fmt, c->rq->upool->cfg->name, detail);
-}
-
-/* The try failed with fail (FAIL_*): end it, then try another server or answer the error. */
+/* No try is left: the client gets the last try's error. */
 static void
-proxy_next_try(struct client *c, unsigned fail, enum upstream_retry_reason why)
+proxy_tries_failed(void *arg)
 {
-	int retry;
+	struct client *c = arg;
 
-	exchange_verdict(&c->rq->ex, fail);
-	exchange_end(&c->rq->ex, 0);
-	retry = proxy_may_retry(c, fail, why);
-	if (!retry) {
-		client_error(c, c->rq->last_error, c->rq->last_message, 0);
-		return;
-	}
-	proxy_try(c, 0);
+	client_error(c, c->rq->t.error, c->rq->t.message, 0);
 }
 
-/* The exchange could not give a connection: no server left, overloaded, or a failed
- * connect. */
-static void
-proxy_connect_failed(struct client *c)
-{
-	struct exchange *ex = &c->rq->ex;
-	char logmsg[384];
+const struct tries_ops proxy_tries_ops = { proxy_try_begin, NULL, proxy_tries_failed };
 
-	if (ex->fail == EXCHANGE_OVERLOADED) {
-		exchange_end(ex, 0);
-		log_warnx("upstream %s: every server is at max_connections and the queue is full "
-		    "or the wait ran out (request %s)", c->rq->upool->cfg->name, c->rq->request_id);
-		client_error(c, GW_UPSTREAM_OVERLOADED, NULL, 0);
-		return;
-	}
-	if (ex->fail == EXCHANGE_NO_SERVER) {
-		exchange_end(ex, 0);
-		if (c->rq->ntried == 0)
-			proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE, "upstream %s has no server%s", "");
-		client_error(c, c->rq->last_error, c->rq->last_message, 0);
-		return;
-	}
-	c->rq->last_error = exchange_describe_connect(ex, c->rq->last_message, sizeof(c->rq->last_message),
-	    logmsg, sizeof(logmsg));
-	log_warnx("%s (request %s)", logmsg, c->rq->request_id);
-	proxy_next_try(c, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR);
-}
-
-/* --- answers that call for another try ----------------------------------------------- */
-
-/* The final head of an answer is here: a failing status is the server's verdict, and when it
- * is in retry_on and another try may go, this answer is dropped (1) for a try elsewhere.  Any
- * other answer is judged at its end (client_request_end). */
-static int
-proxy_retry_status(struct client *c, const struct http_response *resp)
-{
-	unsigned fail = exchange_status_failure(resp->status);
-	char status[8];
-
-	if (fail == 0)
-		return 0;
-	exchange_verdict(&c->rq->ex, fail);
-	exchange_note_retry_after(&c->rq->ex, resp);
-	if (!(c->rq->upool->cfg->retry_on & fail) ||
-	    !proxy_may_retry(c, fail, exchange_status_reason(resp->status)))
-		return 0;
-	log_info("upstream %s server %s answered %d: trying another server (request %s)",
-	    c->rq->upool->cfg->name, c->rq->ex.sp->srv->addr.text, resp->status, c->rq->request_id);
-	snprintf(status, sizeof(status), "%d", resp->status);
-	proxy_try_error(c, exchange_status_error(resp->status), "upstream %s answered %s",
-	    status);
-	exchange_end(&c->rq->ex, 0);
-	proxy_try(c, 0);
-	return 1;
-}
 /* Write our response head for resp: its headers, our framing and connection handling. */
 void
 proxy_write_response_head(struct client *c, struct http_response *resp,
@@ -279,8 +172,8 @@ proxy_read_response_head(struct client *c)
 	}
 
 	upconn(c)->read_max = CONN_READ_MAX;
-	exchange_head_received(&c->rq->ex);
-	if (proxy_retry_status(c, resp))
+	exchange_head_received(&c->rq->t.ex);
+	if (tries_retry_status(&c->rq->t, resp))
 		return -1;
 	/* What was kept for another try is no longer needed. */
 	proxy_drop_replay(c);
@@ -415,9 +308,7 @@ proxy_forward_response_body(struct client *c)
 	case BODY_CHUNKED:
 		r = proxy_forward_chunked(c, in, out);
 		if (r < 0) {
-			log_warnx("invalid chunked framing from upstream %s (request %s)",
-			    proxy_server(c)->addr.text, c->rq->request_id);
-			exchange_verdict(&c->rq->ex, FAIL_INVALID);
+			tries_bad_framing(&c->rq->t);
 			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
 			return;
 		}
@@ -553,7 +444,7 @@ proxy_respond_rewritten(struct client *c)
 		    extra);
 		proxy_send_body(c, w->rewritten, evbuffer_get_length(w->rewritten));
 	}
-	if (c->rq->ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
+	if (c->rq->t.ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
 		c->rq->up_close = 1;
 	client_request_end(c);
 }
@@ -621,48 +512,21 @@ proxy_collect_response_body(struct client *c)
 static void
 proxy_invalid_response(struct client *c)
 {
-	log_warnx("malformed response from upstream %s server %s (request %s)",
-	    c->rq->upool->cfg->name, proxy_server(c)->addr.text, c->rq->request_id);
-	proxy_try_error(c, GW_UPSTREAM_INVALID, "malformed response from upstream %s%s", "");
+	tries_invalid(&c->rq->t);
 	if (c->rq->resp_head_seen) {
-		exchange_verdict(&c->rq->ex, FAIL_INVALID);
-		client_error(c, c->rq->last_error, c->rq->last_message, c->rq->resp_started);
+		/* Part of it went on already (to the client, or into ops): no other try. */
+		exchange_verdict(&c->rq->t.ex, FAIL_INVALID);
+		client_error(c, c->rq->t.error, c->rq->t.message, c->rq->resp_started);
 		return;
 	}
-	proxy_next_try(c, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
-}
-
-/* A pooled connection may have been closed by the server while it sat idle, the request
- * crossing the close: no server failure.  As nginx, the request gets one extra try on a new
- * connection when a reset may be retried, which uses up no retries; else its error. */
-static int
-proxy_stale_retry(struct client *c)
-{
-	if (!c->rq->ex.uc->reused || c->rq->stale_retried || c->rq->resp_head_seen ||
-	    evbuffer_get_length(upconn(c)->in) != 0)
-		return 0;
-	if (!proxy_may_retry(c, FAIL_RESET, UPSTREAM_RETRY_STALE)) {
-		log_warnx("upstream %s server %s closed a pooled connection before answering "
-		    "(request %s)", c->rq->upool->cfg->name, proxy_server(c)->addr.text,
-		    c->rq->request_id);
-		proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE,
-		    "upstream %s closed the connection before answering%s", "");
-		client_error(c, c->rq->last_error, c->rq->last_message, 0);
-		return 1;
-	}
-	c->rq->stale_retried = 1;
-	exchange_end(&c->rq->ex, 0);
-	if (c->rq->noted)
-		upstream_server_unref(c->rq->tried[--c->rq->ntried]);  /* the same server may take it */
-	proxy_try(c, 1);
-	return 1;
+	tries_next(&c->rq->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
 }
 
 /* The upstream connection ended, failed or timed out while active. */
 static void
 proxy_upstream_failed(struct client *c, int what)
 {
-	const char *addr = proxy_server(c)->addr.text;
+	const char *addr = tries_server(&c->rq->t)->addr.text;
 	const char *name = c->rq->upool->cfg->name;
 
 	if (c->rq->resp_buffering && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
@@ -674,7 +538,7 @@ proxy_upstream_failed(struct client *c, int what)
 	}
 	if (c->rq->resp_started && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 		proxy_forward_response_body(c);
-		if (c->state == CLIENT_BUSY && c->rq->ex.uc != NULL) {
+		if (c->state == CLIENT_BUSY && c->rq->t.ex.uc != NULL) {
 			c->rq->up_close = 1;
 			client_request_end(c);
 		}
@@ -684,52 +548,20 @@ proxy_upstream_failed(struct client *c, int what)
 		/* Part of the answer is gone already (to the client, or into ops): no retry. */
 		log_warnx("upstream %s server %s failed in the middle of a response (request %s)",
 		    name, addr, c->rq->request_id);
-		exchange_verdict(&c->rq->ex, what & CONN_TIMEOUT ? FAIL_TIMEOUT : FAIL_RESET);
+		exchange_verdict(&c->rq->t.ex, what & CONN_TIMEOUT ? FAIL_TIMEOUT : FAIL_RESET);
 		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, c->rq->resp_started);
 		return;
 	}
-	if (upconn(c)->tls_failed) {
-		/* A TLS 1.3 server refuses a client certificate after our side of the handshake:
-		 * the request never reached the application, and may go elsewhere.  But its bytes
-		 * went out: one that is not safe to send twice goes to no other server, whatever
-		 * the alert was for. */
-		char reason[160];
-		tls_conn_error(upconn(c), reason, sizeof(reason));
-		log_warnx("TLS with upstream %s server %s failed: %s (request %s)", name, addr,
-		    reason, c->rq->request_id);
-		proxy_try_error(c, GW_UPSTREAM_TLS, "TLS handshake with upstream %s failed: %s",
-		    reason);
-		if (c->rq->sent && !c->rq->idempotent) {
-			exchange_verdict(&c->rq->ex, FAIL_CONNECT);
-			client_error(c, c->rq->last_error, c->rq->last_message, 0);
-			return;
-		}
-		proxy_next_try(c, FAIL_CONNECT, UPSTREAM_RETRY_CONNECT_ERROR);
-		return;
-	}
-	if (!(what & CONN_TIMEOUT) && proxy_stale_retry(c))
-		return;
-	if (what & CONN_TIMEOUT) {
-		log_warnx("upstream %s server %s did not answer in time (request %s)", name, addr,
-		    c->rq->request_id);
-		proxy_try_error(c, GW_UPSTREAM_TIMEOUT, "upstream %s did not answer in time%s", "");
-		proxy_next_try(c, FAIL_TIMEOUT, UPSTREAM_RETRY_TIMEOUT);
-		return;
-	}
-	log_warnx("upstream %s server %s closed the connection before answering (request %s)",
-	    name, addr, c->rq->request_id);
-	proxy_try_error(c, GW_UPSTREAM_UNAVAILABLE,
-	    "upstream %s closed the connection before answering%s", "");
-	proxy_next_try(c, FAIL_RESET, UPSTREAM_RETRY_RESET);
+	tries_connection_failed(&c->rq->t, what, 0);
 }
 
 static void
 upstream_on_input(struct client *c)
 {
-	struct upconn *uc = c->rq->ex.uc;
+	struct upconn *uc = c->rq->t.ex.uc;
 
 	if (c->rq->resp_head_seen || proxy_read_response_head(c) == 0) {
-		if (c->state != CLIENT_BUSY || c->rq->ex.uc != uc)
+		if (c->state != CLIENT_BUSY || c->rq->t.ex.uc != uc)
 			return;
 		if (c->rq->resp_buffering)
 			proxy_collect_response_body(c);
@@ -737,7 +569,7 @@ upstream_on_input(struct client *c)
 			proxy_forward_response_body(c);
 	}
 	/* Still waiting for the rest of this answer: a reset may have come with the data. */
-	if (c->state == CLIENT_BUSY && c->rq->ex.uc == uc && uc != NULL)
+	if (c->state == CLIENT_BUSY && c->rq->t.ex.uc == uc && uc != NULL)
 		conn_read_again(upconn(c));
 }
 
@@ -759,9 +591,9 @@ proxy_exchange_cb(struct exchange *ex, int what, void *arg)
 	struct upconn *uc;
 
 	(void)ex;
-	proxy_note_server(c);
+	tries_note_server(&c->rq->t);
 	if (what & EXCHANGE_FAILED) {
-		proxy_connect_failed(c);
+		tries_connect_failed(&c->rq->t);
 		proxy_flush(c);
 		return;
 	}
@@ -769,13 +601,13 @@ proxy_exchange_cb(struct exchange *ex, int what, void *arg)
 		proxy_send_request(c);
 	/* Each step may end the try and hand the connection back, start another, or close the
 	 * client: go on only while it is the same connection. */
-	uc = c->rq->ex.uc;
+	uc = c->rq->t.ex.uc;
 	if ((what & CONN_READ) && c->state == CLIENT_BUSY && uc != NULL)
 		upstream_on_input(c);
-	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && uc != NULL && c->rq->ex.uc == uc)
+	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && uc != NULL && c->rq->t.ex.uc == uc)
 		upstream_on_drained(c);
 	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state == CLIENT_BUSY &&
-	    uc != NULL && c->rq->ex.uc == uc)
+	    uc != NULL && c->rq->t.ex.uc == uc)
 		proxy_upstream_failed(c, what);
 	proxy_flush(c);
 }

@@ -145,9 +145,9 @@ proxy_start_request_collect(struct client *c)
 static void
 proxy_request_ready(struct client *c)
 {
-	if (c->rq->ex.stage == EXCHANGE_IDLE)
-		proxy_try(c, 0);
-	else if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+	if (c->rq->t.ex.stage == EXCHANGE_IDLE)
+		tries_start(&c->rq->t, 0);
+	else if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
 		proxy_send_request(c);
 }
 
@@ -155,7 +155,7 @@ proxy_request_ready(struct client *c)
 void
 proxy_send_collected(struct client *c)
 {
-	c->rq->replayable = evbuffer_get_length(c->rq->req_body) <= c->rq->upool->cfg->retry_body;
+	c->rq->t.replayable = evbuffer_get_length(c->rq->req_body) <= c->rq->upool->cfg->retry_body;
 	proxy_request_ready(c);
 }
 
@@ -183,7 +183,7 @@ proxy_pick_after_body(struct client *c, const struct http_request *req)
 	if (!rq->pick_after_body)
 		return 0;
 	client_hash_key(c, req);
-	proxy_try(c, 0);
+	tries_start(&c->rq->t, 0);
 	if (c->rq != rq || !rq->pick_after_body || c->state != CLIENT_BUSY || rq->resp_started)
 		return -1;
 	rq->pick_after_body = 0;
@@ -299,7 +299,7 @@ proxy_collect_request_body(struct client *c)
 			evbuffer_add(c->rq->req_body, "0\r\n\r\n", 5);
 		proxy_drop_request_block(c);
 		/* The rest streams after it: this request cannot be sent twice. */
-		c->rq->replayable = 0;
+		c->rq->t.replayable = 0;
 		proxy_request_ready(c);
 		return;
 	}
@@ -467,7 +467,7 @@ proxy_plan_body(struct client *c)
 	const struct config *cfg = client_cfg(c);
 
 	if (c->rq->req_mode == BODY_NONE) {
-		c->rq->replayable = 1;
+		c->rq->t.replayable = 1;
 		return;
 	}
 	if (c->rq->keep_chunked) {
@@ -478,8 +478,8 @@ proxy_plan_body(struct client *c)
 		proxy_keep_chunked(c);
 		return;
 	}
-	if (c->rq->req_mode == BODY_LENGTH && c->rq->idempotent && c->rq->req_left <= up->retry_body) {
-		c->rq->buffer_body = c->rq->replayable = 1;
+	if (c->rq->req_mode == BODY_LENGTH && c->rq->t.idempotent && c->rq->req_left <= up->retry_body) {
+		c->rq->buffer_body = c->rq->t.replayable = 1;
 		c->rq->replay_len = (size_t)c->rq->req_left;
 		/* The input holds it whole (its usual limit again once the request ends). */
 		if (c->conn.read_max < c->rq->replay_len)
@@ -526,7 +526,7 @@ proxy_keep_chunked(struct client *c)
 		return;
 	c->rq->buffer_body = c->rq->keep_chunked = 0;
 	c->rq->req_done = r == HTTP_CHUNKED_DONE;
-	c->rq->replayable = c->rq->req_done && n <= max;
+	c->rq->t.replayable = c->rq->req_done && n <= max;
 	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
 	if ((!c->rq->req_done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
 	    evbuffer_add(c->rq->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->rq->req_done) < 0) {
@@ -535,7 +535,7 @@ proxy_keep_chunked(struct client *c)
 	}
 	/* The rest waits until the connection is ready (proxy_send_request reads on). */
 	conn_read_stop(&c->conn);
-	if (c->rq->ex.stage == EXCHANGE_ACTIVE && c->rq->ex.uc != NULL)
+	if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
 		proxy_send_request(c);
 }
 
@@ -547,13 +547,13 @@ proxy_send_request(struct client *c)
 	struct evbuffer *out = upconn(c)->out;
 	size_t n;
 
-	if (c->rq->sent || c->rq->req_buffering || (c->rq->buffer_body && !c->rq->req_done))
+	if (c->rq->t.sent || c->rq->req_buffering || (c->rq->buffer_body && !c->rq->req_done))
 		return;         /* the body is still coming: it goes once all of it is here */
-	c->rq->sent = 1;
+	c->rq->t.sent = 1;
 	n = evbuffer_get_length(c->rq->up_head);
 	evbuffer_add(out, evbuffer_pullup(c->rq->up_head, -1), n);
 	if (c->rq->req_body != NULL && evbuffer_get_length(c->rq->req_body) != 0) {
-		if (c->rq->replayable) {
+		if (c->rq->t.replayable) {
 			/* Kept for another try: shared with the connection's output, not copied. */
 			if (evbuffer_add_buffer_reference(out, c->rq->req_body) < 0) {
 				n = evbuffer_get_length(c->rq->req_body);
@@ -571,7 +571,7 @@ proxy_send_request(struct client *c)
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_forward_request_body(c);
-		if (c->state != CLIENT_BUSY || c->rq->ex.uc == NULL)
+		if (c->state != CLIENT_BUSY || c->rq->t.ex.uc == NULL)
 			return;
 	} else {
 		conn_read_stop(&c->conn);

@@ -83,14 +83,7 @@ client_cfg(const struct client *c)
 struct conn *
 upconn(struct client *c)
 {
-	return &c->rq->ex.uc->conn;
-}
-
-/* The server of the latest try, or NULL. */
-const struct config_server *
-proxy_server(const struct client *c)
-{
-	return c->rq->ntried != 0 ? c->rq->tried[c->rq->ntried - 1]->srv : NULL;
+	return &c->rq->t.ex.uc->conn;
 }
 
 static void
@@ -124,7 +117,7 @@ proxy_free_buffer(struct evbuffer *b)
 static void
 request_free(struct request *rq)
 {
-	exchange_free(&rq->ex);
+	tries_free(&rq->t);
 	proxy_free_buffer(rq->resp_head);
 	proxy_free_buffer(rq->body);
 	proxy_free_buffer(rq->req_copy);
@@ -146,9 +139,9 @@ client_request_attach(struct client *c)
 	if (rq != NULL) {
 		w->free_requests = rq->next_free;
 		w->nfree_requests--;
-		rq->ex.arg = c;
+		rq->t.ex.arg = rq->t.owner = c;
 	} else if ((rq = calloc(1, sizeof(*rq))) == NULL ||
-	    exchange_init(&rq->ex, w, proxy_exchange_cb, c) < 0) {
+	    tries_init(&rq->t, w, proxy_exchange_cb, &proxy_tries_ops, c) < 0) {
 		free(rq);
 		return -1;
 	}
@@ -203,14 +196,14 @@ client_now(struct timespec *ts)
 static int
 client_refused_unsent(const struct client *c)
 {
-	return !c->rq->sent && c->rq->gw_error >= 0 && gateway_errors[c->rq->gw_error].status < 500;
+	return !c->rq->t.sent && c->rq->gw_error >= 0 && gateway_errors[c->rq->gw_error].status < 500;
 }
 
 /* The server a request counts for in the upstream metrics. */
 static const struct config_server *
 client_counted_server(const struct client *c)
 {
-	return client_refused_unsent(c) ? NULL : proxy_server(c);
+	return client_refused_unsent(c) ? NULL : tries_server(&c->rq->t);
 }
 
 /* The servers tried, as nginx's $upstream_addr: "10.0.0.1:80, 10.0.0.2:80"; "-" for none.
@@ -218,14 +211,14 @@ client_counted_server(const struct client *c)
 static void
 client_servers_tried(const struct client *c, char *buf, size_t cap)
 {
-	size_t i, len = 0, n = c->rq->ntried;
+	size_t i, len = 0, n = c->rq->t.ntried;
 
-	if (n > 0 && c->rq->noted && client_refused_unsent(c))
+	if (n > 0 && c->rq->t.noted && client_refused_unsent(c))
 		n--;
 	strcpy(buf, "-");
 	for (i = 0; i < n && len < cap; i++)
 		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "",
-		    c->rq->tried[i]->srv->addr.text);
+		    c->rq->t.tried[i]->srv->addr.text);
 }
 
 void
@@ -283,7 +276,7 @@ proxy_drop_block(struct client *c)
 	c->rq->req_block = NULL;
 	if (c->rq->resp_block == NULL)
 		return;
-	if (c->rq->ex.uc != NULL)
+	if (c->rq->t.ex.uc != NULL)
 		upconn(c)->sink = NULL;
 	c->rq->resp_sinking = 0;
 	body_block_release(c->rq->resp_block);
@@ -299,7 +292,7 @@ proxy_drop_replay(struct client *c)
 		c->rq->replay_len = 0;
 	}
 	proxy_drop(c->rq->req_body);
-	c->rq->replayable = 0;
+	c->rq->t.replayable = 0;
 }
 
 /* The response is complete (or the request ended in an error): log, reset, go on. */
@@ -312,13 +305,13 @@ client_request_end(struct client *c)
 	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
 	request_drain(c->rq);
 	proxy_drop_block(c);
-	if (c->rq->ex.stage != EXCHANGE_IDLE) {
+	if (c->rq->t.ex.stage != EXCHANGE_IDLE) {
 		/* The whole answer came: the server did well (unless its status said otherwise). */
-		exchange_verdict(&c->rq->ex, 0);
-		exchange_end(&c->rq->ex, !c->rq->up_close && c->rq->req_done && c->rq->sent);
+		exchange_verdict(&c->rq->t.ex, 0);
+		exchange_end(&c->rq->t.ex, !c->rq->up_close && c->rq->req_done && c->rq->t.sent);
 	}
 	proxy_drop_replay(c);
-	proxy_forget_tried(c);
+	tries_forget(&c->rq->t);
 	proxy_end_aggregate(c);
 	proxy_end_jsonrpc(c);
 	if (c->rq->wr != NULL) {
@@ -383,11 +376,11 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 		c->rq->up_close = 1;
 		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
 		client_log(c);
-		exchange_end(&c->rq->ex, 0);
+		exchange_end(&c->rq->t.ex, 0);
 		client_close_after_flush(c, CLIENT_CLOSE_UPSTREAM_ERROR);
 		return;
 	}
-	exchange_end(&c->rq->ex, 0);
+	exchange_end(&c->rq->t.ex, 0);
 	/* A forwarded JSON-RPC call that got no answer: its error object answers it. */
 	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
 		return;
@@ -432,7 +425,7 @@ void
 proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
     struct body_tls_text *tls_text)
 {
-	const struct config_server *srv = proxy_server(c);
+	const struct config_server *srv = tries_server(&c->rq->t);
 
 	memset(vars, 0, sizeof(*vars));
 	vars->request_id.p = c->rq->request_id;
@@ -545,6 +538,7 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		return;
 	}
 	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
+	tries_begin(&c->rq->t, c->rq->upool, c->rq->request_id);
 	/* Only GET's answer tells the status and length the ops give it: ask for that. */
 	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
 	client_hash_key(c, req);
@@ -570,13 +564,13 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 			c->rq->req_buffering = 1;
 			c->rq->pick_after_body = proxy_hashes_by_field(c);
 			if (!c->rq->pick_after_body)
-				proxy_try(c, 0);
+				tries_start(&c->rq->t, 0);
 			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
 				proxy_start_request_collect(c);
 			return;
 		}
 	}
-	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->idempotent &&
+	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->t.idempotent &&
 	    c->rq->upool->cfg->retry_body != 0 &&
 	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
 	if (proxy_build_upstream_head(c, req) < 0) {
@@ -587,5 +581,5 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	evbuffer_drain(in, (size_t)r);
 	proxy_plan_body(c);
 	if (c->state == CLIENT_BUSY)
-		proxy_try(c, 0);
+		tries_start(&c->rq->t, 0);
 }

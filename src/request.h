@@ -39,6 +39,7 @@
 #include "tls.h"
 #include "upstream.h"
 #include "upstream_state.h"
+#include "tries.h"
 #include "config.h"
 #include "proxy.h"
 
@@ -77,7 +78,8 @@ struct request {
 	struct request *next_free;      /* in its worker's free list */
 	/* Kept from one request to the next (drained, emptied): buffers, the exchange's timer,
 	 * the route scan's and the path captures' memory. */
-	struct exchange ex;             /* the try in progress */
+	struct tries t;                 /* its tries (the one in progress is t.ex): reset for
+	                                 * every request */
 	struct evbuffer *up_head;       /* the head sent upstream, written once for every try */
 	struct evbuffer *req_body;      /* the request body to send (request ops), or NULL */
 	struct evbuffer *req_copy;      /* the request head, for $header.NAME in response ops */
@@ -87,8 +89,6 @@ struct request {
 	struct path_vars pathv;         /* the captures of its route's path template */
 	/* Written before they are read in every request (lengths and counts are zeroed). */
 	char hash_key[256];             /* the hash balancing key of this request */
-	struct server_pool *tried[CONFIG_MAX_TRIES];
-	char last_message[384];
 	char method[16];                /* for the access log, and the ones below */
 	char target[512];
 	char request_id[130];
@@ -102,8 +102,6 @@ struct request {
 	size_t replay_len;              /* body bytes at the front of the input kept for another
 	                                 * try, until the answer starts */
 	size_t hash_key_len;
-	unsigned idempotent : 1;        /* safe to send twice (method, or Idempotency-Key) */
-	unsigned replayable : 1;        /* the request can be sent again once it went out */
 	unsigned buffer_body : 1;       /* the body is kept in the input: wait for all of it */
 	unsigned keep_chunked : 1;      /* a chunked body kept de-chunked in req_body: up_head
 	                                 * waits for its framing until the body's end */
@@ -113,9 +111,6 @@ struct request {
 	unsigned req_done : 1;          /* request body fully passed upstream (or in hand) */
 	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
-	unsigned sent : 1;              /* this try's request bytes went out */
-	unsigned noted : 1;             /* this try's server is in tried[] */
-	unsigned stale_retried : 1;     /* a stale pooled connection was replaced once */
 	unsigned pick_after_body : 1;   /* the server is chosen once the body the request ops
 	                                 * take is in: its upstream hashes by a $json field */
 	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
@@ -129,11 +124,6 @@ struct request {
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
 	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
 	unsigned allow;                 /* a 405's Allow: METHOD_* bits */
-
-	/* Its tries. */
-	size_t ntried;
-	unsigned retries;               /* retries of retry_on (not connect failovers) */
-	enum gateway_error last_error;  /* what the latest failed try would answer */
 
 	/* The answer. */
 	unsigned resp_started : 1;      /* response head sent to the client */
@@ -258,8 +248,6 @@ enum metrics_envelope_reason proxy_unrewritten_reason(const struct body_result *
 const struct config *client_cfg(const struct client *c);
 /* The connection of the try in progress (the caller knows there is one). */
 struct conn *upconn(struct client *c);
-/* The server of the latest try, or NULL. */
-const struct config_server *proxy_server(const struct client *c);
 /* Empty the buffers a request keeps for the next one: however the request ended, none of
  * what it read or wrote may go out with the next request that takes them. */
 void request_drain(struct request *rq);
@@ -339,12 +327,6 @@ void proxy_send_request(struct client *c);
 void proxy_forward_request_body(struct client *c);
 
 /* proxy.c */
-/* The request is over (logged): the servers it tried may go. */
-void proxy_forget_tried(struct client *c);
-/* Start a try on a server not tried yet (fresh: on a new connection). */
-void proxy_try(struct client *c, int fresh);
-/* Remember why this try failed: what the client gets if no other try succeeds. */
-void proxy_try_error(struct client *c, enum gateway_error err, const char *fmt, const char *detail);
 /* Write our response head for resp: its headers, our framing and connection handling. */
 void proxy_write_response_head(struct client *c, struct http_response *resp,
     enum out_framing framing, uint64_t length, const char *extra);
@@ -357,6 +339,8 @@ void proxy_send_body(struct client *c, struct evbuffer *body, size_t n);
 void proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n);
 void proxy_forward_response_body(struct client *c);
 void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
+/* What the tries of a proxied request ask of it. */
+extern const struct tries_ops proxy_tries_ops;
 
 /* kind_aggregate.c */
 /* The request goes to the route's backends, not upstream: nothing of it is forwarded but
