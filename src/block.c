@@ -1,4 +1,5 @@
-/* Reference-counted contiguous blocks for bodies, from per-worker free lists. */
+/* Reference-counted contiguous blocks for bodies, from per-worker free lists: a base facility
+ * that knows nothing of HTTP, configuration or the envelope engine. */
 #include "block.h"
 
 #include <stdint.h>
@@ -7,12 +8,48 @@
 
 #include <event2/buffer.h>
 
-#include "body_pool.h"
 #include "mempool.h"
 #include "timers.h"
 
-void
-body_pool_drop_large(struct body_pool *pool)
+/* Freed blocks kept per worker for the next bodies: fresh memory for a 1 MB body costs more
+ * in page faults (257) than scanning it.  Blocks below BODY_POOL_BLOCK are kept up to
+ * BODY_POOL_BYTES for good.  Larger ones are large bodies': malloc maps each on its own, so
+ * they are kept apart, up to BODY_LARGE_KEEP, while large bodies keep coming, and given back
+ * to the system BODY_LARGE_DELAY_MS after the last one; the kept blocks make room for a
+ * large body none of them fits. */
+#define BODY_POOL_BYTES (4 * MEMPOOL_LARGE_BLOCK)
+#define BODY_LARGE_KEEP (32 * 1024 * 1024)
+#define BODY_LARGE_DELAY_MS 1000
+
+/* A contiguous copy of a body; output chains reference it until the last one is written. */
+struct body_block {
+	struct body_block *next;        /* in the pool's free list */
+	struct body_block_pool *pool;
+	unsigned refs;
+	size_t cap;
+	char data[];
+};
+
+struct body_block_pool {
+	struct body_block *free;
+	size_t free_bytes;
+	struct body_block *large;       /* large blocks kept (with timers only) */
+	size_t large_bytes;
+	/* Runs BODY_LARGE_DELAY_MS after the last large body: then the large blocks kept and
+	 * what large bodies left free go back to the system (without timers, as in tests: at
+	 * once, and none is kept). */
+	struct deadline trim;
+	int has_timers;
+};
+
+struct body_block_pool *
+body_block_pool_new(void)
+{
+	return calloc(1, sizeof(struct body_block_pool));
+}
+
+static void
+body_block_pool_drop_large(struct body_block_pool *pool)
 {
 	struct body_block *b;
 
@@ -24,34 +61,34 @@ body_pool_drop_large(struct body_pool *pool)
 }
 
 static void
-body_pool_trim_cb(struct deadline *d, void *arg)
+body_block_pool_trim_cb(struct deadline *d, void *arg)
 {
 	(void)d;
-	body_pool_drop_large(arg);
+	body_block_pool_drop_large(arg);
 	mempool_trim();
 }
 
 void
-body_pool_set_timers(struct body_pool *pool, struct timers *t)
+body_block_pool_set_timers(struct body_block_pool *pool, struct timers *t)
 {
-	deadline_init(&pool->trim, t, body_pool_trim_cb, pool);
+	deadline_init(&pool->trim, t, body_block_pool_trim_cb, pool);
 	pool->has_timers = 1;
 }
 
 /* A large body is done: its memory stays for the next one, and goes back to the system
  * once none has come for a while. */
 void
-body_pool_large_done(struct body_pool *pool)
+body_block_pool_large_done(struct body_block_pool *pool)
 {
 	if (!pool->has_timers || deadline_start(&pool->trim, BODY_LARGE_DELAY_MS) != 0) {
-		body_pool_drop_large(pool);
+		body_block_pool_drop_large(pool);
 		mempool_trim();
 	}
 }
 
 /* Give the pool's free blocks back to the heap. */
-void
-body_pool_drain(struct body_pool *pool)
+static void
+body_block_pool_drain(struct body_block_pool *pool)
 {
 	struct body_block *b;
 
@@ -62,8 +99,20 @@ body_pool_drain(struct body_pool *pool)
 	pool->free_bytes = 0;
 }
 
+void
+body_block_pool_free(struct body_block_pool *pool)
+{
+	if (pool == NULL)
+		return;
+	if (pool->has_timers)
+		deadline_stop(&pool->trim);
+	body_block_pool_drop_large(pool);
+	body_block_pool_drain(pool);
+	free(pool);
+}
+
 struct body_block *
-body_block_get(struct body_pool *pool, size_t len)
+body_block_pool_get(struct body_block_pool *pool, size_t len)
 {
 	struct body_block **pp, *b;
 	size_t cap = 64 * 1024;
@@ -86,8 +135,8 @@ body_block_get(struct body_pool *pool, size_t len)
 				return b;
 			}
 		/* None fits: the memory the kept blocks hold is better spent on this one. */
-		body_pool_drain(pool);
-		body_pool_drop_large(pool);
+		body_block_pool_drain(pool);
+		body_block_pool_drop_large(pool);
 	}
 	if ((b = malloc(sizeof(*b) + cap)) == NULL)
 		return NULL;
@@ -97,10 +146,10 @@ body_block_get(struct body_pool *pool, size_t len)
 	return b;
 }
 
-void
+static void
 body_block_unref(struct body_block *b)
 {
-	struct body_pool *pool;
+	struct body_block_pool *pool;
 
 	if (b == NULL || --b->refs != 0)
 		return;
@@ -113,7 +162,7 @@ body_block_unref(struct body_block *b)
 		} else {
 			free(b);
 		}
-		body_pool_large_done(pool);
+		body_block_pool_large_done(pool);
 	} else if (pool->free_bytes + b->cap <= BODY_POOL_BYTES) {
 		b->next = pool->free;
 		pool->free = b;
@@ -123,7 +172,7 @@ body_block_unref(struct body_block *b)
 	}
 }
 
-void
+static void
 body_block_cleanup_cb(const void *data, size_t len, void *arg)
 {
 	(void)data;
@@ -131,16 +180,16 @@ body_block_cleanup_cb(const void *data, size_t len, void *arg)
 	body_block_unref(arg);
 }
 
-struct body_block *
-body_block_new(struct body_pool *pool, size_t len)
-{
-	return body_block_get(pool, len);
-}
-
 char *
 body_block_data(struct body_block *b)
 {
 	return b->data;
+}
+
+size_t
+body_block_size(const struct body_block *b)
+{
+	return b->cap;
 }
 
 int
@@ -159,8 +208,8 @@ body_block_reserve(struct body_block **b, size_t len)
 	if ((*b)->refs != 1)
 		return -1;
 	if (cap >= BODY_POOL_BLOCK) {
-		body_pool_drain((*b)->pool);
-		body_pool_drop_large((*b)->pool);
+		body_block_pool_drain((*b)->pool);
+		body_block_pool_drop_large((*b)->pool);
 	}
 	if ((grown = realloc(*b, sizeof(*grown) + cap)) == NULL)
 		return -1;
@@ -193,14 +242,21 @@ body_block_add_to(struct evbuffer *out, struct body_block *b, size_t len)
 }
 
 int
+body_block_add_ref(struct evbuffer *out, struct body_block *b, const char *p, size_t len)
+{
+	b->refs++;
+	if (evbuffer_add_reference(out, p, len, body_block_cleanup_cb, b) != 0) {
+		b->refs--;
+		return -1;
+	}
+	return 0;
+}
+
+int
 body_block_add_span(struct evbuffer *out, struct body_block *b, const char *p, size_t len)
 {
-	if (len >= BODY_REFERENCE_MIN) {
-		b->refs++;
-		if (evbuffer_add_reference(out, p, len, body_block_cleanup_cb, b) == 0)
-			return 0;
-		b->refs--;
-	}
+	if (len >= BODY_REFERENCE_MIN && body_block_add_ref(out, b, p, len) == 0)
+		return 0;
 	return body_add_copy(out, p, len);
 }
 
@@ -219,12 +275,12 @@ body_add_copy(struct evbuffer *out, const void *p, size_t len)
 }
 
 struct body_block *
-body_block_copy(struct body_pool *pool, struct evbuffer *src)
+body_block_pool_copy(struct body_block_pool *pool, struct evbuffer *src)
 {
 	size_t len = evbuffer_get_length(src);
 	struct body_block *b;
 
-	if ((b = body_block_get(pool, len)) != NULL)
+	if ((b = body_block_pool_get(pool, len)) != NULL)
 		evbuffer_copyout(src, b->data, len);
 	return b;
 }

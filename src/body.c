@@ -6,10 +6,12 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <zlib.h>
 
 #include "body_pool.h"
 #include "conn.h"
+
+/* Where a large body's copied output goes, a block at a time: a large block itself. */
+#define BODY_COPY_BLOCK (2 * BODY_POOL_BLOCK)
 
 int
 body_needs_headers(const struct rewrite_program *prog)
@@ -42,7 +44,27 @@ body_vars_headers(struct rewrite_vars *vars, const struct http_request *req)
 struct body_pool *
 body_pool_new(void)
 {
-	return calloc(1, sizeof(struct body_pool));
+	struct body_pool *pool;
+
+	if ((pool = calloc(1, sizeof(*pool))) == NULL)
+		return NULL;
+	if ((pool->blocks = body_block_pool_new()) == NULL) {
+		free(pool);
+		return NULL;
+	}
+	return pool;
+}
+
+void
+body_pool_set_timers(struct body_pool *pool, struct timers *t)
+{
+	body_block_pool_set_timers(pool->blocks, t);
+}
+
+struct body_block_pool *
+body_pool_blocks(struct body_pool *pool)
+{
+	return pool->blocks;
 }
 
 void
@@ -50,18 +72,22 @@ body_pool_free(struct body_pool *pool)
 {
 	if (pool == NULL)
 		return;
-	if (pool->has_timers)
-		deadline_stop(&pool->trim);
-	body_pool_drop_large(pool);
-	if (pool->gz_ready)
-		deflateEnd(&pool->gz);
-	if (pool->inf_ready)
-		inflateEnd(&pool->inf);
-	if (pool->gz_out != NULL)
-		evbuffer_free(pool->gz_out);
-	body_pool_drain(pool);
+	body_coding_pool_end(pool);
+	body_block_pool_free(pool->blocks);
 	rewrite_ctx_free(pool->rw);
 	free(pool);
+}
+
+struct body_block *
+body_block_new(struct body_pool *pool, size_t len)
+{
+	return body_block_pool_get(pool->blocks, len);
+}
+
+struct body_block *
+body_block_copy(struct body_pool *pool, struct evbuffer *src)
+{
+	return body_block_pool_copy(pool->blocks, src);
 }
 
 /* Compare a media type (no parameters, any case) with a pattern: "*" or "*+json" parts. */
@@ -136,12 +162,9 @@ body_out_flush(struct body_out *o)
 
 	if (run == 0)
 		return 0;
-	o->copy->refs++;
-	if (evbuffer_add_reference(o->out, o->copy->data + o->copy_used - run, run,
-	    body_block_cleanup_cb, o->copy) != 0) {
-		o->copy->refs--;
+	if (body_block_add_ref(o->out, o->copy, body_block_data(o->copy) + o->copy_used - run,
+	    run) != 0)
 		return -1;
-	}
 	o->copy_run = 0;
 	return 0;
 }
@@ -153,18 +176,18 @@ body_out_copy(struct body_out *o, const char *p, size_t len)
 	size_t n;
 
 	while (len > 0) {
-		if (o->copy == NULL || o->copy_used == o->copy->cap) {
+		if (o->copy == NULL || o->copy_used == body_block_size(o->copy)) {
 			if (body_out_flush(o) != 0)
 				return -1;
-			body_block_unref(o->copy);
-			if ((o->copy = body_block_get(o->pool, BODY_COPY_BLOCK)) == NULL)
+			body_block_release(o->copy);
+			if ((o->copy = body_block_pool_get(o->pool->blocks, BODY_COPY_BLOCK)) == NULL)
 				return -1;
 			o->copy_used = 0;
 		}
-		n = o->copy->cap - o->copy_used;
+		n = body_block_size(o->copy) - o->copy_used;
 		if (n > len)
 			n = len;
-		memcpy(o->copy->data + o->copy_used, p, n);
+		memcpy(body_block_data(o->copy) + o->copy_used, p, n);
 		o->copy_used += n;
 		o->copy_run += n;
 		p += n;
@@ -177,12 +200,12 @@ static int
 body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
 {
 	struct body_out *o = arg;
-	struct body_block *in = o->in;
+	const char *in = body_block_data(o->in);
 	size_t i;
 
 	for (i = 0; i < n; i++) {
 		const struct rewrite_span *s = &spans[i];
-		int inside = s->p >= in->data && s->p + s->len <= in->data + o->len;
+		int inside = s->p >= in && s->p + s->len <= in + o->len;
 
 		if (inside)
 			o->res->spliced += s->len;
@@ -191,11 +214,8 @@ body_spans_cb(void *arg, const struct rewrite_span *spans, size_t n)
 		if (inside && s->len >= BODY_REFERENCE_MIN) {
 			if (body_out_flush(o) != 0)
 				return -1;
-			in->refs++;
-			if (evbuffer_add_reference(o->out, s->p, s->len, body_block_cleanup_cb,
-			    in) == 0)
+			if (body_block_add_ref(o->out, o->in, s->p, s->len) == 0)
 				continue;
-			in->refs--;
 		}
 		if (o->large ? body_out_copy(o, s->p, s->len) : body_add_copy(o->out, s->p, s->len))
 			return -1;
@@ -215,14 +235,14 @@ body_block_fill(struct body_block *b, size_t len, uint64_t *left, int *sinking,
 	if (n > *left)
 		n = (size_t)*left;
 	if (n != 0) {
-		evbuffer_remove(c->in, b->data + len - *left, n);
+		evbuffer_remove(c->in, body_block_data(b) + len - *left, n);
 		*left -= n;
 	}
 	if (*left == 0) {
 		c->sink = NULL;
 		*sinking = 0;
 	} else if (!*sinking) {
-		c->sink = b->data + len - *left;
+		c->sink = body_block_data(b) + len - *left;
 		c->sink_left = (size_t)*left;
 		*sinking = 1;
 	}
@@ -254,32 +274,32 @@ body_apply_block(struct body_pool *pool, const struct config *cfg,
 		res->encoding = 1;
 		return -1;
 	}
-	raw->refs++;
+	body_block_ref(raw);
 	if (coding == BODY_CODING_GZIP || coding == BODY_CODING_DEFLATE) {
-		o.in = body_inflate(pool, raw->data, len, coding, cfg->limits.max_body, &o.len,
+		o.in = body_inflate(pool, body_block_data(raw), len, coding, cfg->limits.max_body, &o.len,
 		    &res->error);
-		body_block_unref(raw);
+		body_block_release(raw);
 		if (o.in == NULL)
 			return -1;
 		res->inflated = 1;
 	}
-	o.large = o.in->cap > BODY_POOL_BLOCK;
+	o.large = body_block_size(o.in) > BODY_POOL_BLOCK;
 	rewrite_ctx_sink(pool->rw, body_spans_cb, &o);
-	r = rewrite_apply(pool->rw, prog, route->validate, o.in->data, o.len, vars, &rr);
+	r = rewrite_apply(pool->rw, prog, route->validate, body_block_data(o.in), o.len, vars, &rr);
 	rewrite_ctx_sink(pool->rw, NULL, NULL);
 	if (r == 0 && body_out_flush(&o) != 0) {
 		r = -1;
 		rr.error = "out of memory";
 		rr.invalid = 0;
 	}
-	body_block_unref(o.copy);
+	body_block_release(o.copy);
 	if (r < 0) {
 		res->error = rr.error != NULL ? rr.error : "the body cannot be rewritten";
 		res->invalid = rr.invalid;
 	} else
 		res->status = rr.status;
 	rewrite_ctx_release(pool->rw);
-	body_block_unref(o.in);
+	body_block_release(o.in);
 	return r < 0 ? -1 : 0;
 }
 
@@ -295,13 +315,13 @@ body_apply(struct body_pool *pool, const struct config *cfg, const struct config
 
 	/* The one copy: the received chains into a contiguous block the engine can scan, each
 	 * chain freed once copied so that the body is never held twice. */
-	if ((b = body_block_get(pool, len)) == NULL) {
+	if ((b = body_block_pool_get(pool->blocks, len)) == NULL) {
 		memset(res, 0, sizeof(*res));
 		res->error = "out of memory";
 		return -1;
 	}
 	while (evbuffer_peek(raw, -1, NULL, &v, 1) > 0 && v.iov_len > 0) {
-		memcpy(b->data + off, v.iov_base, v.iov_len);
+		memcpy(body_block_data(b) + off, v.iov_base, v.iov_len);
 		off += v.iov_len;
 		evbuffer_drain(raw, v.iov_len);
 	}
@@ -309,6 +329,6 @@ body_apply(struct body_pool *pool, const struct config *cfg, const struct config
 	/* on_error goes on with the received bytes: raw holds them again. */
 	if (r != 0 && len > 0 && body_block_add_to(raw, b, len) != 0)
 		res->error = "out of memory";
-	body_block_unref(b);
+	body_block_release(b);
 	return r;
 }

@@ -25,12 +25,18 @@ int body_needs_headers(const struct rewrite_program *prog);
 /* Let prog's $header.NAME read the headers of req, which must outlive the rewrite. */
 void body_vars_headers(struct rewrite_vars *vars, const struct http_request *req);
 
-/* Per-worker scratch: the rewrite context and a few reusable body blocks. */
+/* Per-worker scratch: the rewrite context, the zlib states and a pool of body blocks. */
 struct body_pool *body_pool_new(void);
 /* The worker's deadlines: memory left by large bodies then goes back to the system a while
  * after the last one, not after each (without: after each). */
 void body_pool_set_timers(struct body_pool *pool, struct timers *t);
 void body_pool_free(struct body_pool *pool);
+/* The pool's blocks, for code that needs blocks and nothing else of bodies. */
+struct body_block_pool *body_pool_blocks(struct body_pool *pool);
+/* A block from the pool's blocks: new (one reference, len bytes of room), or a copy of src's
+ * bytes; NULL when out of memory. */
+struct body_block *body_block_new(struct body_pool *pool, size_t len);
+struct body_block *body_block_copy(struct body_pool *pool, struct evbuffer *src);
 
 struct body_result {
 	int status;                     /* from status_from, 0 when none */

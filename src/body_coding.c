@@ -119,7 +119,7 @@ struct body_block *
 body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_coding coding,
     size_t max, size_t *out_len, const char **error)
 {
-	struct body_block *b = body_block_get(pool, len * 4 < max ? len * 4 : max);
+	struct body_block *b = body_block_pool_get(pool->blocks, len * 4 < max ? len * 4 : max);
 	z_stream *zs = &pool->inf;
 	size_t done;
 	int r;
@@ -128,27 +128,27 @@ body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_codi
 	if (b == NULL)
 		return NULL;
 	if (body_inflate_begin(pool, coding) != 0) {
-		body_block_unref(b);
+		body_block_release(b);
 		return NULL;
 	}
 	zs->next_in = (Bytef *)(uintptr_t)src;
 	zs->avail_in = (uInt)len;
-	zs->next_out = (Bytef *)b->data;
-	zs->avail_out = (uInt)b->cap;
+	zs->next_out = (Bytef *)body_block_data(b);
+	zs->avail_out = (uInt)body_block_size(b);
 	while ((r = body_inflate_run(pool, error)) == BODY_INFLATE_FULL) {
-		done = b->cap;
+		done = body_block_size(b);
 		if (done >= max) {
 			*error = "inflated body exceeds limits.max_body";
 			goto fail;
 		}
-		if (body_block_reserve(&b, b->cap * 2) != 0)
+		if (body_block_reserve(&b, body_block_size(b) * 2) != 0)
 			goto fail;
-		zs->next_out = (Bytef *)b->data + done;
-		zs->avail_out = (uInt)(b->cap - done);
+		zs->next_out = (Bytef *)body_block_data(b) + done;
+		zs->avail_out = (uInt)(body_block_size(b) - done);
 	}
 	if (r != BODY_INFLATE_END)
 		goto fail;      /* invalid, or the input ended before the stream did */
-	done = (size_t)((char *)zs->next_out - b->data);
+	done = (size_t)((char *)zs->next_out - body_block_data(b));
 	if (done > max) {
 		*error = "inflated body exceeds limits.max_body";
 		goto fail;
@@ -156,7 +156,7 @@ body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_codi
 	*out_len = done;
 	return b;
 fail:
-	body_block_unref(b);
+	body_block_release(b);
 	return NULL;
 }
 
@@ -306,6 +306,17 @@ body_gzip(struct body_pool *pool, struct evbuffer *data)
 	} while (flush != Z_FINISH);
 	/* A large body's buffers are free now, its compressed copy is small. */
 	if (len > BODY_POOL_BLOCK)
-		body_pool_large_done(pool);
+		body_block_pool_large_done(pool->blocks);
 	return evbuffer_add_buffer(data, pool->gz_out);
+}
+
+void
+body_coding_pool_end(struct body_pool *pool)
+{
+	if (pool->gz_ready)
+		deflateEnd(&pool->gz);
+	if (pool->inf_ready)
+		inflateEnd(&pool->inf);
+	if (pool->gz_out != NULL)
+		evbuffer_free(pool->gz_out);
 }
