@@ -7,11 +7,17 @@
 
 #include <event2/buffer.h>
 
-#include "body_pool.h"
 #include "conn.h"
 
 /* Where a large body's copied output goes, a block at a time: a large block itself. */
 #define BODY_COPY_BLOCK (2 * BODY_POOL_BLOCK)
+
+struct body_pool {
+	struct rewrite_ctx *rw;
+	unsigned rw_depth, rw_members;  /* the limits rw was made for */
+	struct body_block_pool *blocks;
+	struct body_coding_state *coding;
+};
 
 int
 body_needs_headers(const struct rewrite_program *prog)
@@ -48,8 +54,9 @@ body_pool_new(void)
 
 	if ((pool = calloc(1, sizeof(*pool))) == NULL)
 		return NULL;
-	if ((pool->blocks = body_block_pool_new()) == NULL) {
-		free(pool);
+	if ((pool->blocks = body_block_pool_new()) == NULL ||
+	    (pool->coding = body_coding_state_new()) == NULL) {
+		body_pool_free(pool);
 		return NULL;
 	}
 	return pool;
@@ -67,12 +74,18 @@ body_pool_blocks(struct body_pool *pool)
 	return pool->blocks;
 }
 
+struct body_coding_state *
+body_pool_coding(struct body_pool *pool)
+{
+	return pool->coding;
+}
+
 void
 body_pool_free(struct body_pool *pool)
 {
 	if (pool == NULL)
 		return;
-	body_coding_pool_end(pool);
+	body_coding_state_free(pool->coding);
 	body_block_pool_free(pool->blocks);
 	rewrite_ctx_free(pool->rw);
 	free(pool);

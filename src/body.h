@@ -33,6 +33,8 @@ void body_pool_set_timers(struct body_pool *pool, struct timers *t);
 void body_pool_free(struct body_pool *pool);
 /* The pool's blocks, for code that needs blocks and nothing else of bodies. */
 struct body_block_pool *body_pool_blocks(struct body_pool *pool);
+/* The pool's zlib states, for the content codings. */
+struct body_coding_state *body_pool_coding(struct body_pool *pool);
 /* A block from the pool's blocks: new (one reference, len bytes of room), or a copy of src's
  * bytes; NULL when out of memory. */
 struct body_block *body_block_new(struct body_pool *pool, size_t len);

@@ -8,7 +8,26 @@
 #include <event2/buffer.h>
 #include <zlib.h>
 
-#include "body_pool.h"
+#include "body.h"
+
+/* A worker's zlib states, reset per body: no allocation per use. */
+struct body_coding_state {
+	z_stream gz;                    /* deflate state */
+	int gz_ready;
+	struct evbuffer *gz_out;
+	z_stream inf;                   /* inflate state */
+	int inf_ready;
+	enum body_coding inf_coding;
+	int inf_ended;                  /* the compressed data ended (a gzip member may follow) */
+	unsigned inf_magic;             /* magic bytes of the next gzip member seen so far */
+	char *inf_out;                  /* where a prefix's output starts */
+};
+
+struct body_coding_state *
+body_coding_state_new(void)
+{
+	return calloc(1, sizeof(struct body_coding_state));
+}
 
 enum body_coding
 body_coding(struct http_str ce)
@@ -24,20 +43,20 @@ body_coding(struct http_str ce)
 
 /* Make the pool's inflate state ready for a body in coding. */
 static int
-body_inflate_begin(struct body_pool *pool, enum body_coding coding)
+body_inflate_begin(struct body_coding_state *z, enum body_coding coding)
 {
 	/* gzip: 15 + 16; deflate: 15 + 32 detects a zlib (or gzip) header. */
 	int bits = coding == BODY_CODING_GZIP ? 15 + 16 : 15 + 32;
 
-	pool->inf_coding = coding;
-	pool->inf_ended = 0;
-	pool->inf_magic = 0;
-	if (pool->inf_ready)
-		return inflateReset2(&pool->inf, bits) == Z_OK ? 0 : -1;
-	memset(&pool->inf, 0, sizeof(pool->inf));
-	if (inflateInit2(&pool->inf, bits) != Z_OK)
+	z->inf_coding = coding;
+	z->inf_ended = 0;
+	z->inf_magic = 0;
+	if (z->inf_ready)
+		return inflateReset2(&z->inf, bits) == Z_OK ? 0 : -1;
+	memset(&z->inf, 0, sizeof(z->inf));
+	if (inflateInit2(&z->inf, bits) != Z_OK)
 		return -1;
-	pool->inf_ready = 1;
+	z->inf_ready = 1;
 	return 0;
 }
 
@@ -48,23 +67,23 @@ body_inflate_begin(struct body_pool *pool, enum body_coding coding)
  * BODY_INFLATE_SHORT when the input ended within the magic bytes, or BODY_INFLATE_ERROR.
  */
 static int
-body_inflate_next_member(struct body_pool *pool, const char **error)
+body_inflate_next_member(struct body_coding_state *z, const char **error)
 {
 	static const Bytef magic[2] = { 0x1f, 0x8b };
-	z_stream *zs = &pool->inf;
+	z_stream *zs = &z->inf;
 	Bytef *next;
 	uInt avail;
 	int r;
 
-	for (; pool->inf_magic < 2 && zs->avail_in > 0; pool->inf_magic++) {
-		if (pool->inf_coding != BODY_CODING_GZIP || zs->next_in[0] != magic[pool->inf_magic]) {
+	for (; z->inf_magic < 2 && zs->avail_in > 0; z->inf_magic++) {
+		if (z->inf_coding != BODY_CODING_GZIP || zs->next_in[0] != magic[z->inf_magic]) {
 			*error = "bytes after the end of the compressed body";
 			return BODY_INFLATE_ERROR;
 		}
 		zs->next_in++;
 		zs->avail_in--;
 	}
-	if (pool->inf_magic < 2)
+	if (z->inf_magic < 2)
 		return BODY_INFLATE_SHORT;
 	if (inflateReset(zs) != Z_OK)
 		return BODY_INFLATE_ERROR;
@@ -76,8 +95,8 @@ body_inflate_next_member(struct body_pool *pool, const char **error)
 	r = zs->avail_in == 0 && (r == Z_OK || r == Z_BUF_ERROR) ? 0 : BODY_INFLATE_ERROR;
 	zs->next_in = next;
 	zs->avail_in = avail;
-	pool->inf_magic = 0;
-	pool->inf_ended = 0;
+	z->inf_magic = 0;
+	z->inf_ended = 0;
 	return r;
 }
 
@@ -87,22 +106,22 @@ body_inflate_next_member(struct body_pool *pool, const char **error)
  * byte after the end of the compressed data makes the body invalid.
  */
 static int
-body_inflate_run(struct body_pool *pool, const char **error)
+body_inflate_run(struct body_coding_state *z, const char **error)
 {
-	z_stream *zs = &pool->inf;
+	z_stream *zs = &z->inf;
 	int r;
 
 	*error = "cannot inflate the body";
 	for (;;) {
-		if (pool->inf_ended) {
-			if (zs->avail_in == 0 && pool->inf_magic == 0)
+		if (z->inf_ended) {
+			if (zs->avail_in == 0 && z->inf_magic == 0)
 				return BODY_INFLATE_END;
-			if ((r = body_inflate_next_member(pool, error)) != 0)
+			if ((r = body_inflate_next_member(z, error)) != 0)
 				return r;
 		}
 		r = inflate(zs, Z_NO_FLUSH);
 		if (r == Z_STREAM_END) {
-			pool->inf_ended = 1;
+			z->inf_ended = 1;
 			continue;
 		}
 		if (r != Z_OK && r != Z_BUF_ERROR)
@@ -119,15 +138,16 @@ struct body_block *
 body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_coding coding,
     size_t max, size_t *out_len, const char **error)
 {
-	struct body_block *b = body_block_pool_get(pool->blocks, len * 4 < max ? len * 4 : max);
-	z_stream *zs = &pool->inf;
+	struct body_coding_state *z = body_pool_coding(pool);
+	struct body_block *b;
+	z_stream *zs = &z->inf;
 	size_t done;
 	int r;
 
 	*error = "cannot inflate the body";
-	if (b == NULL)
+	if ((b = body_block_pool_get(body_pool_blocks(pool), len * 4 < max ? len * 4 : max)) == NULL)
 		return NULL;
-	if (body_inflate_begin(pool, coding) != 0) {
+	if (body_inflate_begin(z, coding) != 0) {
 		body_block_release(b);
 		return NULL;
 	}
@@ -135,7 +155,7 @@ body_inflate(struct body_pool *pool, const char *src, size_t len, enum body_codi
 	zs->avail_in = (uInt)len;
 	zs->next_out = (Bytef *)body_block_data(b);
 	zs->avail_out = (uInt)body_block_size(b);
-	while ((r = body_inflate_run(pool, error)) == BODY_INFLATE_FULL) {
+	while ((r = body_inflate_run(z, error)) == BODY_INFLATE_FULL) {
 		done = body_block_size(b);
 		if (done >= max) {
 			*error = "inflated body exceeds limits.max_body";
@@ -164,24 +184,27 @@ int
 body_prefix_inflate_start(struct body_pool *pool, enum body_coding coding, char *out,
     size_t cap)
 {
-	if (body_inflate_begin(pool, coding) != 0)
+	struct body_coding_state *z = body_pool_coding(pool);
+
+	if (body_inflate_begin(z, coding) != 0)
 		return -1;
-	pool->inf_out = out;
-	pool->inf.next_out = (Bytef *)out;
-	pool->inf.avail_out = (uInt)cap;
+	z->inf_out = out;
+	z->inf.next_out = (Bytef *)out;
+	z->inf.avail_out = (uInt)cap;
 	return 0;
 }
 
 int
 body_prefix_inflate(struct body_pool *pool, const char *src, size_t len, size_t *out_len)
 {
+	struct body_coding_state *z = body_pool_coding(pool);
 	const char *error;
 	int r;
 
-	pool->inf.next_in = (Bytef *)(uintptr_t)src;
-	pool->inf.avail_in = (uInt)len;
-	r = body_inflate_run(pool, &error);
-	*out_len = (size_t)((char *)pool->inf.next_out - pool->inf_out);
+	z->inf.next_in = (Bytef *)(uintptr_t)src;
+	z->inf.avail_in = (uInt)len;
+	r = body_inflate_run(z, &error);
+	*out_len = (size_t)((char *)z->inf.next_out - z->inf_out);
 	return r;
 }
 
@@ -270,53 +293,57 @@ body_limit_accept_encoding(struct http_request *req, char *buf, size_t size)
 int
 body_gzip(struct body_pool *pool, struct evbuffer *data)
 {
+	struct body_coding_state *z = body_pool_coding(pool);
 	struct evbuffer_iovec in, out[1];
 	size_t len = evbuffer_get_length(data);
 	int r, flush;
 
-	if (!pool->gz_ready) {
-		memset(&pool->gz, 0, sizeof(pool->gz));
-		if (deflateInit2(&pool->gz, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+	if (!z->gz_ready) {
+		memset(&z->gz, 0, sizeof(z->gz));
+		if (deflateInit2(&z->gz, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
 			return -1;
-		pool->gz_ready = 1;
-	} else if (deflateReset(&pool->gz) != Z_OK) {
+		z->gz_ready = 1;
+	} else if (deflateReset(&z->gz) != Z_OK) {
 		return -1;
 	}
-	if (pool->gz_out == NULL && (pool->gz_out = evbuffer_new()) == NULL)
+	if (z->gz_out == NULL && (z->gz_out = evbuffer_new()) == NULL)
 		return -1;
 	/* Level 1: the point is fewer bytes on the wire for little CPU, as nginx's default. */
 	do {
 		if (evbuffer_peek(data, -1, NULL, &in, 1) < 1)
 			in.iov_len = 0;
-		pool->gz.next_in = in.iov_base;
-		pool->gz.avail_in = (uInt)in.iov_len;
+		z->gz.next_in = in.iov_base;
+		z->gz.avail_in = (uInt)in.iov_len;
 		flush = evbuffer_get_length(data) == in.iov_len ? Z_FINISH : Z_NO_FLUSH;
 		do {
-			if (evbuffer_reserve_space(pool->gz_out, 16384, out, 1) < 1)
+			if (evbuffer_reserve_space(z->gz_out, 16384, out, 1) < 1)
 				return -1;
-			pool->gz.next_out = out[0].iov_base;
-			pool->gz.avail_out = (uInt)out[0].iov_len;
-			r = deflate(&pool->gz, flush);
-			out[0].iov_len -= pool->gz.avail_out;
-			evbuffer_commit_space(pool->gz_out, out, 1);
+			z->gz.next_out = out[0].iov_base;
+			z->gz.avail_out = (uInt)out[0].iov_len;
+			r = deflate(&z->gz, flush);
+			out[0].iov_len -= z->gz.avail_out;
+			evbuffer_commit_space(z->gz_out, out, 1);
 			if (r == Z_STREAM_ERROR)
 				return -1;
-		} while (pool->gz.avail_out == 0);
+		} while (z->gz.avail_out == 0);
 		evbuffer_drain(data, in.iov_len);
 	} while (flush != Z_FINISH);
 	/* A large body's buffers are free now, its compressed copy is small. */
 	if (len > BODY_POOL_BLOCK)
-		body_block_pool_large_done(pool->blocks);
-	return evbuffer_add_buffer(data, pool->gz_out);
+		body_block_pool_large_done(body_pool_blocks(pool));
+	return evbuffer_add_buffer(data, z->gz_out);
 }
 
 void
-body_coding_pool_end(struct body_pool *pool)
+body_coding_state_free(struct body_coding_state *z)
 {
-	if (pool->gz_ready)
-		deflateEnd(&pool->gz);
-	if (pool->inf_ready)
-		inflateEnd(&pool->inf);
-	if (pool->gz_out != NULL)
-		evbuffer_free(pool->gz_out);
+	if (z == NULL)
+		return;
+	if (z->gz_ready)
+		deflateEnd(&z->gz);
+	if (z->inf_ready)
+		inflateEnd(&z->inf);
+	if (z->gz_out != NULL)
+		evbuffer_free(z->gz_out);
+	free(z);
 }

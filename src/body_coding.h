@@ -11,6 +11,11 @@ struct body_block;
 
 enum body_coding { BODY_CODING_IDENTITY, BODY_CODING_GZIP, BODY_CODING_DEFLATE, BODY_CODING_OTHER };
 
+/* A worker's zlib states (its body pool holds one): they serve one body at a time. */
+struct body_coding_state;
+struct body_coding_state *body_coding_state_new(void);
+void body_coding_state_free(struct body_coding_state *z);
+
 /* What one content-coding name is. */
 enum body_coding body_coding(struct http_str name);
 /* The coding of a message's body, from all its Content-Encoding lines as one list:
