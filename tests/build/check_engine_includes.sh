@@ -2,11 +2,13 @@
 # The envelope engine is pure: none of its files may include, even through another header,
 # anything of the HTTP layer, libevent or OpenSSL, nor the configuration (config.h): what the
 # engine parses from YAML lives in its *_config.c files, which are the configuration's side and
-# may include config.h.  The HTTP/1.1 parser does not include config.h either.
+# may include config.h.  The HTTP/1.1 parser does not include config.h either.  The block
+# allocator is a base facility: libevent's buffers and the deadlines, nothing of HTTP, TLS,
+# configuration or the engine.
 : "${CC:=cc}" "${TESTS_SRCDIR:?}" "${TOP_BUILDDIR:?}"
 src=$TESTS_SRCDIR/../src
 status=0
-http_layer='/(http|headers|conn|proxy|body|respond)\.h$|/event2/|/openssl/'
+http_layer='/(http|headers|conn|proxy|body|body_[a-z]+|respond)\.h$|/event2/|/openssl/'
 config='/config(_parse)?\.h$'
 
 # check FILE PATTERN: FILE's includes, direct or not, must not match PATTERN
@@ -28,4 +30,5 @@ for f in jcond_config rewrite_config; do
 	check $f "$http_layer"
 done
 check http "$config"
+check block '/(http|headers|conn|proxy|body|body_[a-z]+|respond|config|route|rewrite|envelope|jscan|tls)\.h$|/openssl/|/(zlib|yaml)\.h$'
 exit $status
