@@ -1,3 +1,4 @@
+/* Envelope ops applied to buffered JSON bodies, and the per-worker pool they use. */
 #include "config.h"
 #include "body.h"
 

@@ -1,5 +1,7 @@
-/* Buffered JSON bodies for envelope ops: which bodies qualify, inflating them, applying a
- * route's ops, and laying the result into an output buffer that references the input. */
+/* Buffered JSON bodies for envelope ops: which bodies qualify, applying a route's ops, and
+ * laying the result into an output buffer that references the input.  The blocks bodies are
+ * held in (block.h), their content codings (body_coding.h) and the TLS variables
+ * (body_tls.h) have files of their own, included here for the callers of all of them. */
 #ifndef JG_BODY_H
 #define JG_BODY_H
 

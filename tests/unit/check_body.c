@@ -1,5 +1,6 @@
 /* Inflating collected bodies: whole (body_inflate) and fed in pieces (body_prefix_inflate, as
- * routing reads the start of a body); a rewritten body's output (body_apply_block). */
+ * routing reads the start of a body); a rewritten body's output (body_apply_block); the pool's
+ * blocks. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,30 @@ START_TEST(large_body_copies_go_into_blocks)
 }
 END_TEST
 
+/* The body pool's blocks are a block pool of their own, which code without bodies can use. */
+START_TEST(body_blocks_come_from_the_pools_block_pool)
+{
+	struct body_pool *pool = body_pool_new();
+	struct evbuffer *src = evbuffer_new();
+	struct body_block *a, *b;
+
+	ck_assert_ptr_nonnull(body_pool_blocks(pool));
+	a = body_block_new(pool, 100);
+	ck_assert_ptr_nonnull(a);
+	body_block_release(a);
+	b = body_block_pool_get(body_pool_blocks(pool), 100);
+	ck_assert_ptr_eq(a, b);
+	body_block_release(b);
+	evbuffer_add(src, "{}", 2);
+	b = body_block_copy(pool, src);
+	ck_assert_ptr_eq(a, b);
+	ck_assert_int_eq(memcmp(body_block_data(b), "{}", 2), 0);
+	body_block_release(b);
+	evbuffer_free(src);
+	body_pool_free(pool);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -211,6 +236,7 @@ main(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("apply");
 	tcase_add_test(tc, large_body_copies_go_into_blocks);
+	tcase_add_test(tc, body_blocks_come_from_the_pools_block_pool);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
