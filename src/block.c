@@ -1,5 +1,4 @@
-/* Reference-counted contiguous blocks for bodies, from per-worker free lists: a base facility
- * that knows nothing of HTTP, configuration or the envelope engine. */
+/* Reference-counted body blocks from per-worker free lists: a base facility, nothing of HTTP. */
 #include "block.h"
 
 #include <stdint.h>
