@@ -145,6 +145,10 @@ agg_free(struct aggregate *a)
 	free(a);
 }
 
+/* The idle aggregates of this thread's worker, kept for its next aggregated requests: the
+ * route kind's own, which the worker knows nothing of. */
+static _Thread_local struct aggregate *agg_idle;
+
 /* An idle aggregate of the worker with room for n backends, or a new one. */
 static struct aggregate *
 agg_get(struct worker *w, size_t n)
@@ -153,8 +157,8 @@ agg_get(struct worker *w, size_t n)
 	struct agg_backend **grown, *b;
 	struct access_backend *log;
 
-	if ((a = w->aggregates) != NULL) {
-		w->aggregates = a->next;
+	if ((a = agg_idle) != NULL) {
+		agg_idle = a->next;
 	} else {
 		if ((a = calloc(1, sizeof(*a))) == NULL)
 			return NULL;
@@ -200,8 +204,8 @@ agg_get(struct worker *w, size_t n)
 	return a;
 fail:
 	a->nb = 0;
-	a->next = w->aggregates;
-	w->aggregates = a;
+	a->next = agg_idle;
+	agg_idle = a;
 	return NULL;
 }
 
@@ -909,8 +913,8 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	if ((a = agg_get(wr->w, route->nbackends)) == NULL)
 		return NULL;
 	if (route->merge == MERGE_FLAT && merge_reset(a->flat, a->nb) < 0) {
-		a->next = wr->w->aggregates;
-		wr->w->aggregates = a;
+		a->next = agg_idle;
+		agg_idle = a;
 		return NULL;
 	}
 	a->wr = wr;
@@ -1229,17 +1233,17 @@ aggregate_end(struct aggregate *a)
 	evbuffer_drain(a->head, evbuffer_get_length(a->head));
 	a->wr = NULL;
 	a->route = NULL;
-	a->next = w->aggregates;
-	w->aggregates = a;
+	a->next = agg_idle;
+	agg_idle = a;
 }
 
 void
-aggregate_free_idle(struct worker *w)
+aggregate_free_idle(void)
 {
 	struct aggregate *a;
 
-	while ((a = w->aggregates) != NULL) {
-		w->aggregates = a->next;
+	while ((a = agg_idle) != NULL) {
+		agg_idle = a->next;
 		agg_free(a);
 	}
 }

@@ -56,7 +56,7 @@ const struct access_backend *aggregate_log(struct aggregate *a, size_t *n);
 /* Done with it (answered, or the client went away): backends still running are given up,
  * and it goes back to the worker for the next aggregated request. */
 void aggregate_end(struct aggregate *a);
-/* Free the worker's idle aggregates (the worker is stopping). */
-void aggregate_free_idle(struct worker *w);
+/* Free this thread's idle aggregates (its worker is stopping). */
+void aggregate_free_idle(void);
 
 #endif

@@ -55,8 +55,7 @@ client_free(struct client *c, enum client_close why)
 		proxy_drop_block(c);
 		exchange_end(&c->rq->t.ex, 0);
 		tries_forget(&c->rq->t);
-		proxy_end_aggregate(c);
-		proxy_end_jsonrpc(c);
+		request_kind_end(c);
 		request_drain(c->rq);
 		if (c->rq->wr != NULL) {
 			worker_runtime_unref(c->rq->wr);

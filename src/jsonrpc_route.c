@@ -163,13 +163,17 @@ rpc_free(struct jsonrpc_route *r)
 	free(r);
 }
 
+/* The idle JSON-RPC routes of this thread's worker, kept for its next JSON-RPC requests:
+ * the route kind's own, which the worker knows nothing of. */
+static _Thread_local struct jsonrpc_route *rpc_idle;
+
 static struct jsonrpc_route *
 rpc_get(struct worker *w)
 {
 	struct jsonrpc_route *r;
 
-	if ((r = w->rpcs) != NULL) {
-		w->rpcs = r->next;
+	if ((r = rpc_idle) != NULL) {
+		rpc_idle = r->next;
 		return r;
 	}
 	if ((r = calloc(1, sizeof(*r))) == NULL)
@@ -1081,17 +1085,17 @@ jsonrpc_route_end(struct jsonrpc_route *r)
 	evbuffer_drain(r->answer, evbuffer_get_length(r->answer));
 	r->wr = NULL;
 	r->route = NULL;
-	r->next = w->rpcs;
-	w->rpcs = r;
+	r->next = rpc_idle;
+	rpc_idle = r;
 }
 
 void
-jsonrpc_route_free_idle(struct worker *w)
+jsonrpc_route_free_idle(void)
 {
 	struct jsonrpc_route *r;
 
-	while ((r = w->rpcs) != NULL) {
-		w->rpcs = r->next;
+	while ((r = rpc_idle) != NULL) {
+		rpc_idle = r->next;
 		rpc_free(r);
 	}
 }

@@ -96,7 +96,7 @@ void jsonrpc_route_log(struct jsonrpc_route *jr, int status, int gateway_error,
 /* Done with it (answered, or the client went away): what is still out is given up, and it
  * goes back to the worker for the next JSON-RPC request. */
 void jsonrpc_route_end(struct jsonrpc_route *jr);
-/* Free the worker's idle ones (the worker is stopping). */
-void jsonrpc_route_free_idle(struct worker *w);
+/* Free this thread's idle ones (its worker is stopping). */
+void jsonrpc_route_free_idle(void);
 
 #endif

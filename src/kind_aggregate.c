@@ -2,6 +2,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "aggregate.h"
+
 /* The merged answer (or the gateway error) of an aggregated route. */
 static void
 proxy_aggregate_done_cb(const struct aggregate_answer *ans, void *arg)
@@ -37,8 +39,8 @@ proxy_aggregate_done_cb(const struct aggregate_answer *ans, void *arg)
 
 /* The request goes to the route's backends, not upstream: nothing of it is forwarded but
  * what the backends' configuration takes from it. */
-void
-proxy_aggregate(struct client *c, const struct http_request *req, size_t head_len)
+static void
+proxy_aggregate(struct client *c, struct http_request *req, size_t head_len)
 {
 	struct aggregate_request ar = {
 		req, (const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)head_len), head_len,
@@ -58,7 +60,7 @@ proxy_aggregate(struct client *c, const struct http_request *req, size_t head_le
 		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 }
 
-void
+static void
 proxy_end_aggregate(struct client *c)
 {
 	if (c->rq->agg != NULL) {
@@ -66,3 +68,23 @@ proxy_end_aggregate(struct client *c)
 		c->rq->agg = NULL;
 	}
 }
+
+/* Each backend's status, outcome and time in the access log line. */
+static void
+proxy_aggregate_log(struct client *c, struct access_entry *e)
+{
+	if (c->rq->agg != NULL)
+		e->backends = aggregate_log(c->rq->agg, &e->nbackends);
+}
+
+static int
+proxy_aggregate_takes(const struct config_route *route)
+{
+	return route->backends != NULL;
+}
+
+/* A route with backends: their answers merged into one. */
+const struct route_kind kind_aggregate = {
+	proxy_aggregate_takes, proxy_aggregate, proxy_end_aggregate, proxy_aggregate_log,
+	aggregate_free_idle
+};

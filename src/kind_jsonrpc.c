@@ -3,6 +3,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "jsonrpc_route.h"
+
 /* Answer with a body the gateway made: 200 with the JSON in body, or 204 with none. */
 static void
 proxy_jsonrpc_answer(struct client *c, int status, struct evbuffer *body)
@@ -206,8 +208,8 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 
 /* A JSON-RPC route takes POSTed bodies, read whole (up to limits.max_body) before anything
  * is sent. */
-void
-proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len)
+static void
+proxy_jsonrpc(struct client *c, struct http_request *req, size_t head_len)
 {
 	const struct config *cfg = client_cfg(c);
 
@@ -233,7 +235,7 @@ proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len)
 	proxy_start_request_collect(c);
 }
 
-void
+static void
 proxy_end_jsonrpc(struct client *c)
 {
 	if (c->rq->rpc != NULL) {
@@ -241,3 +243,23 @@ proxy_end_jsonrpc(struct client *c)
 		c->rq->rpc = NULL;
 	}
 }
+
+/* The call's method and the batch's size in the access log line. */
+static void
+proxy_jsonrpc_log(struct client *c, struct access_entry *e)
+{
+	if (c->rq->rpc != NULL)
+		jsonrpc_route_log(c->rq->rpc, c->rq->status, c->rq->gw_error, e);
+}
+
+static int
+proxy_jsonrpc_takes(const struct config_route *route)
+{
+	return route->jsonrpc != NULL;
+}
+
+/* A JSON-RPC route: calls routed by method, batches split by upstream. */
+const struct route_kind kind_jsonrpc = {
+	proxy_jsonrpc_takes, proxy_jsonrpc, proxy_end_jsonrpc, proxy_jsonrpc_log,
+	jsonrpc_route_free_idle
+};

@@ -3,6 +3,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "jsonrpc_route.h"
+
 static void proxy_skip_body(struct client *c);
 static void proxy_invalid_response(struct client *c);
 

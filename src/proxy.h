@@ -16,6 +16,8 @@ int proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 void proxy_drain_idle(struct worker *w);
 /* Close every client connection at once (the grace period ran out). */
 void proxy_close_all(struct worker *w);
+/* The worker thread is ending: the route kinds free what they kept for its next requests. */
+void proxy_worker_end(void);
 /* The worker is ending: free the requests it kept for reuse. */
 void proxy_worker_free(struct worker *w);
 /* Frees the memory of closed clients; the worker's reaper event runs it. */

@@ -649,3 +649,80 @@ proxy_forward_request_body(struct client *c)
 		conn_notify_drained(upconn(c), 1, FLOW_LOW);
 	}
 }
+
+/* Response ops or response header ops read request headers ($header.NAME): the request head
+ * is kept for them. */
+static int
+proxy_response_needs_headers(const struct config_route *route)
+{
+	return body_needs_headers(route->response) || body_needs_headers(route->error_response) ||
+	    (route->response_headers != NULL &&
+	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
+}
+
+/* A proxied request starts, its head the head_len bytes at the front of the input: the head
+ * for upstream is written, the body planned (taken for request ops, kept for another try, or
+ * streamed), and the first try goes. */
+static void
+proxy_start(struct client *c, struct http_request *req, size_t head_len)
+{
+	struct evbuffer *in = c->conn.in;
+	const struct config *cfg = client_cfg(c);
+	ssize_t r = (ssize_t)head_len;
+	int wants;
+
+	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
+	tries_begin(&c->rq->t, c->rq->upool, c->rq->request_id);
+	/* Only GET's answer tells the status and length the ops give it: ask for that. */
+	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
+	client_hash_key(c, req);
+	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->rq->route) &&
+	    body_accepts_gzip(req->headers, req->nheaders);
+	if ((c->rq->route->request != NULL || proxy_response_needs_headers(c->rq->route)) &&
+	    proxy_keep_request_head(c, (size_t)r) < 0) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	if (c->rq->route->request != NULL && (wants = proxy_wants_request_body(c, req)) < 0)
+		return;
+	if (c->rq->route->request != NULL && wants) {
+		/* Too large for the ops: refused, or streamed untouched below. */
+		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
+		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
+		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
+			return;
+		if (c->rq->req_mode != BODY_LENGTH || c->rq->req_left <= cfg->limits.max_body) {
+			/* The try starts now, connecting while the body comes: $upstream in the
+			 * ops names its server. */
+			evbuffer_drain(in, (size_t)r);
+			c->rq->req_buffering = 1;
+			c->rq->pick_after_body = proxy_hashes_by_field(c);
+			if (!c->rq->pick_after_body)
+				tries_start(&c->rq->t, 0);
+			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
+				proxy_start_request_collect(c);
+			return;
+		}
+	}
+	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->t.idempotent &&
+	    c->rq->upool->cfg->retry_body != 0 &&
+	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
+	if (proxy_build_upstream_head(c, req) < 0) {
+		evbuffer_drain(in, (size_t)r);
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return;
+	}
+	evbuffer_drain(in, (size_t)r);
+	proxy_plan_body(c);
+	if (c->state == CLIENT_BUSY)
+		tries_start(&c->rq->t, 0);
+}
+
+static int
+proxy_takes(const struct config_route *route)
+{
+	return route->upstream != NULL;
+}
+
+/* A route with an upstream: requests go to it, answers come back through the ops. */
+const struct route_kind kind_proxy = { proxy_takes, proxy_start, NULL, NULL, NULL };

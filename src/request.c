@@ -17,16 +17,6 @@ proxy_prog_vars(const struct rewrite_program *prog)
 	return prog != NULL ? prog->vars : 0;
 }
 
-/* Response ops or response header ops read request headers ($header.NAME): the request head
- * is kept for them. */
-static int
-proxy_response_needs_headers(const struct config_route *route)
-{
-	return body_needs_headers(route->response) || body_needs_headers(route->error_response) ||
-	    (route->response_headers != NULL &&
-	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
-}
-
 /*
  * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
  * Under fail the client gets err with message (NULL: its default text): 1, the request is
@@ -110,6 +100,41 @@ proxy_free_buffer(struct evbuffer *b)
 {
 	if (b != NULL)
 		evbuffer_free(b);
+}
+
+/* --- route kinds ------------------------------------------------------------------------- */
+
+/* Every route kind, asked in turn whether a route is its own. */
+static const struct route_kind *const route_kinds[] = {
+	&kind_aggregate, &kind_jsonrpc, &kind_proxy
+};
+
+const struct route_kind *
+route_kind_of(const struct config_route *route)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]) - 1; i++)
+		if (route_kinds[i]->takes(route))
+			break;
+	return route_kinds[i];
+}
+
+void
+request_kind_end(struct client *c)
+{
+	if (c->rq->kind != NULL && c->rq->kind->end != NULL)
+		c->rq->kind->end(c);
+}
+
+void
+proxy_worker_end(void)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]); i++)
+		if (route_kinds[i]->worker_end != NULL)
+			route_kinds[i]->worker_end();
 }
 
 /* --- requests ---------------------------------------------------------------------------- */
@@ -236,8 +261,10 @@ client_log(struct client *c)
 	    c->rq->answer_refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
 	e.rpc_method = NULL;
 	e.rpc_batch = -1;
-	if (c->rq->rpc != NULL)
-		jsonrpc_route_log(c->rq->rpc, c->rq->status, c->rq->gw_error, &e);
+	e.backends = NULL;
+	e.nbackends = 0;
+	if (c->rq->kind != NULL && c->rq->kind->log != NULL)
+		c->rq->kind->log(c, &e);
 	if (rt->access.fd < 0) {
 		route_scan_done(&c->rq->scan);
 		path_vars_clear(&c->rq->pathv);
@@ -262,7 +289,6 @@ client_log(struct client *c)
 	e.njson = route_scan_log(&c->rq->scan, rt->cfg, json);
 	e.path_fields = path;
 	e.npath = path_vars_log(&c->rq->pathv, rt->cfg, path);
-	e.backends = c->rq->agg != NULL ? aggregate_log(c->rq->agg, &e.nbackends) : NULL;
 	access_log_write(&rt->access, &e);
 	route_scan_done(&c->rq->scan);
 	path_vars_clear(&c->rq->pathv);
@@ -312,8 +338,7 @@ client_request_end(struct client *c)
 	}
 	proxy_drop_replay(c);
 	tries_forget(&c->rq->t);
-	proxy_end_aggregate(c);
-	proxy_end_jsonrpc(c);
+	request_kind_end(c);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;
@@ -499,7 +524,6 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	struct worker *w = c->w;
 	struct evbuffer *in = c->conn.in;
 	const struct config *cfg = client_cfg(c);
-	int wants;
 
 	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
 	    &c->rq->allow) == ROUTE_SCAN_WAIT) {
@@ -529,57 +553,6 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		    1);
 		return;
 	}
-	if (c->rq->route->backends != NULL) {
-		proxy_aggregate(c, req, (size_t)r);
-		return;
-	}
-	if (c->rq->route->jsonrpc != NULL) {
-		proxy_jsonrpc(c, req, (size_t)r);
-		return;
-	}
-	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
-	tries_begin(&c->rq->t, c->rq->upool, c->rq->request_id);
-	/* Only GET's answer tells the status and length the ops give it: ask for that. */
-	c->rq->head_as_get = c->rq->head_request && proxy_has_response_ops(c->rq->route);
-	client_hash_key(c, req);
-	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP && proxy_has_response_ops(c->rq->route) &&
-	    body_accepts_gzip(req->headers, req->nheaders);
-	if ((c->rq->route->request != NULL || proxy_response_needs_headers(c->rq->route)) &&
-	    proxy_keep_request_head(c, (size_t)r) < 0) {
-		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
-		return;
-	}
-	if (c->rq->route->request != NULL && (wants = proxy_wants_request_body(c, req)) < 0)
-		return;
-	if (c->rq->route->request != NULL && wants) {
-		/* Too large for the ops: refused, or streamed untouched below. */
-		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
-		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
-		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
-			return;
-		if (c->rq->req_mode != BODY_LENGTH || c->rq->req_left <= cfg->limits.max_body) {
-			/* The try starts now, connecting while the body comes: $upstream in the
-			 * ops names its server. */
-			evbuffer_drain(in, (size_t)r);
-			c->rq->req_buffering = 1;
-			c->rq->pick_after_body = proxy_hashes_by_field(c);
-			if (!c->rq->pick_after_body)
-				tries_start(&c->rq->t, 0);
-			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
-				proxy_start_request_collect(c);
-			return;
-		}
-	}
-	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->t.idempotent &&
-	    c->rq->upool->cfg->retry_body != 0 &&
-	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
-	if (proxy_build_upstream_head(c, req) < 0) {
-		evbuffer_drain(in, (size_t)r);
-		client_error(c, GW_BAD_REQUEST, NULL, 1);
-		return;
-	}
-	evbuffer_drain(in, (size_t)r);
-	proxy_plan_body(c);
-	if (c->state == CLIENT_BUSY)
-		tries_start(&c->rq->t, 0);
+	c->rq->kind = route_kind_of(c->rq->route);
+	c->rq->kind->start(c, req, (size_t)r);
 }

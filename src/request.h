@@ -19,7 +19,6 @@
 #include <event2/event.h>
 
 #include "access_log.h"
-#include "aggregate.h"
 #include "body.h"
 #include "close_reason.h"
 #include "conn.h"
@@ -28,7 +27,6 @@
 #include "header_ops.h"
 #include "headers.h"
 #include "http.h"
-#include "jsonrpc_route.h"
 #include "log.h"
 #include "metrics.h"
 #include "path_vars.h"
@@ -122,6 +120,7 @@ struct request {
 	struct body_block *req_block;   /* a request body collected for request ops */
 	size_t req_block_len;           /* its bytes so far, de-chunked */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
+	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
 	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
 	unsigned allow;                 /* a 405's Allow: METHOD_* bits */
 
@@ -205,6 +204,31 @@ put_content_length(char *p, uint64_t v)
 }
 
 enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
+
+struct access_entry;
+
+/* A route kind: what a request does once its route is chosen.  The worker and the listeners
+ * know none; request.c asks each in turn (route_kind_of) and calls its hooks. */
+struct route_kind {
+	/* The route is one of this kind. */
+	int (*takes)(const struct config_route *route);
+	/* The request starts, its head the head_len bytes at the front of the input. */
+	void (*start)(struct client *c, struct http_request *req, size_t head_len);
+	/* The request ends, however it ends: what the kind holds for it goes (NULL: nothing). */
+	void (*end)(struct client *c);
+	/* What the kind adds to the request's access log line (NULL: nothing). */
+	void (*log)(struct client *c, struct access_entry *e);
+	/* The worker thread stops: what the kind keeps for its next requests goes (NULL:
+	 * nothing). */
+	void (*worker_end)(void);
+};
+
+extern const struct route_kind kind_proxy, kind_aggregate, kind_jsonrpc;
+
+/* The kind of route (the proxy's unless another takes it). */
+const struct route_kind *route_kind_of(const struct config_route *route);
+/* The request ends: its kind lets go of what it holds for it. */
+void request_kind_end(struct client *c);
 
 /* client.c */
 void client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms);
@@ -342,11 +366,6 @@ void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
 /* What the tries of a proxied request ask of it. */
 extern const struct tries_ops proxy_tries_ops;
 
-/* kind_aggregate.c */
-/* The request goes to the route's backends, not upstream: nothing of it is forwarded but
- * what the backends' configuration takes from it. */
-void proxy_aggregate(struct client *c, const struct http_request *req, size_t head_len);
-void proxy_end_aggregate(struct client *c);
 
 /* kind_jsonrpc.c */
 /* A forwarded call failed before an answer came: 1 when it is answered as a batch element
@@ -363,9 +382,5 @@ void proxy_jsonrpc_too_large(struct client *c);
 void proxy_jsonrpc_judge(struct client *c);
 /* The body is in: split it, and forward a single call or wait for the answer. */
 void proxy_jsonrpc_start(struct client *c, struct http_request *req);
-/* A JSON-RPC route takes POSTed bodies, read whole (up to limits.max_body) before anything
- * is sent. */
-void proxy_jsonrpc(struct client *c, const struct http_request *req, size_t head_len);
-void proxy_end_jsonrpc(struct client *c);
 
 #endif

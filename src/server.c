@@ -12,8 +12,6 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "aggregate.h"
-#include "jsonrpc_route.h"
 #include "body.h"
 #include "listener.h"
 #include "log.h"
@@ -354,8 +352,7 @@ worker_main(void *arg)
 	event_base_dispatch(w->base);
 	proxy_close_all(w);
 	proxy_reap_cb(-1, 0, w);
-	aggregate_free_idle(w);
-	jsonrpc_route_free_idle(w);
+	proxy_worker_end();
 	if ((wr = w->cur) != NULL) {
 		w->cur = NULL;
 		worker_runtime_detach_listeners(wr);

@@ -20,9 +20,7 @@ struct client;
 struct body_pool;
 struct evbuffer;
 struct upstream_set;
-struct aggregate;
 struct request;
-struct jsonrpc_route;
 
 /* One loaded configuration and the listening sockets it owns; shared by every worker. */
 struct runtime {
@@ -78,10 +76,8 @@ struct worker {
 	size_t target_cap;
 	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
 	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
-	struct aggregate *aggregates;   /* idle ones, kept for the next aggregated requests */
 	struct request *free_requests;  /* idle ones, kept for the next requests (proxy.c) */
 	unsigned nfree_requests;
-	struct jsonrpc_route *rpcs;     /* idle ones, kept for the next JSON-RPC requests */
 };
 
 /* A runtime for cfg, with sockets for nworkers; the sockets of previous still listed are kept. */
