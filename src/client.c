@@ -104,7 +104,7 @@ static void
 client_close_now(struct client *c)
 {
 	if (c->lingering || c->conn.error || c->conn.eof || c->conn.ssl != NULL ||
-	    ((c->rq == NULL || c->rq->req_done) && evbuffer_get_length(c->conn.in) == 0 &&
+	    ((c->rq == NULL || c->rq->up.done) && evbuffer_get_length(c->conn.in) == 0 &&
 	    !c->conn.readable)) {
 		client_free(c, CLIENT_CLOSE_NONE);
 		return;
@@ -147,15 +147,15 @@ static void
 client_body_framing(struct client *c, const struct http_request *req)
 {
 	if (req->framing.chunked) {
-		c->rq->req_mode = BODY_CHUNKED;
-		http_chunked_init(&c->rq->req_chunk);
+		c->rq->up.mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->up.chunk);
 	} else if (req->framing.content_length > 0) {
-		c->rq->req_mode = BODY_LENGTH;
-		c->rq->req_left = (uint64_t)req->framing.content_length;
+		c->rq->up.mode = BODY_LENGTH;
+		c->rq->up.left = (uint64_t)req->framing.content_length;
 	} else {
-		c->rq->req_mode = BODY_NONE;
+		c->rq->up.mode = BODY_NONE;
 	}
-	c->rq->req_done = c->rq->req_mode == BODY_NONE;
+	c->rq->up.done = c->rq->up.mode == BODY_NONE;
 }
 
 static void
@@ -226,21 +226,21 @@ client_request_begin(struct client *c)
 	c->rq->gw_error = -1;
 	c->rq->bytes_sent = 0;
 	c->rq->head_sent = 0;
-	c->rq->resp_started = 0;
-	c->rq->req_buffering = 0;
-	c->rq->req_out_len = -1;
-	c->rq->resp_head_seen = 0;
-	c->rq->resp_buffering = 0;
-	c->rq->resp_rechunk = 0;
-	c->rq->up_close = 0;
-	c->rq->answer_refused = 0;
-	c->rq->req_done = 1;
+	c->rq->ans.started = 0;
+	c->rq->up.collecting = 0;
+	c->rq->up.out_len = -1;
+	c->rq->ans.head_seen = 0;
+	c->rq->ans.collecting = 0;
+	c->rq->ans.rechunk = 0;
+	c->rq->ans.up_close = 0;
+	c->rq->ans.refused = 0;
+	c->rq->up.done = 1;
 	c->keepalive = 0;
 	c->http_minor = 1;
 	c->rq->route = NULL;
-	c->rq->buffer_body = 0;
-	c->rq->keep_chunked = 0;
-	c->rq->replay_len = 0;
+	c->rq->up.buffer_body = 0;
+	c->rq->up.keep_chunked = 0;
+	c->rq->up.replay_len = 0;
 	tries_reset(&c->rq->t);
 	return 0;
 }
@@ -305,7 +305,7 @@ client_read_head(struct client *c)
 	/* timeouts.keepalive: 0 disables keep-alive: every answer says Connection: close. */
 	c->keepalive = cfg->timeouts.keepalive != 0 && (req->version_minor == 1 ?
 	    !req->framing.conn_close : req->framing.conn_keepalive && !req->framing.conn_close);
-	c->rq->expect_continue = req->framing.expect_continue;
+	c->rq->up.expect_continue = req->framing.expect_continue;
 	c->rq->head_request = req->method_bit == METHOD_HEAD;
 	c->rq->head_as_get = 0;
 	c->rq->t.idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
@@ -457,21 +457,21 @@ client_on_input(struct client *c)
 	case CLIENT_BUSY:
 		if (c->rq->scan.waiting) {
 			client_scan_more(c);
-		} else if (c->rq->req_buffering) {
+		} else if (c->rq->up.collecting) {
 			proxy_collect_request_body(c);
-		} else if (c->rq->keep_chunked) {
+		} else if (c->rq->up.keep_chunked) {
 			proxy_keep_chunked(c);
-		} else if (c->rq->buffer_body && !c->rq->req_done) {
+		} else if (c->rq->up.buffer_body && !c->rq->up.done) {
 			/* The body is kept whole: once it is all here, it goes with the head. */
-			if (evbuffer_get_length(c->conn.in) < c->rq->replay_len)
+			if (evbuffer_get_length(c->conn.in) < c->rq->up.replay_len)
 				break;
-			c->rq->req_done = 1;
+			c->rq->up.done = 1;
 			conn_read_stop(&c->conn);
 			if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
 				proxy_send_request(c);
-		} else if (!c->rq->req_done && c->rq->t.ex.uc != NULL && c->rq->t.sent) {
+		} else if (!c->rq->up.done && c->rq->t.ex.uc != NULL && c->rq->t.sent) {
 			proxy_forward_request_body(c);
-		} else if (c->rq->req_done) {
+		} else if (c->rq->up.done) {
 			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
 		}
 		break;
@@ -507,7 +507,7 @@ static void
 client_on_close(struct client *c, int what)
 {
 	/* A half-close after a complete request: answer it (and any pipelined ones), then close. */
-	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->rq->req_done)
+	if (what == CONN_EOF && c->state == CLIENT_BUSY && c->rq->up.done)
 		return;
 	if (what == CONN_EOF && c->state == CLIENT_CLOSING && !c->lingering)
 		return;         /* still flushing our last response */
@@ -515,7 +515,7 @@ client_on_close(struct client *c, int what)
 		return;         /* its pipeline is still being answered */
 	if (c->state == CLIENT_BUSY) {
 		/* Logged like nginx: 499 before the response started, else its status, cut short. */
-		if (!c->rq->resp_started)
+		if (!c->rq->ans.started)
 			c->rq->status = 499;
 		client_log(c);
 	}

@@ -48,7 +48,7 @@ proxy_aggregate(struct client *c, struct http_request *req, size_t head_len)
 	};
 
 	/* A request body is not read: the connection closes after the answer. */
-	if (!c->rq->req_done)
+	if (!c->rq->up.done)
 		c->keepalive = 0;
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
 	    body_accepts_gzip(req->headers, req->nheaders);

@@ -65,13 +65,13 @@ proxy_jsonrpc_failed(struct client *c, enum gateway_error err, const char *messa
 int
 proxy_jsonrpc_hold_answer(struct client *c, size_t head_len)
 {
-	if (c->rq->resp_mode == BODY_LENGTH && c->rq->resp_left > client_cfg(c)->limits.max_body) {
+	if (c->rq->ans.mode == BODY_LENGTH && c->rq->ans.left > client_cfg(c)->limits.max_body) {
 		proxy_jsonrpc_too_large(c);
 		return -1;
 	}
 	if (proxy_hold_response(c, head_len) < 0)
 		return -1;
-	if (c->rq->resp_mode != BODY_NONE)
+	if (c->rq->ans.mode != BODY_NONE)
 		return 0;
 	proxy_jsonrpc_judge(c);
 	return -1;
@@ -94,13 +94,13 @@ proxy_jsonrpc_judge(struct client *c)
 	struct worker *w = c->w;
 	struct http_response *resp = &w->resp;
 	struct evbuffer *out = w->rewritten;
-	struct body_block *b = c->rq->resp_block;
-	size_t hl = evbuffer_get_length(c->rq->resp_head), len = c->rq->resp_block_len;
+	struct body_block *b = c->rq->ans.block;
+	size_t hl = evbuffer_get_length(c->rq->resp_head), len = c->rq->ans.block_len;
 	int status, err;
 
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl,
 	    resp);
-	c->rq->resp_buffering = 0;
+	c->rq->ans.collecting = 0;
 	if (b != NULL) {
 		body_block_ref(b);
 	} else if ((len = evbuffer_get_length(c->rq->body)) != 0 &&
@@ -113,14 +113,14 @@ proxy_jsonrpc_judge(struct client *c)
 	    body_content_coding(resp->headers, resp->nheaders), b, len, out, &err);
 	body_block_release(b);
 	if (c->rq->t.ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
-		c->rq->up_close = 1;        /* bytes past the answer: never reuse */
+		c->rq->ans.up_close = 1;        /* bytes past the answer: never reuse */
 	if (status != 0) {
 		c->rq->gw_error = err;
 		proxy_jsonrpc_answer(c, status, out);
 		return;
 	}
-	if (c->rq->resp_block != NULL)
-		body_block_add_to(c->rq->body, c->rq->resp_block, c->rq->resp_block_len);
+	if (c->rq->ans.block != NULL)
+		body_block_add_to(c->rq->body, c->rq->ans.block, c->rq->ans.block_len);
 	len = evbuffer_get_length(c->rq->body);
 	proxy_write_response_head(c, resp, OUT_LENGTH, len, NULL);
 	proxy_send_body(c, c->rq->body, len);
@@ -170,7 +170,7 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 	const struct config *cfg = client_cfg(c);
 	const struct config_upstream *up;
 	struct jsonrpc_request jr = {
-		req, c->rq->request_id, c->addr, c->rq->req_block, c->rq->req_block_len,
+		req, c->rq->request_id, c->addr, c->rq->up.block, c->rq->up.block_len,
 		body_content_coding(req->headers, req->nheaders),
 		c->rq->t.idempotent, proxy_jsonrpc_head_cb, c
 	};
@@ -196,8 +196,8 @@ proxy_jsonrpc_start(struct client *c, struct http_request *req)
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
-	body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
-	c->rq->req_out_len = (int64_t)c->rq->req_block_len;
+	body_block_add_to(c->rq->req_body, c->rq->up.block, c->rq->up.block_len);
+	c->rq->up.out_len = (int64_t)c->rq->up.block_len;
 	proxy_drop_request_block(c);
 	if (proxy_build_upstream_head(c, req) < 0) {
 		client_error(c, GW_BAD_REQUEST, NULL, 1);
@@ -219,7 +219,7 @@ proxy_jsonrpc(struct client *c, struct http_request *req, size_t head_len)
 		client_error(c, GW_METHOD_NOT_ALLOWED, "a JSON-RPC route takes POST requests", 0);
 		return;
 	}
-	if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body) {
+	if (c->rq->up.mode == BODY_LENGTH && c->rq->up.left > cfg->limits.max_body) {
 		evbuffer_drain(c->conn.in, head_len);
 		client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
 		return;

@@ -68,7 +68,7 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 	c->rq->head_sent = evbuffer_get_length(out) - before;
 	c->rq->bytes_sent += c->rq->head_sent;
 	c->rq->status = resp->status;
-	c->rq->resp_started = 1;
+	c->rq->ans.started = 1;
 }
 
 /* 1: collect this response body for the ops its status calls for (response for the statuses
@@ -79,11 +79,11 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	const struct config *cfg = client_cfg(c);
 	enum metrics_envelope_reason why = METRICS_REASON_NONE;
 
-	c->rq->resp_prog = config_status_in(c->rq->route->response_on, resp->status) ?
+	c->rq->ans.prog = config_status_in(c->rq->route->response_on, resp->status) ?
 	    c->rq->route->response : c->rq->route->error_response;
-	if (c->rq->resp_prog == NULL)
+	if (c->rq->ans.prog == NULL)
 		why = METRICS_REASON_STATUS;
-	else if (c->rq->resp_mode == BODY_NONE && (c->rq->route->validate != VALIDATE_FULL ||
+	else if (c->rq->ans.mode == BODY_NONE && (c->rq->route->validate != VALIDATE_FULL ||
 	    resp->framing.content_length != 0 || c->rq->head_request || resp->status == 204 ||
 	    resp->status == 304))
 		why = METRICS_REASON_EMPTY;
@@ -94,7 +94,7 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		metrics_envelope(c->w, c->rq->route, METRICS_RESPONSE, METRICS_PASSED, why);
 		return 0;
 	}
-	if (c->rq->resp_mode == BODY_NONE) {
+	if (c->rq->ans.mode == BODY_NONE) {
 		/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
 		log_warnx("route %s: response body not rewritten: empty body (request %s)",
 		    c->rq->route->name, c->rq->request_id);
@@ -107,7 +107,7 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		    GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that cannot be "
 		    "decoded", 0);
 	}
-	if (c->rq->resp_mode == BODY_LENGTH && c->rq->resp_left > cfg->limits.max_body)
+	if (c->rq->ans.mode == BODY_LENGTH && c->rq->ans.left > cfg->limits.max_body)
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT,
 		    GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body", 0);
 	return 1;
@@ -126,13 +126,13 @@ proxy_hold_response(struct client *c, size_t head_len)
 	evbuffer_drain(c->rq->resp_head, evbuffer_get_length(c->rq->resp_head));
 	evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
 	evbuffer_remove_buffer(upconn(c)->in, c->rq->resp_head, head_len);
-	if (c->rq->resp_mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
-		c->rq->resp_block = body_block_new(c->w->bodies, (size_t)c->rq->resp_left);
-		c->rq->resp_block_len = (size_t)c->rq->resp_left;
+	if (c->rq->ans.mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
+		c->rq->ans.block = body_block_new(c->w->bodies, (size_t)c->rq->ans.left);
+		c->rq->ans.block_len = (size_t)c->rq->ans.left;
 	}
-	c->rq->resp_buffering = 1;
-	c->rq->resp_dechunk = 1;
-	c->rq->resp_head_seen = 1;
+	c->rq->ans.collecting = 1;
+	c->rq->ans.dechunk = 1;
+	c->rq->ans.head_seen = 1;
 	return 0;
 }
 
@@ -166,8 +166,8 @@ proxy_read_response_head(struct client *c)
 		if (resp->status >= 200)
 			break;
 		/* Interim responses: relay 100 Continue to a client that waits for it. */
-		if (resp->status == 100 && c->rq->expect_continue && c->http_minor == 1) {
-			c->rq->expect_continue = 0;
+		if (resp->status == 100 && c->rq->up.expect_continue && c->http_minor == 1) {
+			c->rq->up.expect_continue = 0;
 			evbuffer_add(out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 		}
 		evbuffer_drain(in, (size_t)r);
@@ -181,25 +181,25 @@ proxy_read_response_head(struct client *c)
 	proxy_drop_replay(c);
 	c->rq->status = resp->status;
 	if ((c->rq->head_request && !c->rq->head_as_get) || resp->status == 204 || resp->status == 304)
-		c->rq->resp_mode = BODY_NONE;
+		c->rq->ans.mode = BODY_NONE;
 	else if (resp->framing.chunked) {
-		c->rq->resp_mode = BODY_CHUNKED;
-		http_chunked_init(&c->rq->resp_chunk);
+		c->rq->ans.mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->ans.chunk);
 	} else if (resp->framing.content_length >= 0) {
-		c->rq->resp_mode = resp->framing.content_length ? BODY_LENGTH : BODY_NONE;
-		c->rq->resp_left = (uint64_t)resp->framing.content_length;
+		c->rq->ans.mode = resp->framing.content_length ? BODY_LENGTH : BODY_NONE;
+		c->rq->ans.left = (uint64_t)resp->framing.content_length;
 	} else {
-		c->rq->resp_mode = BODY_UNTIL_CLOSE;
+		c->rq->ans.mode = BODY_UNTIL_CLOSE;
 	}
-	c->rq->up_close = resp->framing.conn_close || c->rq->resp_mode == BODY_UNTIL_CLOSE ||
+	c->rq->ans.up_close = resp->framing.conn_close || c->rq->ans.mode == BODY_UNTIL_CLOSE ||
 	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
-	c->rq->resp_dechunk = c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 0;
-	if (c->rq->resp_mode == BODY_UNTIL_CLOSE || c->rq->resp_dechunk || c->w->draining)
+	c->rq->ans.dechunk = c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 0;
+	if (c->rq->ans.mode == BODY_UNTIL_CLOSE || c->rq->ans.dechunk || c->w->draining)
 		c->keepalive = 0;
 
 	/* A forwarded JSON-RPC call: a 2xx JSON answer streams, any other is judged whole. */
 	if (c->rq->rpc != NULL &&
-	    !jsonrpc_route_streams(c->rq->rpc, resp, c->rq->resp_mode != BODY_NONE))
+	    !jsonrpc_route_streams(c->rq->rpc, resp, c->rq->ans.mode != BODY_NONE))
 		return proxy_jsonrpc_hold_answer(c, (size_t)r);
 	if (proxy_has_response_ops(c->rq->route)) {
 		int collect = proxy_wants_body(c, resp);
@@ -209,7 +209,7 @@ proxy_read_response_head(struct client *c)
 		if (collect)
 			return proxy_hold_response(c, (size_t)r);
 	}
-	if (resp->framing.chunked && !c->rq->resp_dechunk && resp->status != 204 &&
+	if (resp->framing.chunked && !c->rq->ans.dechunk && resp->status != 204 &&
 	    resp->status != 304)
 		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
@@ -219,7 +219,7 @@ proxy_read_response_head(struct client *c)
 	else
 		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
 	evbuffer_drain(in, (size_t)r);
-	c->rq->resp_head_seen = 1;
+	c->rq->ans.head_seen = 1;
 	if (c->rq->head_as_get)
 		proxy_skip_body(c);
 	return 0;
@@ -229,8 +229,8 @@ proxy_read_response_head(struct client *c)
 static void
 proxy_skip_body(struct client *c)
 {
-	c->rq->resp_mode = BODY_NONE;
-	c->rq->up_close = 1;
+	c->rq->ans.mode = BODY_NONE;
+	c->rq->ans.up_close = 1;
 }
 
 /* Send n bytes of a body we hold to the client, or drop them for a HEAD request. */
@@ -263,25 +263,25 @@ proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *ou
 	int r;
 
 	while (evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-		r = http_chunked_feed(&c->rq->resp_chunk, vec.iov_base, vec.iov_len, &consumed, &off,
+		r = http_chunked_feed(&c->rq->ans.chunk, vec.iov_base, vec.iov_len, &consumed, &off,
 		    &dlen);
 		if (r == HTTP_CHUNKED_ERROR)
 			return -1;
-		if (!c->rq->resp_dechunk) {
+		if (!c->rq->ans.dechunk) {
 			proxy_move(c, in, out, consumed);
 		} else if (r == HTTP_CHUNKED_DATA) {
 			evbuffer_drain(in, off);
-			if (c->rq->resp_rechunk)
+			if (c->rq->ans.rechunk)
 				c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", dlen);
 			proxy_move(c, in, out, dlen);
-			if (c->rq->resp_rechunk)
+			if (c->rq->ans.rechunk)
 				c->rq->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
 			evbuffer_drain(in, consumed - off - dlen);
 		} else {
 			evbuffer_drain(in, consumed);
 		}
 		if (r == HTTP_CHUNKED_DONE) {
-			if (c->rq->resp_rechunk)
+			if (c->rq->ans.rechunk)
 				c->rq->bytes_sent += evbuffer_add(out, "0\r\n\r\n", 5) == 0 ? 5 : 0;
 			return 1;
 		}
@@ -297,15 +297,15 @@ proxy_forward_response_body(struct client *c)
 	size_t len = evbuffer_get_length(in), n;
 	int done = 0, r;
 
-	switch (c->rq->resp_mode) {
+	switch (c->rq->ans.mode) {
 	case BODY_NONE:
 		done = 1;
 		break;
 	case BODY_LENGTH:
-		n = len < c->rq->resp_left ? len : (size_t)c->rq->resp_left;
+		n = len < c->rq->ans.left ? len : (size_t)c->rq->ans.left;
 		proxy_move(c, in, out, n);
-		c->rq->resp_left -= n;
-		done = c->rq->resp_left == 0;
+		c->rq->ans.left -= n;
+		done = c->rq->ans.left == 0;
 		break;
 	case BODY_CHUNKED:
 		r = proxy_forward_chunked(c, in, out);
@@ -322,7 +322,7 @@ proxy_forward_response_body(struct client *c)
 	}
 	if (done) {
 		if (evbuffer_get_length(in) != 0)
-			c->rq->up_close = 1;        /* bytes past the response: never reuse */
+			c->rq->ans.up_close = 1;        /* bytes past the response: never reuse */
 		client_request_end(c);
 		return;
 	}
@@ -350,10 +350,10 @@ proxy_body_overflow(struct client *c)
 	    "upstream response body exceeds limits.max_body", 0))
 		return;
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
-	c->rq->resp_buffering = 0;
+	c->rq->ans.collecting = 0;
 	if (c->rq->head_as_get) {
 		/* The head GET would get: chunked for an HTTP/1.1 client, else until close. */
-		if (c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
+		if (c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 1) {
 			proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 		} else {
 			c->keepalive = 0;
@@ -361,9 +361,9 @@ proxy_body_overflow(struct client *c)
 		}
 		evbuffer_drain(c->rq->body, n);
 		proxy_skip_body(c);
-	} else if (c->rq->resp_mode == BODY_CHUNKED && c->http_minor == 1) {
+	} else if (c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 1) {
 		/* What was collected is de-chunked: send it as one chunk, then re-chunk the rest. */
-		c->rq->resp_rechunk = 1;
+		c->rq->ans.rechunk = 1;
 		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
 		c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
 		proxy_move(c, c->rq->body, c->conn.out, n);
@@ -397,17 +397,17 @@ proxy_respond_rewritten(struct client *c)
 		return;
 	}
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
-	proxy_vars(c, proxy_prog_vars(c->rq->resp_prog), &vars, &tls_text);
+	proxy_vars(c, proxy_prog_vars(c->rq->ans.prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
-	if (body_needs_headers(c->rq->resp_prog))
+	if (body_needs_headers(c->rq->ans.prog))
 		proxy_kept_request_headers(c, &vars);
-	c->rq->resp_buffering = 0;
+	c->rq->ans.collecting = 0;
 	coding = body_content_coding(resp->headers, resp->nheaders);
-	if (c->rq->resp_block != NULL)
-		rc = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->resp_prog, coding,
-		    c->rq->resp_block, c->rq->resp_block_len, &vars, w->rewritten, &res);
+	if (c->rq->ans.block != NULL)
+		rc = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->ans.prog, coding,
+		    c->rq->ans.block, c->rq->ans.block_len, &vars, w->rewritten, &res);
 	else if (evbuffer_get_length(c->rq->body) != 0 || c->rq->route->validate == VALIDATE_FULL)
-		rc = body_apply(w->bodies, cfg, c->rq->route, c->rq->resp_prog, coding, c->rq->body, &vars,
+		rc = body_apply(w->bodies, cfg, c->rq->route, c->rq->ans.prog, coding, c->rq->body, &vars,
 		    w->rewritten, &res);
 	else
 		rc = 1;
@@ -423,8 +423,8 @@ proxy_respond_rewritten(struct client *c)
 		    GW_UPSTREAM_INVALID, msg, 0))
 			return;
 		/* pass: the upstream's status and bytes, untouched */
-		if (c->rq->resp_block != NULL)
-			body_block_add_to(c->rq->body, c->rq->resp_block, c->rq->resp_block_len);
+		if (c->rq->ans.block != NULL)
+			body_block_add_to(c->rq->body, c->rq->ans.block, c->rq->ans.block_len);
 		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->rq->body), NULL);
 		proxy_send_body(c, c->rq->body, evbuffer_get_length(c->rq->body));
 	} else {
@@ -447,7 +447,7 @@ proxy_respond_rewritten(struct client *c)
 		proxy_send_body(c, w->rewritten, evbuffer_get_length(w->rewritten));
 	}
 	if (c->rq->t.ex.uc != NULL && evbuffer_get_length(upconn(c)->in) != 0)
-		c->rq->up_close = 1;
+		c->rq->ans.up_close = 1;
 	client_request_end(c);
 }
 
@@ -456,10 +456,10 @@ proxy_respond_rewritten(struct client *c)
 static void
 proxy_collect_into_block(struct client *c)
 {
-	int sinking = c->rq->resp_sinking;
+	int sinking = c->rq->ans.sinking;
 
-	body_block_fill(c->rq->resp_block, c->rq->resp_block_len, &c->rq->resp_left, &sinking, upconn(c));
-	c->rq->resp_sinking = sinking != 0;
+	body_block_fill(c->rq->ans.block, c->rq->ans.block_len, &c->rq->ans.left, &sinking, upconn(c));
+	c->rq->ans.sinking = sinking != 0;
 }
 
 /* Collect the response body for envelope ops, de-chunked, up to limits.max_body. */
@@ -471,23 +471,23 @@ proxy_collect_response_body(struct client *c)
 	size_t n;
 	int r, done = 0;
 
-	switch (c->rq->resp_mode) {
+	switch (c->rq->ans.mode) {
 	case BODY_LENGTH:
-		if (c->rq->resp_block != NULL) {
+		if (c->rq->ans.block != NULL) {
 			proxy_collect_into_block(c);
-			done = c->rq->resp_left == 0;
+			done = c->rq->ans.left == 0;
 			break;
 		}
 		n = evbuffer_get_length(in);
-		if (n > c->rq->resp_left)
-			n = (size_t)c->rq->resp_left;
+		if (n > c->rq->ans.left)
+			n = (size_t)c->rq->ans.left;
 		evbuffer_remove_buffer(in, c->rq->body, n);
-		c->rq->resp_left -= n;
-		done = c->rq->resp_left == 0;
+		c->rq->ans.left -= n;
+		done = c->rq->ans.left == 0;
 		break;
 	case BODY_CHUNKED:
 		while (!done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = proxy_dechunk(&c->rq->resp_chunk, in, vec, c->rq->body);
+			r = proxy_dechunk(&c->rq->ans.chunk, in, vec, c->rq->body);
 			if (r == HTTP_CHUNKED_ERROR) {
 				proxy_invalid_response(c);
 				return;
@@ -515,10 +515,10 @@ static void
 proxy_invalid_response(struct client *c)
 {
 	tries_invalid(&c->rq->t);
-	if (c->rq->resp_head_seen) {
+	if (c->rq->ans.head_seen) {
 		/* Part of it went on already (to the client, or into ops): no other try. */
 		exchange_verdict(&c->rq->t.ex, FAIL_INVALID);
-		client_error(c, c->rq->t.error, c->rq->t.message, c->rq->resp_started);
+		client_error(c, c->rq->t.error, c->rq->t.message, c->rq->ans.started);
 		return;
 	}
 	tries_next(&c->rq->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
@@ -531,27 +531,27 @@ proxy_upstream_failed(struct client *c, int what)
 	const char *addr = tries_server(&c->rq->t)->addr.text;
 	const char *name = c->rq->upool->cfg->name;
 
-	if (c->rq->resp_buffering && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
-		c->rq->up_close = 1;
+	if (c->rq->ans.collecting && c->rq->ans.mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
+		c->rq->ans.up_close = 1;
 		proxy_collect_response_body(c);
-		if (c->state == CLIENT_BUSY && c->rq->resp_buffering)
+		if (c->state == CLIENT_BUSY && c->rq->ans.collecting)
 			proxy_respond_rewritten(c);
 		return;
 	}
-	if (c->rq->resp_started && c->rq->resp_mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
+	if (c->rq->ans.started && c->rq->ans.mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 		proxy_forward_response_body(c);
 		if (c->state == CLIENT_BUSY && c->rq->t.ex.uc != NULL) {
-			c->rq->up_close = 1;
+			c->rq->ans.up_close = 1;
 			client_request_end(c);
 		}
 		return;
 	}
-	if (c->rq->resp_head_seen) {
+	if (c->rq->ans.head_seen) {
 		/* Part of the answer is gone already (to the client, or into ops): no retry. */
 		log_warnx("upstream %s server %s failed in the middle of a response (request %s)",
 		    name, addr, c->rq->request_id);
 		exchange_verdict(&c->rq->t.ex, what & CONN_TIMEOUT ? FAIL_TIMEOUT : FAIL_RESET);
-		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, c->rq->resp_started);
+		client_error(c, GW_UPSTREAM_UNAVAILABLE, NULL, c->rq->ans.started);
 		return;
 	}
 	tries_connection_failed(&c->rq->t, what, 0);
@@ -562,12 +562,12 @@ upstream_on_input(struct client *c)
 {
 	struct upconn *uc = c->rq->t.ex.uc;
 
-	if (c->rq->resp_head_seen || proxy_read_response_head(c) == 0) {
+	if (c->rq->ans.head_seen || proxy_read_response_head(c) == 0) {
 		if (c->state != CLIENT_BUSY || c->rq->t.ex.uc != uc)
 			return;
-		if (c->rq->resp_buffering)
+		if (c->rq->ans.collecting)
 			proxy_collect_response_body(c);
-		else if (c->rq->resp_started)
+		else if (c->rq->ans.started)
 			proxy_forward_response_body(c);
 	}
 	/* Still waiting for the rest of this answer: a reset may have come with the data. */

@@ -63,11 +63,11 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	}
 	if (headers_request_out(c->rq->up_head, req, &fw) < 0)
 		return -1;
-	if (c->rq->keep_chunked)
+	if (c->rq->up.keep_chunked)
 		return 0;       /* proxy_head_framing, once the body decides */
 	p = framing;
-	if (c->rq->req_out_len >= 0)
-		p = put_content_length(p, (uint64_t)c->rq->req_out_len);
+	if (c->rq->up.out_len >= 0)
+		p = put_content_length(p, (uint64_t)c->rq->up.out_len);
 	else if (req->framing.chunked)
 		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
 	else if (req->framing.content_length >= 0)
@@ -112,8 +112,8 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 void
 proxy_continue(struct client *c)
 {
-	if (c->rq->expect_continue && c->http_minor == 1) {
-		c->rq->expect_continue = 0;
+	if (c->rq->up.expect_continue && c->http_minor == 1) {
+		c->rq->up.expect_continue = 0;
 		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
 	}
 }
@@ -126,14 +126,14 @@ proxy_start_request_collect(struct client *c)
 
 	/* One block, sized up front for a Content-Length body and grown for a chunked one:
 	 * the body is held once, not once in buffers and again pulled up for the parser. */
-	body_block_release(c->rq->req_block);
-	c->rq->req_block_len = 0;
-	if ((c->rq->req_block = body_block_new(c->w->bodies,
-	    c->rq->req_mode == BODY_LENGTH ? (size_t)c->rq->req_left : 0)) == NULL) {
+	body_block_release(c->rq->up.block);
+	c->rq->up.block_len = 0;
+	if ((c->rq->up.block = body_block_new(c->w->bodies,
+	    c->rq->up.mode == BODY_LENGTH ? (size_t)c->rq->up.left : 0)) == NULL) {
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	c->rq->req_buffering = 1;
+	c->rq->up.collecting = 1;
 	proxy_continue(c);
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 	conn_read_start(&c->conn);
@@ -180,13 +180,13 @@ proxy_pick_after_body(struct client *c, const struct http_request *req)
 {
 	struct request *rq = c->rq;
 
-	if (!rq->pick_after_body)
+	if (!rq->up.pick_after_body)
 		return 0;
 	client_hash_key(c, req);
 	tries_start(&c->rq->t, 0);
-	if (c->rq != rq || !rq->pick_after_body || c->state != CLIENT_BUSY || rq->resp_started)
+	if (c->rq != rq || !rq->up.pick_after_body || c->state != CLIENT_BUSY || rq->ans.started)
 		return -1;
-	rq->pick_after_body = 0;
+	rq->up.pick_after_body = 0;
 	return 0;
 }
 
@@ -200,11 +200,11 @@ static struct body_block *
 proxy_request_text(struct client *c, enum body_coding *coding, size_t *len)
 {
 	const struct config *cfg = client_cfg(c);
-	struct body_block *b = c->rq->req_block;
+	struct body_block *b = c->rq->up.block;
 	const char *why;
 	size_t n;
 
-	*len = c->rq->req_block_len;
+	*len = c->rq->up.block_len;
 	if (*len == 0 || *coding == BODY_CODING_OTHER ||
 	    !route_scan_reads_values(cfg, c->rq->route)) {
 		body_block_ref(b);
@@ -217,8 +217,8 @@ proxy_request_text(struct client *c, enum body_coding *coding, size_t *len)
 		*coding = BODY_CODING_IDENTITY;
 		*len = n;
 	} else {
-		body_block_ref(c->rq->req_block);
-		return c->rq->req_block;
+		body_block_ref(c->rq->up.block);
+		return c->rq->up.block;
 	}
 	route_scan_read_body(&c->rq->scan, cfg, c->rq->route, body_block_data(b), *len);
 	return b;
@@ -242,28 +242,28 @@ proxy_collect_request_body(struct client *c)
 	char msg[256];
 	int r;
 
-	if (c->rq->req_mode == BODY_LENGTH) {
+	if (c->rq->up.mode == BODY_LENGTH) {
 		n = evbuffer_get_length(in);
-		if (n > c->rq->req_left)
-			n = (size_t)c->rq->req_left;
-		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, n);
-		c->rq->req_block_len += n;
-		c->rq->req_left -= n;
-		c->rq->req_done = c->rq->req_left == 0;
+		if (n > c->rq->up.left)
+			n = (size_t)c->rq->up.left;
+		evbuffer_remove(in, body_block_data(c->rq->up.block) + c->rq->up.block_len, n);
+		c->rq->up.block_len += n;
+		c->rq->up.left -= n;
+		c->rq->up.done = c->rq->up.left == 0;
 	} else {
-		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
+		while (!c->rq->up.done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
 			r = proxy_dechunk_into_block(c, in, vec);
 			if (r == HTTP_CHUNKED_ERROR) {
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
-			c->rq->req_done = r == HTTP_CHUNKED_DONE;
+			c->rq->up.done = r == HTTP_CHUNKED_DONE;
 		}
-		if (request_body_too_large(c, c->rq->req_block_len - c->rq->req_seen))
+		if (request_body_too_large(c, c->rq->up.block_len - c->rq->up.seen))
 			return;
 	}
 	ql = evbuffer_get_length(c->rq->req_copy);
-	if (c->rq->req_block_len > cfg->limits.max_body) {
+	if (c->rq->up.block_len > cfg->limits.max_body) {
 		/* Only a chunked body gets here: its size was not known up front. */
 		if (c->rq->route->jsonrpc != NULL) {
 			client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
@@ -274,28 +274,28 @@ proxy_collect_request_body(struct client *c)
 		if (route_scan_reads_values(cfg, c->rq->route))
 			route_scan_read_prefix(&c->rq->scan, w->bodies, cfg, c->rq->route,
 			    body_content_coding(req->headers, req->nheaders),
-			    body_block_data(c->rq->req_block), c->rq->req_block_len);
+			    body_block_data(c->rq->up.block), c->rq->up.block_len);
 		if (proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
 		/* pass: send what we have as one chunk and re-chunk the rest as it comes. */
 		if (proxy_pick_after_body(c, req) < 0)
 			return;
-		c->rq->req_buffering = 0;
+		c->rq->up.collecting = 0;
 		if (proxy_build_upstream_head(c, req) < 0) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
 		}
 		char size_line[24];
-		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->rq->req_block_len);
+		int sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", c->rq->up.block_len);
 		if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 			client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 			return;
 		}
 		evbuffer_add(c->rq->req_body, size_line, (size_t)sl);
-		body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+		body_block_add_to(c->rq->req_body, c->rq->up.block, c->rq->up.block_len);
 		evbuffer_add(c->rq->req_body, "\r\n", 2);
-		if (c->rq->req_done)
+		if (c->rq->up.done)
 			evbuffer_add(c->rq->req_body, "0\r\n\r\n", 5);
 		proxy_drop_request_block(c);
 		/* The rest streams after it: this request cannot be sent twice. */
@@ -303,14 +303,14 @@ proxy_collect_request_body(struct client *c)
 		proxy_request_ready(c);
 		return;
 	}
-	if (!c->rq->req_done)
+	if (!c->rq->up.done)
 		return;
 
 	conn_read_stop(&c->conn);
 	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
 	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 	if (c->rq->route->jsonrpc != NULL) {
-		c->rq->req_buffering = 0;
+		c->rq->up.collecting = 0;
 		proxy_jsonrpc_start(c, req);
 		return;
 	}
@@ -320,24 +320,24 @@ proxy_collect_request_body(struct client *c)
 		body_block_release(text);
 		return;
 	}
-	c->rq->req_buffering = 0;
+	c->rq->up.collecting = 0;
 	if (c->rq->req_body == NULL && (c->rq->req_body = evbuffer_new()) == NULL) {
 		body_block_release(text);
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (c->rq->req_block_len == 0 && c->rq->route->validate != VALIDATE_FULL) {
+	if (c->rq->up.block_len == 0 && c->rq->route->validate != VALIDATE_FULL) {
 		/* An empty body is no JSON document: validate: envelope passes it untouched. */
 		body_block_release(text);
 		metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_PASSED, METRICS_REASON_EMPTY);
-		c->rq->req_out_len = 0;
+		c->rq->up.out_len = 0;
 	} else {
 		proxy_vars(c, proxy_prog_vars(c->rq->route->request), &vars, &tls_text);
 		body_vars_headers(&vars, req);
 		r = body_apply_block(w->bodies, cfg, c->rq->route, c->rq->route->request, coding,
 		    text, len, &vars, w->rewritten, &res);
 		/* The output holds references of its own to what it splices. */
-		res.inflated |= text != c->rq->req_block;
+		res.inflated |= text != c->rq->up.block;
 		body_block_release(text);
 		if (r < 0) {
 			snprintf(msg, sizeof(msg), "request body not rewritten: %s", res.error);
@@ -347,7 +347,7 @@ proxy_collect_request_body(struct client *c)
 			    res.encoding ? GW_UNSUPPORTED_MEDIA_TYPE : GW_INVALID_JSON, msg, 0))
 				return;
 			/* pass: the client's bytes, untouched */
-			body_block_add_to(c->rq->req_body, c->rq->req_block, c->rq->req_block_len);
+			body_block_add_to(c->rq->req_body, c->rq->up.block, c->rq->up.block_len);
 		} else {
 			metrics_envelope(w, c->rq->route, METRICS_REQUEST, METRICS_APPLIED,
 			    METRICS_REASON_NONE);
@@ -357,7 +357,7 @@ proxy_collect_request_body(struct client *c)
 			if (res.inflated)
 				proxy_remove_header(req->headers, &req->nheaders, "content-encoding");
 		}
-		c->rq->req_out_len = (int64_t)evbuffer_get_length(c->rq->req_body);
+		c->rq->up.out_len = (int64_t)evbuffer_get_length(c->rq->req_body);
 	}
 	proxy_drop_request_block(c);
 	if (proxy_build_upstream_head(c, req) < 0) {
@@ -396,15 +396,15 @@ proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_
 	size_t consumed, off, dlen;
 	int r;
 
-	r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
+	r = http_chunked_feed(&c->rq->up.chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
 	if (r == HTTP_CHUNKED_ERROR)
 		return r;
 	if (r == HTTP_CHUNKED_DATA) {
-		if (body_block_reserve(&c->rq->req_block, c->rq->req_block_len + dlen) < 0)
+		if (body_block_reserve(&c->rq->up.block, c->rq->up.block_len + dlen) < 0)
 			return HTTP_CHUNKED_ERROR;
 		evbuffer_drain(in, off);
-		evbuffer_remove(in, body_block_data(c->rq->req_block) + c->rq->req_block_len, dlen);
-		c->rq->req_block_len += dlen;
+		evbuffer_remove(in, body_block_data(c->rq->up.block) + c->rq->up.block_len, dlen);
+		c->rq->up.block_len += dlen;
 		evbuffer_drain(in, consumed - off - dlen);
 	} else {
 		evbuffer_drain(in, consumed);
@@ -416,9 +416,9 @@ proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_
 void
 proxy_drop_request_block(struct client *c)
 {
-	body_block_release(c->rq->req_block);
-	c->rq->req_block = NULL;
-	c->rq->req_block_len = 0;
+	body_block_release(c->rq->up.block);
+	c->rq->up.block = NULL;
+	c->rq->up.block_len = 0;
 }
 
 /* Response ops may read request headers ($header.NAME) after the head has left the input. */
@@ -441,7 +441,7 @@ proxy_wants_request_body(struct client *c, const struct http_request *req)
 	enum metrics_envelope_reason why = METRICS_REASON_NONE;
 
 	/* Content-Length: 0 is an empty body, which validate: full does not take as JSON. */
-	if (c->rq->req_mode == BODY_NONE && (req->framing.content_length != 0 ||
+	if (c->rq->up.mode == BODY_NONE && (req->framing.content_length != 0 ||
 	    c->rq->route->validate != VALIDATE_FULL))
 		why = METRICS_REASON_EMPTY;
 	else if (!body_is_json(c->rq->route, http_find_header(req->headers, req->nheaders,
@@ -466,33 +466,33 @@ proxy_plan_body(struct client *c)
 	const struct config_upstream *up = c->rq->upool->cfg;
 	const struct config *cfg = client_cfg(c);
 
-	if (c->rq->req_mode == BODY_NONE) {
+	if (c->rq->up.mode == BODY_NONE) {
 		c->rq->t.replayable = 1;
 		return;
 	}
-	if (c->rq->keep_chunked) {
-		c->rq->buffer_body = 1;
+	if (c->rq->up.keep_chunked) {
+		c->rq->up.buffer_body = 1;
 		proxy_continue(c);
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_keep_chunked(c);
 		return;
 	}
-	if (c->rq->req_mode == BODY_LENGTH && c->rq->t.idempotent && c->rq->req_left <= up->retry_body) {
-		c->rq->buffer_body = c->rq->t.replayable = 1;
-		c->rq->replay_len = (size_t)c->rq->req_left;
+	if (c->rq->up.mode == BODY_LENGTH && c->rq->t.idempotent && c->rq->up.left <= up->retry_body) {
+		c->rq->up.buffer_body = c->rq->t.replayable = 1;
+		c->rq->up.replay_len = (size_t)c->rq->up.left;
 		/* The input holds it whole (its usual limit again once the request ends). */
-		if (c->conn.read_max < c->rq->replay_len)
-			c->conn.read_max = c->rq->replay_len;
-		if (evbuffer_get_length(c->conn.in) >= c->rq->replay_len) {
-			c->rq->req_done = 1;
+		if (c->conn.read_max < c->rq->up.replay_len)
+			c->conn.read_max = c->rq->up.replay_len;
+		if (evbuffer_get_length(c->conn.in) >= c->rq->up.replay_len) {
+			c->rq->up.done = 1;
 			return;
 		}
 		proxy_continue(c);
 	}
 	/* The body is read once the connection is ready, or now when it is kept. */
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	if (c->rq->buffer_body)
+	if (c->rq->up.buffer_body)
 		conn_read_start(&c->conn);
 	else
 		conn_read_stop(&c->conn);
@@ -515,21 +515,21 @@ proxy_keep_chunked(struct client *c)
 
 	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->rq->req_body) <= max &&
 	    evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0)
-		if ((r = proxy_dechunk(&c->rq->req_chunk, in, vec, c->rq->req_body)) == HTTP_CHUNKED_ERROR) {
+		if ((r = proxy_dechunk(&c->rq->up.chunk, in, vec, c->rq->req_body)) == HTTP_CHUNKED_ERROR) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
 		}
 	n = evbuffer_get_length(c->rq->req_body);
-	if (request_body_too_large(c, n - c->rq->req_seen))
+	if (request_body_too_large(c, n - c->rq->up.seen))
 		return;
 	if (r != HTTP_CHUNKED_DONE && n <= max)
 		return;
-	c->rq->buffer_body = c->rq->keep_chunked = 0;
-	c->rq->req_done = r == HTTP_CHUNKED_DONE;
-	c->rq->t.replayable = c->rq->req_done && n <= max;
+	c->rq->up.buffer_body = c->rq->up.keep_chunked = 0;
+	c->rq->up.done = r == HTTP_CHUNKED_DONE;
+	c->rq->t.replayable = c->rq->up.done && n <= max;
 	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
-	if ((!c->rq->req_done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
-	    evbuffer_add(c->rq->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->rq->req_done) < 0) {
+	if ((!c->rq->up.done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
+	    evbuffer_add(c->rq->req_body, "\r\n", 2) < 0)) || proxy_head_framing(c, c->rq->up.done) < 0) {
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
@@ -547,7 +547,7 @@ proxy_send_request(struct client *c)
 	struct evbuffer *out = upconn(c)->out;
 	size_t n;
 
-	if (c->rq->t.sent || c->rq->req_buffering || (c->rq->buffer_body && !c->rq->req_done))
+	if (c->rq->t.sent || c->rq->up.collecting || (c->rq->up.buffer_body && !c->rq->up.done))
 		return;         /* the body is still coming: it goes once all of it is here */
 	c->rq->t.sent = 1;
 	n = evbuffer_get_length(c->rq->up_head);
@@ -562,11 +562,11 @@ proxy_send_request(struct client *c)
 		} else {
 			evbuffer_add_buffer(out, c->rq->req_body);
 		}
-	} else if (c->rq->replay_len != 0) {
-		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->rq->replay_len),
-		    c->rq->replay_len);
+	} else if (c->rq->up.replay_len != 0) {
+		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->rq->up.replay_len),
+		    c->rq->up.replay_len);
 	}
-	if (!c->rq->req_done) {
+	if (!c->rq->up.done) {
 		/* A streamed body: from now on it goes as it comes. */
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
@@ -590,7 +590,7 @@ proxy_upstream_timeouts(struct client *c)
 {
 	uint64_t ms = c->rq->route->timeouts.upstream_response;
 
-	conn_set_timeouts(upconn(c), c->rq->req_done ? ms : 0, ms);
+	conn_set_timeouts(upconn(c), c->rq->up.done ? ms : 0, ms);
 }
 
 /* Pass request body bytes from the client to the upstream as they arrive. */
@@ -603,21 +603,21 @@ proxy_forward_request_body(struct client *c)
 	size_t n, consumed, off, dlen;
 	int r;
 
-	if (c->rq->req_mode == BODY_LENGTH) {
+	if (c->rq->up.mode == BODY_LENGTH) {
 		n = evbuffer_get_length(in);
-		if (n > c->rq->req_left)
-			n = (size_t)c->rq->req_left;
+		if (n > c->rq->up.left)
+			n = (size_t)c->rq->up.left;
 		evbuffer_remove_buffer(in, out, n);
-		c->rq->req_left -= n;
-		c->rq->req_done = c->rq->req_left == 0;
-	} else if (c->rq->req_mode == BODY_CHUNKED) {
+		c->rq->up.left -= n;
+		c->rq->up.done = c->rq->up.left == 0;
+	} else if (c->rq->up.mode == BODY_CHUNKED) {
 		/* The payload goes in chunks of our own: extensions and trailers stop here. */
-		while (!c->rq->req_done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
+		while (!c->rq->up.done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
 		    vec.iov_len > 0) {
-			r = http_chunked_feed(&c->rq->req_chunk, vec.iov_base, vec.iov_len, &consumed,
+			r = http_chunked_feed(&c->rq->up.chunk, vec.iov_base, vec.iov_len, &consumed,
 			    &off, &dlen);
 			if (r == HTTP_CHUNKED_ERROR) {
-				c->rq->up_close = 1;
+				c->rq->ans.up_close = 1;
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
@@ -634,10 +634,10 @@ proxy_forward_request_body(struct client *c)
 				if (r == HTTP_CHUNKED_DONE)
 					evbuffer_add(out, "0\r\n\r\n", 5);
 			}
-			c->rq->req_done = r == HTTP_CHUNKED_DONE;
+			c->rq->up.done = r == HTTP_CHUNKED_DONE;
 		}
 	}
-	if (c->rq->req_done) {
+	if (c->rq->up.done) {
 		conn_read_stop(&c->conn);
 		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 		proxy_upstream_timeouts(c);
@@ -687,24 +687,24 @@ proxy_start(struct client *c, struct http_request *req, size_t head_len)
 		return;
 	if (c->rq->route->request != NULL && wants) {
 		/* Too large for the ops: refused, or streamed untouched below. */
-		if (c->rq->req_mode == BODY_LENGTH && c->rq->req_left > cfg->limits.max_body &&
+		if (c->rq->up.mode == BODY_LENGTH && c->rq->up.left > cfg->limits.max_body &&
 		    proxy_unrewritten(c, METRICS_REQUEST, METRICS_REASON_OVER_LIMIT,
 		    GW_PAYLOAD_TOO_LARGE, NULL, 1))
 			return;
-		if (c->rq->req_mode != BODY_LENGTH || c->rq->req_left <= cfg->limits.max_body) {
+		if (c->rq->up.mode != BODY_LENGTH || c->rq->up.left <= cfg->limits.max_body) {
 			/* The try starts now, connecting while the body comes: $upstream in the
 			 * ops names its server. */
 			evbuffer_drain(in, (size_t)r);
-			c->rq->req_buffering = 1;
-			c->rq->pick_after_body = proxy_hashes_by_field(c);
-			if (!c->rq->pick_after_body)
+			c->rq->up.collecting = 1;
+			c->rq->up.pick_after_body = proxy_hashes_by_field(c);
+			if (!c->rq->up.pick_after_body)
 				tries_start(&c->rq->t, 0);
-			if (c->state == CLIENT_BUSY && !c->rq->resp_started)
+			if (c->state == CLIENT_BUSY && !c->rq->ans.started)
 				proxy_start_request_collect(c);
 			return;
 		}
 	}
-	c->rq->keep_chunked = c->rq->req_mode == BODY_CHUNKED && c->rq->t.idempotent &&
+	c->rq->up.keep_chunked = c->rq->up.mode == BODY_CHUNKED && c->rq->t.idempotent &&
 	    c->rq->upool->cfg->retry_body != 0 &&
 	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
 	if (proxy_build_upstream_head(c, req) < 0) {

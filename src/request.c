@@ -33,7 +33,7 @@ proxy_unrewritten(struct client *c, enum metrics_direction direction,
 	if (!fail)
 		return 0;
 	/* An answer over our limit or in a coding we do not decode is still a good answer. */
-	c->rq->answer_refused = direction == METRICS_RESPONSE &&
+	c->rq->ans.refused = direction == METRICS_RESPONSE &&
 	    (why == METRICS_REASON_OVER_LIMIT || why == METRICS_REASON_ENCODING);
 	client_error(c, err, message, must_close);
 	return 1;
@@ -44,13 +44,13 @@ request_body_too_large(struct client *c, uint64_t n)
 {
 	uint64_t max = c->rq->route->limits.max_request_body;
 
-	if (max == 0 || c->rq->req_seen + n <= max) {
-		c->rq->req_seen += n;
+	if (max == 0 || c->rq->up.seen + n <= max) {
+		c->rq->up.seen += n;
 		return 0;
 	}
 	log_warnx("route %s: request body exceeds limits.max_request_body (request %s)",
 	    c->rq->route->name, c->rq->request_id);
-	c->rq->up_close = 1;
+	c->rq->ans.up_close = 1;
 	client_error(c, GW_PAYLOAD_TOO_LARGE, "request body exceeds limits.max_request_body", 1);
 	return 1;
 }
@@ -258,7 +258,7 @@ client_log(struct client *c)
 
 	client_now(&now);
 	metrics_request(c->w, c->rq->route, client_counted_server(c), c->rq->status,
-	    c->rq->answer_refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
+	    c->rq->ans.refused ? -1 : c->rq->gw_error, &c->rq->start, &now);
 	e.rpc_method = NULL;
 	e.rpc_batch = -1;
 	e.backends = NULL;
@@ -298,24 +298,24 @@ client_log(struct client *c)
 void
 proxy_drop_block(struct client *c)
 {
-	body_block_release(c->rq->req_block);
-	c->rq->req_block = NULL;
-	if (c->rq->resp_block == NULL)
+	body_block_release(c->rq->up.block);
+	c->rq->up.block = NULL;
+	if (c->rq->ans.block == NULL)
 		return;
 	if (c->rq->t.ex.uc != NULL)
 		upconn(c)->sink = NULL;
-	c->rq->resp_sinking = 0;
-	body_block_release(c->rq->resp_block);
-	c->rq->resp_block = NULL;
+	c->rq->ans.sinking = 0;
+	body_block_release(c->rq->ans.block);
+	c->rq->ans.block = NULL;
 }
 
 /* The answer started: what was kept for another try can go. */
 void
 proxy_drop_replay(struct client *c)
 {
-	if (c->rq->replay_len != 0) {
-		evbuffer_drain(c->conn.in, c->rq->replay_len);
-		c->rq->replay_len = 0;
+	if (c->rq->up.replay_len != 0) {
+		evbuffer_drain(c->conn.in, c->rq->up.replay_len);
+		c->rq->up.replay_len = 0;
 	}
 	proxy_drop(c->rq->req_body);
 	c->rq->t.replayable = 0;
@@ -334,7 +334,7 @@ client_request_end(struct client *c)
 	if (c->rq->t.ex.stage != EXCHANGE_IDLE) {
 		/* The whole answer came: the server did well (unless its status said otherwise). */
 		exchange_verdict(&c->rq->t.ex, 0);
-		exchange_end(&c->rq->t.ex, !c->rq->up_close && c->rq->req_done && c->rq->t.sent);
+		exchange_end(&c->rq->t.ex, !c->rq->ans.up_close && c->rq->up.done && c->rq->t.sent);
 	}
 	proxy_drop_replay(c);
 	tries_forget(&c->rq->t);
@@ -351,9 +351,9 @@ client_request_end(struct client *c)
 	c->up_paused = c->client_paused = 0;
 	/* A request whose body we did not read to the end leaves the stream unframed.  While
 	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
-	if (!c->keepalive || !c->rq->req_done ||
+	if (!c->keepalive || !c->rq->up.done ||
 	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
-		client_close_after_flush(c, !c->rq->req_done ? CLIENT_CLOSE_UNREAD_BODY :
+		client_close_after_flush(c, !c->rq->up.done ? CLIENT_CLOSE_UNREAD_BODY :
 		    w->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_NOT_KEEPALIVE);
 		return;
 	}
@@ -395,10 +395,10 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	char allow[ROUTE_ALLOW_MAX];
 
 	c->rq->gw_error = (int)err;
-	if (c->rq->resp_started) {
+	if (c->rq->ans.started) {
 		/* Too late for an error response: cut the connection so the truncation shows. */
 		c->keepalive = 0;
-		c->rq->up_close = 1;
+		c->rq->ans.up_close = 1;
 		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
 		client_log(c);
 		exchange_end(&c->rq->t.ex, 0);
@@ -410,7 +410,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
 		return;
 	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
-	if (must_close || !c->rq->req_done || c->w->draining) {
+	if (must_close || !c->rq->up.done || c->w->draining) {
 		c->keepalive = 0;
 		client_closing_for(c, client_error_closes(err, c->w->draining));
 	}
@@ -420,7 +420,7 @@ client_error(struct client *c, enum gateway_error err, const char *message, int 
 	route_allow_header(err == GW_METHOD_NOT_ALLOWED ? c->rq->allow : 0, allow);
 	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, allow,
 	    c->rq->head_request, &c->rq->head_sent);
-	c->rq->resp_started = 1;
+	c->rq->ans.started = 1;
 	client_request_end(c);
 }
 

@@ -96,50 +96,57 @@ struct request {
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
 	const struct config_route *route;
+	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
 	struct upstream_pool *upool;
-	size_t replay_len;              /* body bytes at the front of the input kept for another
-	                                 * try, until the answer starts */
 	size_t hash_key_len;
-	unsigned buffer_body : 1;       /* the body is kept in the input: wait for all of it */
-	unsigned keep_chunked : 1;      /* a chunked body kept de-chunked in req_body: up_head
-	                                 * waits for its framing until the body's end */
-	unsigned expect_continue : 1;
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
-	unsigned req_done : 1;          /* request body fully passed upstream (or in hand) */
-	unsigned req_buffering : 1;     /* collecting a JSON request body for request ops */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
-	unsigned pick_after_body : 1;   /* the server is chosen once the body the request ops
-	                                 * take is in: its upstream hashes by a $json field */
-	int64_t req_out_len;            /* Content-Length sent upstream instead of the client's, or -1 */
-	uint64_t req_seen;              /* body bytes taken so far (de-chunked), against the
-	                                 * route's max_request_body */
-	enum body_mode req_mode;
-	uint64_t req_left;
-	struct http_chunked req_chunk;
-	struct body_block *req_block;   /* a request body collected for request ops */
-	size_t req_block_len;           /* its bytes so far, de-chunked */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
-	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
 	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
 	unsigned allow;                 /* a 405's Allow: METHOD_* bits */
 
+	/* The request body, on its way up. */
+	struct request_upload {
+		size_t replay_len;      /* body bytes at the front of the input kept for another
+		                         * try, until the answer starts */
+		unsigned buffer_body : 1;   /* the body is kept in the input: wait for all of it */
+		unsigned keep_chunked : 1;  /* a chunked body kept de-chunked in req_body: up_head
+		                             * waits for its framing until the body's end */
+		unsigned expect_continue : 1;
+		unsigned done : 1;      /* the body fully passed upstream (or in hand) */
+		unsigned collecting : 1;    /* collecting a JSON request body for request ops */
+		unsigned pick_after_body : 1;   /* the server is chosen once the body the request
+		                                 * ops take is in: its upstream hashes by a $json
+		                                 * field */
+		int64_t out_len;        /* Content-Length sent upstream instead of the client's, or -1 */
+		uint64_t seen;          /* body bytes taken so far (de-chunked), against the
+		                         * route's max_request_body */
+		enum body_mode mode;
+		uint64_t left;
+		struct http_chunked chunk;
+		struct body_block *block;   /* a request body collected for request ops */
+		size_t block_len;       /* its bytes so far, de-chunked */
+	} up;
+
 	/* The answer. */
-	unsigned resp_started : 1;      /* response head sent to the client */
-	unsigned resp_head_seen : 1;    /* the upstream's final response head was parsed */
-	unsigned resp_buffering : 1;    /* collecting a JSON body for the route's envelope ops */
-	unsigned resp_rechunk : 1;      /* re-framing a de-chunked body as chunks */
-	unsigned resp_dechunk : 1;      /* HTTP/1.0 client: strip chunked framing */
-	unsigned resp_sinking : 1;      /* the upstream connection reads into resp_block */
-	unsigned up_close : 1;          /* upstream connection not reusable after this response */
-	unsigned answer_refused : 1;    /* a well-formed answer the ops refused for the gateway's
-	                                 * own reasons: no fault of its server */
-	const struct rewrite_program *resp_prog;   /* the ops this answer's status calls for */
-	struct body_block *resp_block;  /* or: a Content-Length body read straight into a block */
-	size_t resp_block_len;
-	enum body_mode resp_mode;
-	uint64_t resp_left;
-	struct http_chunked resp_chunk;
+	struct request_answer {
+		unsigned started : 1;   /* response head sent to the client */
+		unsigned head_seen : 1; /* the upstream's final response head was parsed */
+		unsigned collecting : 1;    /* collecting a JSON body for the route's envelope ops */
+		unsigned rechunk : 1;   /* re-framing a de-chunked body as chunks */
+		unsigned dechunk : 1;   /* HTTP/1.0 client: strip chunked framing */
+		unsigned sinking : 1;   /* the upstream connection reads into block */
+		unsigned up_close : 1;  /* upstream connection not reusable after this response */
+		unsigned refused : 1;   /* a well-formed answer the ops refused for the gateway's
+		                         * own reasons: no fault of its server */
+		const struct rewrite_program *prog;    /* the ops this answer's status calls for */
+		struct body_block *block;   /* or: a Content-Length body read straight into a block */
+		size_t block_len;
+		enum body_mode mode;
+		uint64_t left;
+		struct http_chunked chunk;
+	} ans;
 
 	/* For the access log. */
 	int status;
