@@ -321,7 +321,7 @@ client_read_head(struct client *c)
 		client_error(c, GW_SHUTTING_DOWN, NULL, 1);
 		return;
 	}
-	if (c->conn.tls_plain) {
+	if (c->conn.tls.plain) {
 		client_error(c, GW_BAD_REQUEST, "plain HTTP request sent to HTTPS port", 1);
 		return;
 	}

@@ -125,8 +125,8 @@ conn_init(struct conn *c, struct timers *t, int fd, conn_cb cb, void *arg)
 	c->read_timeout_ms = c->write_timeout_ms = 0;
 	c->error = 0;
 	c->readable = c->reading = c->connecting = c->eof = c->want_drained = 0;
-	c->handshaking = c->tls_read_wants_write = c->tls_write_wants_read = 0;
-	c->tls_failed = c->tls_fatal = c->tls_holding = c->tls_sniffed = c->tls_plain = 0;
+	c->tls.handshaking = c->tls.read_wants_write = c->tls.write_wants_read = 0;
+	c->tls.failed = c->tls.fatal = c->tls.holding = c->tls.sniffed = c->tls.plain = 0;
 	c->ssl = NULL;
 	c->tls_err = 0;
 	c->tls_held = NULL;
@@ -163,8 +163,8 @@ conn_close(struct conn *c)
 		return;
 	if (c->ssl != NULL) {
 		/* Best effort close_notify; never after a fatal error (OpenSSL forbids it). */
-		c->tls_holding = 0;
-		if (!c->handshaking && !c->tls_fatal)
+		c->tls.holding = 0;
+		if (!c->tls.handshaking && !c->tls.fatal)
 			SSL_shutdown(c->ssl);
 		SSL_free(c->ssl);
 		c->ssl = NULL;
@@ -464,7 +464,7 @@ conn_flush(struct conn *c)
 	size_t left;
 	int err;
 
-	if (c->connecting || c->error || (c->ssl != NULL && c->handshaking))
+	if (c->connecting || c->error || (c->ssl != NULL && c->tls.handshaking))
 		return;
 	if (c->ssl != NULL) {
 		err = conn_tls_drain(c);
@@ -562,9 +562,9 @@ conn_tls_fatal(struct conn *c, int sslerr)
 	else
 		c->error = EPROTO;
 	c->tls_err = e;
-	c->tls_fatal = 1;
+	c->tls.fatal = 1;
 	if (sslerr == SSL_ERROR_SSL)
-		c->tls_failed = 1;
+		c->tls.failed = 1;
 	ERR_clear_error();
 	return CONN_ERROR;
 }
@@ -582,7 +582,7 @@ static pthread_once_t conn_bio_once = PTHREAD_ONCE_INIT;
 static void
 conn_tls_release_held(struct conn *c)
 {
-	if (c->tls_held_len == 0 && !c->handshaking) {
+	if (c->tls_held_len == 0 && !c->tls.handshaking) {
 		free(c->tls_held);
 		c->tls_held = NULL;
 	}
@@ -599,7 +599,7 @@ conn_bio_write(BIO *b, const char *data, int len)
 	char *p;
 
 	BIO_clear_retry_flags(b);
-	if (c->tls_holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
+	if (c->tls.holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
 		if (c->tls_held == NULL && (c->tls_held = malloc(CONN_TLS_HOLD_MAX)) == NULL) {
 			errno = ENOMEM;
 			return -1;
@@ -624,7 +624,7 @@ conn_bio_write(BIO *b, const char *data, int len)
 		p = c->tls_held;
 		memmove(p, p + n, c->tls_held_len - (size_t)n);
 		c->tls_held_len -= (size_t)n;
-		c->tls_holding = 0;
+		c->tls.holding = 0;
 		BIO_set_retry_write(b);         /* the socket is full: wait for its edge */
 		errno = EAGAIN;
 		return -1;
@@ -678,7 +678,7 @@ conn_tls_send_held(struct conn *c)
 		return 1;
 	}
 	c->error = errno;
-	c->tls_fatal = 1;
+	c->tls.fatal = 1;
 	return CONN_ERROR;
 }
 
@@ -698,7 +698,7 @@ conn_start_tls(struct conn *c, struct ssl_st *ssl)
 	BIO_set_init(wbio, 1);
 	SSL_set_bio(ssl, rbio, wbio);
 	c->ssl = ssl;
-	c->handshaking = 1;
+	c->tls.handshaking = 1;
 	conn_update_timers(c);
 	/* Start the handshake from the loop (the socket's first edges may be gone). */
 	if (SSL_is_server(ssl))
@@ -722,15 +722,15 @@ conn_tls_handshake(struct conn *c)
 	 * next, before our first response, is session tickets (OpenSSL makes them in the
 	 * first SSL_read): hold them for that response.  Flights, and TLS 1.2's last one
 	 * that the client waits for, go at once. */
-	c->tls_holding = SSL_is_server(c->ssl);
+	c->tls.holding = SSL_is_server(c->ssl);
 	n = SSL_do_handshake(c->ssl);
 	if (n != 1 || !SSL_is_server(c->ssl) || SSL_version(c->ssl) != TLS1_3_VERSION) {
-		c->tls_holding = 0;
+		c->tls.holding = 0;
 		if (conn_tls_send_held(c) == CONN_ERROR)
 			return CONN_ERROR;
 	}
 	if (n == 1) {
-		c->handshaking = 0;
+		c->tls.handshaking = 0;
 		conn_tls_release_held(c);
 		return SSL_is_server(c->ssl) ? 0 : CONN_CONNECTED;
 	}
@@ -742,7 +742,7 @@ conn_tls_handshake(struct conn *c)
 		c->writable = 0;
 		return 0;
 	default:
-		c->tls_failed = 1;
+		c->tls.failed = 1;
 		return conn_tls_fatal(c, err);
 	}
 }
@@ -768,13 +768,13 @@ conn_tls_sniff(struct conn *c)
 		c->readable = 0;
 		return -1;
 	}
-	c->tls_sniffed = 1;
+	c->tls.sniffed = 1;
 	if (n != 1 || !((b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z') || b == '\r'))
 		return 0;       /* TLS, or what the handshake will report (EOF, an error) */
 	SSL_free(c->ssl);
 	c->ssl = NULL;
-	c->handshaking = 0;
-	c->tls_plain = 1;
+	c->tls.handshaking = 0;
+	c->tls.plain = 1;
 	return 1;
 }
 
@@ -785,7 +785,7 @@ conn_tls_sniff(struct conn *c)
 static int
 conn_tls_has_input(const struct conn *c)
 {
-	return c->tls_read_wants_write ? c->writable : c->readable || SSL_has_pending(c->ssl);
+	return c->tls.read_wants_write ? c->writable : c->readable || SSL_has_pending(c->ssl);
 }
 
 /* Decrypt into the input until the socket is empty, the input full, or the peer closed. */
@@ -808,7 +808,7 @@ conn_tls_fill(struct conn *c)
 			    room > INT_MAX ? INT_MAX : (int)room);
 			if (n <= 0)
 				break;
-			c->tls_read_wants_write = 0;
+			c->tls.read_wants_write = 0;
 			what |= CONN_READ;
 			got += (size_t)n;
 			if (got == vec[i].iov_len) {
@@ -829,7 +829,7 @@ conn_tls_fill(struct conn *c)
 			return what;
 		case SSL_ERROR_WANT_WRITE:
 			c->writable = 0;
-			c->tls_read_wants_write = 1;
+			c->tls.read_wants_write = 1;
 			return what;
 		case SSL_ERROR_ZERO_RETURN:
 			c->eof = 1;
@@ -850,7 +850,7 @@ conn_tls_drain(struct conn *c)
 	size_t len;
 	int n;
 
-	while ((c->tls_write_wants_read ? c->readable : c->writable) &&
+	while ((c->tls.write_wants_read ? c->readable : c->writable) &&
 	    (len = evbuffer_get_length(c->out)) != 0) {
 		if (evbuffer_peek(c->out, -1, NULL, &vec, 1) < 1)
 			break;
@@ -868,10 +868,10 @@ conn_tls_drain(struct conn *c)
 			p = vec.iov_base;
 			len = vec.iov_len > INT_MAX ? INT_MAX : vec.iov_len;
 		}
-		c->tls_holding = 0;     /* what is held goes with this */
+		c->tls.holding = 0;     /* what is held goes with this */
 		n = SSL_write(c->ssl, p, (int)len);
 		if (n > 0) {
-			c->tls_write_wants_read = 0;
+			c->tls.write_wants_read = 0;
 			evbuffer_drain(c->out, (size_t)n);
 			continue;
 		}
@@ -881,7 +881,7 @@ conn_tls_drain(struct conn *c)
 			return 0;
 		case SSL_ERROR_WANT_READ:
 			c->readable = 0;
-			c->tls_write_wants_read = 1;
+			c->tls.write_wants_read = 1;
 			return 0;
 		default:
 			return conn_tls_fatal(c, n);
@@ -897,12 +897,12 @@ conn_tls_run(struct conn *c)
 	int what = 0, plain;
 
 	/* The rest of a flight or a close_notify the socket did not take. */
-	if (c->tls_held_len != 0 && !c->tls_holding && c->writable &&
+	if (c->tls_held_len != 0 && !c->tls.holding && c->writable &&
 	    (what = conn_tls_send_held(c)) == CONN_ERROR)
 		goto report;
 	what = 0;
-	if (c->handshaking) {
-		if (!c->tls_sniffed && SSL_is_server(c->ssl)) {
+	if (c->tls.handshaking) {
+		if (!c->tls.sniffed && SSL_is_server(c->ssl)) {
 			if ((plain = conn_tls_sniff(c)) < 0)
 				return;         /* nothing to report before the first byte */
 			if (plain) {
@@ -911,7 +911,7 @@ conn_tls_run(struct conn *c)
 			}
 		}
 		what = conn_tls_handshake(c);
-		if (c->handshaking || (what & CONN_ERROR))
+		if (c->tls.handshaking || (what & CONN_ERROR))
 			goto report;
 	}
 	if (evbuffer_get_length(c->out) != 0) {

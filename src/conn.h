@@ -56,20 +56,22 @@ struct conn {
 	unsigned want_drained : 1;
 	unsigned peer_closed : 1;       /* the peer's FIN was signalled: read until end of stream */
 	unsigned recheck : 1;           /* conn_read_again asked for one more read */
-	/* TLS (ssl non-NULL): the same flags, plus what a stalled SSL call waits for. */
-	unsigned handshaking : 1;
-	unsigned tls_read_wants_write : 1;  /* SSL_read must write first: retry when writable */
-	unsigned tls_write_wants_read : 1;  /* SSL_write must read first: retry when readable */
-	unsigned tls_failed : 1;        /* the handshake failed, or a TLS alert or protocol
-	                                 * error ended the connection (tls_conn_error says why) */
-	unsigned tls_fatal : 1;         /* a fatal TLS or socket error: no close_notify */
-	unsigned tls_holding : 1;       /* TLS records written now are held for the next ones;
-	                                 * held while not holding: what a full socket did not
-	                                 * take, sent on its next edge */
-	unsigned tls_sniffed : 1;       /* server side: the client's first byte was looked at */
-	unsigned tls_plain : 1;         /* a TLS server whose client spoke plain HTTP: TLS is
-	                                 * dropped (ssl is NULL) so that the owner can answer it
-	                                 * in clear text */
+	/* TLS (ssl non-NULL): the same flags as above, plus what a stalled SSL call waits for. */
+	struct conn_tls_state {
+		unsigned handshaking : 1;
+		unsigned read_wants_write : 1;  /* SSL_read must write first: retry when writable */
+		unsigned write_wants_read : 1;  /* SSL_write must read first: retry when readable */
+		unsigned failed : 1;    /* the handshake failed, or a TLS alert or protocol error
+		                         * ended the connection (tls_conn_error says why) */
+		unsigned fatal : 1;     /* a fatal TLS or socket error: no close_notify */
+		unsigned holding : 1;   /* TLS records written now are held for the next ones;
+		                         * held while not holding: what a full socket did not
+		                         * take, sent on its next edge */
+		unsigned sniffed : 1;   /* server side: the client's first byte was looked at */
+		unsigned plain : 1;     /* a TLS server whose client spoke plain HTTP: TLS is
+		                         * dropped (ssl is NULL) so that the owner can answer it in
+		                         * clear text */
+	} tls;
 	struct ssl_st *ssl;             /* NULL: plain TCP */
 	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */
 	char *tls_held;                 /* records held back to go out with the next ones */
@@ -89,7 +91,7 @@ int conn_connect(struct conn *c, const struct sockaddr *sa, unsigned salen);
  * Run TLS over the connection from now on; ssl (owned by the connection from here, freed by
  * conn_close) is set up for the server or the client side.  The handshake runs on the socket
  * events; on the client side its end is reported as CONN_CONNECTED (after the TCP connect),
- * a failure as CONN_ERROR with tls_failed set.  Output queued meanwhile waits for it.
+ * a failure as CONN_ERROR with tls.failed set.  Output queued meanwhile waits for it.
  */
 int conn_start_tls(struct conn *c, struct ssl_st *ssl);
 

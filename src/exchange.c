@@ -446,7 +446,7 @@ exchange_connect_failed(struct exchange *ex, int error)
 {
 	ex->fail = FAIL_CONNECT;
 	ex->error = error;
-	ex->tls_failed = ex->uc->conn.tls_failed;
+	ex->tls_failed = ex->uc->conn.tls.failed;
 	if (ex->tls_failed)
 		tls_conn_error(&ex->uc->conn, ex->tls_error, sizeof(ex->tls_error));
 	exchange_timer_off(ex);

@@ -194,7 +194,7 @@ health_conn_cb(struct conn *conn, int what, void *arg)
 	if (what & CONN_READ)
 		conn_read_again(conn);  /* a reset may have come with the data */
 	if (what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) {
-		if (conn->tls_failed) {
+		if (conn->tls.failed) {
 			tls_conn_error(conn, reason, sizeof(reason));
 			health_done(hc, 0, reason);
 		} else if (what & CONN_EOF) {

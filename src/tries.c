@@ -223,7 +223,7 @@ tries_connection_failed(struct tries *t, int what, int head_seen)
 	const char *name = t->up->cfg->name, *addr = tries_server(t)->addr.text;
 	char reason[160];
 
-	if (t->ex.uc->conn.tls_failed && !head_seen) {
+	if (t->ex.uc->conn.tls.failed && !head_seen) {
 		/* A TLS 1.3 server refuses a client certificate after our side of the handshake:
 		 * the request never reached the application, and may go elsewhere.  But its bytes
 		 * went out: one that is not safe to send twice goes to no other server, whatever

@@ -146,7 +146,7 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	for (i = 0; i < 10 && (rc = SSL_do_handshake(client)) != 1; i++)
 		run_loop(base);
 	ck_assert_int_eq(rc, 1);
-	ck_assert_int_eq(srv.handshaking, 1);
+	ck_assert_int_eq(srv.tls.handshaking, 1);
 	ck_assert_int_eq(SSL_write(client, request, (int)strlen(request)), (int)strlen(request));
 
 	/* The write edge first, as epoll reports it when only the ACK of the flight was seen. */
@@ -154,7 +154,7 @@ START_TEST(tls_request_read_during_handshake_on_write_edge)
 	write_cb(srv.fd, EV_WRITE, event_get_callback_arg(srv.ev));
 	run_loop(base);
 
-	ck_assert_int_eq(srv.handshaking, 0);
+	ck_assert_int_eq(srv.tls.handshaking, 0);
 	ck_assert_msg(events_seen & CONN_READ, "the request was never reported (events 0x%x)",
 	    events_seen);
 	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
@@ -241,7 +241,7 @@ START_TEST(tls_plain_request_arriving_after_an_empty_sniff)
 	ck_assert_msg(arrive_after_peek_fd < 0, "the server never looked at the socket");
 	ck_assert_msg(events_seen == CONN_READ, "events 0x%x, error %d (%s), TLS error %lu",
 	    events_seen, srv.error, strerror(srv.error), srv.tls_err);
-	ck_assert_int_eq(srv.tls_plain, 1);
+	ck_assert_int_eq(srv.tls.plain, 1);
 	ck_assert_ptr_null(srv.ssl);
 	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
 	ck_assert_int_eq(evbuffer_remove(srv.in, got, strlen(request)), (int)strlen(request));
