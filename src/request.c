@@ -3,20 +3,6 @@
 #include "config.h"
 #include "request.h"
 
-/* The route rewrites responses, for response_on's statuses or for the others. */
-int
-proxy_has_response_ops(const struct config_route *route)
-{
-	return route->response != NULL || route->error_response != NULL;
-}
-
-/* Bits 1 << REWRITE_VAR_* of the variables an op list uses. */
-unsigned
-proxy_prog_vars(const struct rewrite_program *prog)
-{
-	return prog != NULL ? prog->vars : 0;
-}
-
 /*
  * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
  * Under fail the client gets err with message (NULL: its default text): 1, the request is
@@ -61,19 +47,6 @@ proxy_unrewritten_reason(const struct body_result *res)
 {
 	return res->encoding ? METRICS_REASON_ENCODING : res->invalid ?
 	    METRICS_REASON_INVALID_JSON : METRICS_REASON_OP_ERROR;
-}
-
-const struct config *
-client_cfg(const struct client *c)
-{
-	return (c->rq != NULL && c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt->cfg;
-}
-
-/* The connection of the try in progress (the caller knows there is one). */
-struct conn *
-upconn(struct client *c)
-{
-	return &c->rq->t.ex.uc->conn;
 }
 
 static void

@@ -212,6 +212,34 @@ put_content_length(char *p, uint64_t v)
 
 enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
 
+/* The route rewrites responses, for response_on's statuses or for the others. */
+static inline int
+proxy_has_response_ops(const struct config_route *route)
+{
+	return route->response != NULL || route->error_response != NULL;
+}
+
+/* Bits 1 << REWRITE_VAR_* of the variables an op list uses. */
+static inline unsigned
+proxy_prog_vars(const struct rewrite_program *prog)
+{
+	return prog != NULL ? prog->vars : 0;
+}
+
+/* The configuration of c's request (the one current when it began), or the worker's. */
+static inline const struct config *
+client_cfg(const struct client *c)
+{
+	return (c->rq != NULL && c->rq->wr != NULL ? c->rq->wr : c->w->cur)->rt->cfg;
+}
+
+/* The connection of the try in progress (the caller knows there is one). */
+static inline struct conn *
+upconn(struct client *c)
+{
+	return &c->rq->t.ex.uc->conn;
+}
+
 struct access_entry;
 
 /* A route kind: what a request does once its route is chosen.  The worker and the listeners
@@ -256,10 +284,6 @@ void client_process(struct client *c);
 void proxy_flush(struct client *c);
 
 /* request.c */
-/* The route rewrites responses, for response_on's statuses or for the others. */
-int proxy_has_response_ops(const struct config_route *route);
-/* Bits 1 << REWRITE_VAR_* of the variables an op list uses. */
-unsigned proxy_prog_vars(const struct rewrite_program *prog);
 /*
  * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
  * Under fail the client gets err with message (NULL: its default text): 1, the request is
@@ -276,9 +300,6 @@ int proxy_unrewritten(struct client *c, enum metrics_direction direction,
 int request_body_too_large(struct client *c, uint64_t n);
 /* Why the ops could not rewrite a body, for jsongate_envelope_total. */
 enum metrics_envelope_reason proxy_unrewritten_reason(const struct body_result *res);
-const struct config *client_cfg(const struct client *c);
-/* The connection of the try in progress (the caller knows there is one). */
-struct conn *upconn(struct client *c);
 /* Empty the buffers a request keeps for the next one: however the request ended, none of
  * what it read or wrote may go out with the next request that takes them. */
 void request_drain(struct request *rq);

@@ -63,12 +63,6 @@ tries_forget(struct tries *t)
 		upstream_server_unref(t->tried[--t->ntried]);
 }
 
-const struct config_server *
-tries_server(const struct tries *t)
-{
-	return t->ntried != 0 ? t->tried[t->ntried - 1]->srv : NULL;
-}
-
 void
 tries_start(struct tries *t, int fresh)
 {

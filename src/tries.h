@@ -16,11 +16,10 @@
 #include "errors.h"
 #include "exchange.h"
 #include "http.h"
+#include "upstream.h"
 #include "upstream_state.h"
 
 struct worker;
-struct upstream_pool;
-struct server_pool;
 
 struct tries_ops {
 	/* A try is about to start: reset what the owner keeps per try (NULL: nothing). */
@@ -67,7 +66,11 @@ void tries_note_server(struct tries *t);
 /* The request is over: the servers it tried may go. */
 void tries_forget(struct tries *t);
 /* The server of the latest try, or NULL. */
-const struct config_server *tries_server(const struct tries *t);
+static inline const struct config_server *
+tries_server(const struct tries *t)
+{
+	return t->ntried != 0 ? t->tried[t->ntried - 1]->srv : NULL;
+}
 /* Remember why this try failed (fmt has the upstream's name, then detail): what the request
  * gets if no other try succeeds. */
 void tries_error(struct tries *t, enum gateway_error err, const char *fmt, const char *detail);
