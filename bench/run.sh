@@ -28,9 +28,11 @@ Environment:
   IDLE_CLIENTS=10000   idle keep-alive connections for the idle-RSS test (0: skip it)
   PROXIES="..."        variants to run (default: all; see VARIANTS in this script)
   JSONGATE=build/src/jsongate   daemon binary
-  JSONGATE_BASE=...    another jsongate binary (an earlier build): adds the row jsongate-base,
-                       pass-through as the jsongate row, and the ratio jsongate/jsongate-base,
-                       so that two builds are measured in turns in one run
+  JSONGATE_BASE=...    another jsongate binary (an earlier build): adds the rows jsongate-base
+                       (pass-through as the jsongate row), jsongate-base-unwrap and
+                       jsongate-base-reshape (as jsongate-unwrap and jsongate-reshape), and
+                       the ratios of each jsongate row to its base row, so that two builds
+                       are measured in turns in one run
   NGINX=nginx          nginx binary
   HAPROXY=haproxy      HAProxy binary (the haproxy row)
   COUNT_SECONDS=3      seconds of an extra wrk run per row (first round) during which perf
@@ -97,6 +99,8 @@ VARIANTS=(
 	"nginx               nginx     nginx-proxy.conf.in      http"
 	"jsongate            jsongate  jsongate-pass.yaml.in    http"
 	"jsongate-base       jsongate_base jsongate-pass.yaml.in http"
+	"jsongate-base-unwrap jsongate_base jsongate-unwrap.yaml.in http unwrap bytes"
+	"jsongate-base-reshape jsongate_base jsongate-reshape.yaml.in http reshape bytes"
 	"haproxy             haproxy   haproxy-proxy.cfg.in     http"
 	"nginx-tls           nginx     nginx-proxy-tls.conf.in  tls"
 	"jsongate-tls        jsongate  jsongate-tls.yaml.in     tls"
@@ -122,6 +126,8 @@ VARIANTS=(
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
 RATIOS=(
 	"jsongate/jsongate-base"
+	"jsongate-unwrap/jsongate-base-unwrap"
+	"jsongate-reshape/jsongate-base-reshape"
 	"jsongate/nginx"
 	"jsongate/haproxy"
 	"jsongate-tls/nginx-tls"
@@ -141,9 +147,9 @@ RATIOS=(
 	"go-rpc/jsongate-rpc-batch"
 )
 JSONGATE_BASE=${JSONGATE_BASE:-}
-# Every variant by default; jsongate-base only when there is a second build to run.
+# Every variant by default; the jsongate-base rows only when there is a second build to run.
 PROXIES=${PROXIES:-$(for v in "${VARIANTS[@]}"; do
-	case "${v%% *}:$JSONGATE_BASE" in jsongate-base:) ;; *) printf '%s ' "${v%% *}" ;; esac
+	case "${v%% *}:$JSONGATE_BASE" in jsongate-base*:) ;; *) printf '%s ' "${v%% *}" ;; esac
 done)}
 
 # shellcheck source=lib.sh
