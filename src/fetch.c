@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "body.h"
+#include "http_body.h"
 #include "log.h"
 #include "server.h"
 #include "tls.h"
@@ -308,8 +309,7 @@ static int
 fetch_read_body(struct fetch *f)
 {
 	struct conn *uc = &f->t.ex.uc->conn;
-	struct evbuffer_iovec vec;
-	size_t n, consumed, off, dlen;
+	size_t n;
 	int r, sinking;
 
 	switch (f->body_mode) {
@@ -328,21 +328,12 @@ fetch_read_body(struct fetch *f)
 		f->left -= n;
 		return f->left == 0;
 	case FETCH_BODY_CHUNKED:
-		while (evbuffer_peek(uc->in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = http_chunked_feed(&f->chunk, vec.iov_base, vec.iov_len, &consumed, &off,
-			    &dlen);
+		while ((r = http_chunked_take(&f->chunk, uc->in, f->body)) != HTTP_CHUNKED_NONE) {
 			if (r == HTTP_CHUNKED_ERROR) {
 				/* The answer is not the client's yet: another try may go. */
 				tries_bad_framing(&f->t);
 				tries_next(&f->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
 				return -1;
-			}
-			if (r == HTTP_CHUNKED_DATA) {
-				evbuffer_drain(uc->in, off);
-				evbuffer_remove_buffer(uc->in, f->body, dlen);
-				evbuffer_drain(uc->in, consumed - off - dlen);
-			} else {
-				evbuffer_drain(uc->in, consumed);
 			}
 			if (evbuffer_get_length(f->body) > f->max_body)
 				break;

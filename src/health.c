@@ -1,5 +1,6 @@
 #include "config.h"
 #include "health.h"
+#include "http_body.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -113,9 +114,10 @@ health_answer(struct health_check *hc, int eof)
 	struct evbuffer *in = hc->conn.in;
 	struct http_response resp;
 	struct evbuffer *body;
-	size_t len = evbuffer_get_length(in), want, consumed, off, dlen;
+	size_t len = evbuffer_get_length(in), want, at;
 	const char *p, *why = NULL;
 	struct http_chunked ch;
+	struct http_chunk_piece piece;
 	ssize_t r;
 	int passed, rc;
 
@@ -141,14 +143,14 @@ health_answer(struct health_check *hc, int eof)
 		}
 		http_chunked_init(&ch);
 		rc = HTTP_CHUNKED_MORE;
-		while (len != 0 && rc != HTTP_CHUNKED_DONE) {
-			rc = http_chunked_feed(&ch, p, len, &consumed, &off, &dlen);
+		at = (size_t)r;
+		while (rc != HTTP_CHUNKED_DONE && (rc = http_chunked_next(&ch, in, at, (size_t)-1,
+		    &piece)) != HTTP_CHUNKED_NONE) {
 			if (rc == HTTP_CHUNKED_ERROR)
 				break;
 			if (rc == HTTP_CHUNKED_DATA)
-				evbuffer_add(body, p + off, dlen);
-			p += consumed;
-			len -= consumed;
+				evbuffer_add(body, piece.data, piece.data_len);
+			at += piece.consumed;
 		}
 		if (rc != HTTP_CHUNKED_DONE && rc != HTTP_CHUNKED_ERROR && !eof &&
 		    evbuffer_get_length(in) < HEALTH_MAX_ANSWER) {

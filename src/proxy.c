@@ -258,27 +258,26 @@ proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n
 static int
 proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *out)
 {
-	struct evbuffer_iovec vec;
-	size_t consumed, off, dlen;
+	struct http_chunk_piece p;
 	int r;
 
-	while (evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-		r = http_chunked_feed(&c->rq->ans.chunk, vec.iov_base, vec.iov_len, &consumed, &off,
-		    &dlen);
+	while ((r = http_chunked_next(&c->rq->ans.chunk, in, 0, (size_t)-1, &p)) !=
+	    HTTP_CHUNKED_NONE) {
 		if (r == HTTP_CHUNKED_ERROR)
 			return -1;
 		if (!c->rq->ans.dechunk) {
-			proxy_move(c, in, out, consumed);
+			proxy_move(c, in, out, p.consumed);
 		} else if (r == HTTP_CHUNKED_DATA) {
-			evbuffer_drain(in, off);
+			evbuffer_drain(in, p.data_off);
 			if (c->rq->ans.rechunk)
-				c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", dlen);
-			proxy_move(c, in, out, dlen);
+				c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n",
+				    p.data_len);
+			proxy_move(c, in, out, p.data_len);
 			if (c->rq->ans.rechunk)
 				c->rq->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
-			evbuffer_drain(in, consumed - off - dlen);
+			evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
 		} else {
-			evbuffer_drain(in, consumed);
+			evbuffer_drain(in, p.consumed);
 		}
 		if (r == HTTP_CHUNKED_DONE) {
 			if (c->rq->ans.rechunk)
@@ -467,7 +466,6 @@ static void
 proxy_collect_response_body(struct client *c)
 {
 	struct evbuffer *in = upconn(c)->in;
-	struct evbuffer_iovec vec;
 	size_t n;
 	int r, done = 0;
 
@@ -486,8 +484,8 @@ proxy_collect_response_body(struct client *c)
 		done = c->rq->ans.left == 0;
 		break;
 	case BODY_CHUNKED:
-		while (!done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = proxy_dechunk(&c->rq->ans.chunk, in, vec, c->rq->body);
+		while (!done && (r = http_chunked_take(&c->rq->ans.chunk, in, c->rq->body)) !=
+		    HTTP_CHUNKED_NONE) {
 			if (r == HTTP_CHUNKED_ERROR) {
 				proxy_invalid_response(c);
 				return;

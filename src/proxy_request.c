@@ -4,7 +4,7 @@
 #include "request.h"
 
 static int proxy_head_framing(struct client *c, int whole);
-static int proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_iovec vec);
+static int proxy_dechunk_into_block(struct client *c, struct evbuffer *in);
 static void proxy_upstream_timeouts(struct client *c);
 
 /* The target to send upstream (the route's strip_prefix applied) in the worker's buffer: its
@@ -231,7 +231,6 @@ proxy_collect_request_body(struct client *c)
 	struct worker *w = c->w;
 	const struct config *cfg = client_cfg(c);
 	struct evbuffer *in = c->conn.in;
-	struct evbuffer_iovec vec;
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
@@ -251,8 +250,7 @@ proxy_collect_request_body(struct client *c)
 		c->rq->up.left -= n;
 		c->rq->up.done = c->rq->up.left == 0;
 	} else {
-		while (!c->rq->up.done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0) {
-			r = proxy_dechunk_into_block(c, in, vec);
+		while (!c->rq->up.done && (r = proxy_dechunk_into_block(c, in)) != HTTP_CHUNKED_NONE) {
 			if (r == HTTP_CHUNKED_ERROR) {
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
@@ -367,48 +365,24 @@ proxy_collect_request_body(struct client *c)
 	proxy_send_collected(c);
 }
 
-/* Feed the first segment vec of in to a chunked decoder: payload moves to dst, framing is
- * dropped.  Returns what http_chunked_feed said. */
-int
-proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
-    struct evbuffer *dst)
-{
-	size_t consumed, off, dlen;
-	int r;
-
-	r = http_chunked_feed(ch, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
-	if (r == HTTP_CHUNKED_ERROR)
-		return r;
-	if (r == HTTP_CHUNKED_DATA) {
-		evbuffer_drain(in, off);
-		evbuffer_remove_buffer(in, dst, dlen);
-		evbuffer_drain(in, consumed - off - dlen);
-	} else {
-		evbuffer_drain(in, consumed);
-	}
-	return r;
-}
-
-/* Like proxy_dechunk, into the request block. */
+/* Take the next piece of the chunked body at the front of in into the request block.
+ * Returns what http_chunked_next said. */
 static int
-proxy_dechunk_into_block(struct client *c, struct evbuffer *in, struct evbuffer_iovec vec)
+proxy_dechunk_into_block(struct client *c, struct evbuffer *in)
 {
-	size_t consumed, off, dlen;
+	struct http_chunk_piece p;
 	int r;
 
-	r = http_chunked_feed(&c->rq->up.chunk, vec.iov_base, vec.iov_len, &consumed, &off, &dlen);
-	if (r == HTTP_CHUNKED_ERROR)
+	r = http_chunked_next(&c->rq->up.chunk, in, 0, (size_t)-1, &p);
+	if (r == HTTP_CHUNKED_ERROR || r == HTTP_CHUNKED_NONE)
 		return r;
 	if (r == HTTP_CHUNKED_DATA) {
-		if (body_block_reserve(&c->rq->up.block, c->rq->up.block_len + dlen) < 0)
+		if (body_block_reserve(&c->rq->up.block, c->rq->up.block_len + p.data_len) < 0)
 			return HTTP_CHUNKED_ERROR;
-		evbuffer_drain(in, off);
-		evbuffer_remove(in, body_block_data(c->rq->up.block) + c->rq->up.block_len, dlen);
-		c->rq->up.block_len += dlen;
-		evbuffer_drain(in, consumed - off - dlen);
-	} else {
-		evbuffer_drain(in, consumed);
+		memcpy(body_block_data(c->rq->up.block) + c->rq->up.block_len, p.data, p.data_len);
+		c->rq->up.block_len += p.data_len;
 	}
+	evbuffer_drain(in, p.consumed);
 	return r;
 }
 
@@ -508,14 +482,13 @@ proxy_keep_chunked(struct client *c)
 {
 	size_t max = c->rq->upool->cfg->retry_body;
 	struct evbuffer *in = c->conn.in;
-	struct evbuffer_iovec vec;
-	int r = HTTP_CHUNKED_MORE, sl;
+	int r = HTTP_CHUNKED_MORE, taken, sl;
 	char size_line[24];
 	size_t n;
 
 	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->rq->req_body) <= max &&
-	    evbuffer_peek(in, -1, NULL, &vec, 1) > 0 && vec.iov_len > 0)
-		if ((r = proxy_dechunk(&c->rq->up.chunk, in, vec, c->rq->req_body)) == HTTP_CHUNKED_ERROR) {
+	    (taken = http_chunked_take(&c->rq->up.chunk, in, c->rq->req_body)) != HTTP_CHUNKED_NONE)
+		if ((r = taken) == HTTP_CHUNKED_ERROR) {
 			client_error(c, GW_BAD_REQUEST, NULL, 1);
 			return;
 		}
@@ -599,8 +572,8 @@ proxy_forward_request_body(struct client *c)
 {
 	struct evbuffer *in = c->conn.in;
 	struct evbuffer *out = upconn(c)->out;
-	struct evbuffer_iovec vec;
-	size_t n, consumed, off, dlen;
+	struct http_chunk_piece p;
+	size_t n;
 	int r;
 
 	if (c->rq->up.mode == BODY_LENGTH) {
@@ -612,25 +585,23 @@ proxy_forward_request_body(struct client *c)
 		c->rq->up.done = c->rq->up.left == 0;
 	} else if (c->rq->up.mode == BODY_CHUNKED) {
 		/* The payload goes in chunks of our own: extensions and trailers stop here. */
-		while (!c->rq->up.done && evbuffer_peek(in, -1, NULL, &vec, 1) > 0 &&
-		    vec.iov_len > 0) {
-			r = http_chunked_feed(&c->rq->up.chunk, vec.iov_base, vec.iov_len, &consumed,
-			    &off, &dlen);
+		while (!c->rq->up.done && (r = http_chunked_next(&c->rq->up.chunk, in, 0,
+		    (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
 			if (r == HTTP_CHUNKED_ERROR) {
 				c->rq->ans.up_close = 1;
 				client_error(c, GW_BAD_REQUEST, NULL, 1);
 				return;
 			}
 			if (r == HTTP_CHUNKED_DATA) {
-				if (request_body_too_large(c, dlen))
+				if (request_body_too_large(c, p.data_len))
 					return;
-				evbuffer_drain(in, off);
-				evbuffer_add_printf(out, "%zx\r\n", dlen);
-				evbuffer_remove_buffer(in, out, dlen);
+				evbuffer_drain(in, p.data_off);
+				evbuffer_add_printf(out, "%zx\r\n", p.data_len);
+				evbuffer_remove_buffer(in, out, p.data_len);
 				evbuffer_add(out, "\r\n", 2);
-				evbuffer_drain(in, consumed - off - dlen);
+				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
 			} else {
-				evbuffer_drain(in, consumed);
+				evbuffer_drain(in, p.consumed);
 				if (r == HTTP_CHUNKED_DONE)
 					evbuffer_add(out, "0\r\n\r\n", 5);
 			}

@@ -38,6 +38,7 @@
 #include "upstream.h"
 #include "upstream_state.h"
 #include "tries.h"
+#include "http_body.h"
 #include "config.h"
 #include "proxy.h"
 
@@ -351,10 +352,6 @@ void proxy_send_collected(struct client *c);
 int proxy_hashes_by_field(const struct client *c);
 /* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
 void proxy_collect_request_body(struct client *c);
-/* Feed the first segment vec of in to a chunked decoder: payload moves to dst, framing is
- * dropped.  Returns what http_chunked_feed said. */
-int proxy_dechunk(struct http_chunked *ch, struct evbuffer *in, struct evbuffer_iovec vec,
-    struct evbuffer *dst);
 /* The collected request body went into req_body (by reference) or was rewritten. */
 void proxy_drop_request_block(struct client *c);
 /* Response ops may read request headers ($header.NAME) after the head has left the input. */

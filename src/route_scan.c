@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "route_scan.h"
+#include "http_body.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,8 @@ route_scan_collects(const struct config *cfg, const struct config_route *route,
 static void
 route_scan_follow(struct route_scan *rs, const struct http_request *req, struct evbuffer *in)
 {
-	size_t avail = evbuffer_get_length(in) - rs->head_len, consumed, off, dlen;
-	struct evbuffer_ptr pos;
-	struct evbuffer_iovec v;
+	size_t avail = evbuffer_get_length(in) - rs->head_len;
+	struct http_chunk_piece p;
 	int r;
 
 	if (!req->framing.chunked) {
@@ -82,21 +82,16 @@ route_scan_follow(struct route_scan *rs, const struct http_request *req, struct 
 		rs->payload = avail;
 		return;
 	}
-	if (evbuffer_ptr_set(in, &pos, rs->head_len + rs->framed, EVBUFFER_PTR_SET) != 0)
-		return;
-	while (!rs->body_ended && !rs->framing_bad && evbuffer_peek(in, -1, &pos, &v, 1) > 0 &&
-	    v.iov_len > 0) {
-		r = http_chunked_feed(&rs->frame, v.iov_base, v.iov_len, &consumed, &off, &dlen);
-		if (r == HTTP_CHUNKED_ERROR || consumed == 0) {
+	while (!rs->body_ended && !rs->framing_bad && (r = http_chunked_next(&rs->frame, in,
+	    rs->head_len + rs->framed, (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
+		if (r == HTTP_CHUNKED_ERROR || p.consumed == 0) {
 			rs->framing_bad = 1;
 			break;
 		}
 		if (r == HTTP_CHUNKED_DATA)
-			rs->payload += dlen;
+			rs->payload += p.data_len;
 		rs->body_ended = r == HTTP_CHUNKED_DONE;
-		rs->framed += consumed;
-		if (evbuffer_ptr_set(in, &pos, consumed, EVBUFFER_PTR_ADD) != 0)
-			break;
+		rs->framed += p.consumed;
 	}
 }
 
@@ -140,9 +135,10 @@ route_scan_window(struct route_scan_window *win, const struct route_scan *rs,
     struct body_pool *pool, const struct config *cfg, const struct http_request *req,
     struct evbuffer *in)
 {
-	size_t cap = cfg->limits.route_scan, left, n, consumed, off, dlen;
+	size_t cap = cfg->limits.route_scan, left, n, at = rs->head_len;
 	enum body_coding coding = body_content_coding(req->headers, req->nheaders);
 	struct http_chunked ch;
+	struct http_chunk_piece piece;
 	struct evbuffer_ptr pos;
 	struct evbuffer_iovec v;
 	int ended = 0, stop = 0, r;
@@ -174,25 +170,25 @@ route_scan_window(struct route_scan_window *win, const struct route_scan *rs,
 	}
 	win->p = body_block_data(win->block);
 	http_chunked_init(&ch);
-	while (!stop && left > 0 && evbuffer_peek(in, (ev_ssize_t)left, &pos, &v, 1) > 0) {
-		n = v.iov_len < left ? v.iov_len : left;
-		if (!req->framing.chunked) {
-			stop = route_scan_feed(win, pool, coding, cap, v.iov_base, n);
-			consumed = n;
-		} else {
-			r = http_chunked_feed(&ch, v.iov_base, n, &consumed, &off, &dlen);
-			if (r == HTTP_CHUNKED_ERROR) {
-				win->bad = 1;
-				return;
-			}
-			if (r == HTTP_CHUNKED_DATA)
-				stop = route_scan_feed(win, pool, coding, cap,
-				    (const char *)v.iov_base + off, dlen);
-			if (r == HTTP_CHUNKED_DONE)
-				ended = stop = 1;
+	while (req->framing.chunked && !stop && left > 0 &&
+	    (r = http_chunked_next(&ch, in, at, left, &piece)) != HTTP_CHUNKED_NONE) {
+		if (r == HTTP_CHUNKED_ERROR) {
+			win->bad = 1;
+			return;
 		}
-		left -= consumed;
-		if (evbuffer_ptr_set(in, &pos, consumed, EVBUFFER_PTR_ADD) != 0)
+		if (r == HTTP_CHUNKED_DATA)
+			stop = route_scan_feed(win, pool, coding, cap, piece.data, piece.data_len);
+		if (r == HTTP_CHUNKED_DONE)
+			ended = stop = 1;
+		at += piece.consumed;
+		left -= piece.consumed;
+	}
+	while (!req->framing.chunked && !stop && left > 0 &&
+	    evbuffer_peek(in, (ev_ssize_t)left, &pos, &v, 1) > 0) {
+		n = v.iov_len < left ? v.iov_len : left;
+		stop = route_scan_feed(win, pool, coding, cap, v.iov_base, n);
+		left -= n;
+		if (evbuffer_ptr_set(in, &pos, n, EVBUFFER_PTR_ADD) != 0)
 			break;
 	}
 	if (coding != BODY_CODING_IDENTITY) {

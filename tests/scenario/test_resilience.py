@@ -523,11 +523,13 @@ def queue_wait_runs_out(env):
 
 
 def health_answer(state, name='checked'):
-    """A /health answer following state['status'] and state['body']."""
+    """A /health answer following state['status'] and state['body'] (chunked when
+    state['chunked'])."""
     def make(req):
         if req.target == '/health':
             return http_response(state['status'], state['body'],
-                                 [('Content-Type', 'application/json')])
+                                 [('Content-Type', 'application/json')],
+                                 chunked=state.get('chunked', False))
         return http_response(200, ('{"server":"%s"}' % name).encode(),
                              [('Content-Type', 'application/json')])
     return answer(make)
@@ -570,6 +572,29 @@ def active_health_checks_with_json(env):
     state['status'] = 500
     env.require('a status outside expect.status takes it out', wait_until(lambda: metric(
         aport, 'jsongate_upstream_server_up', upstream='app', server=checked.address) == 0, 5))
+
+
+@T.case
+def health_checks_read_chunked_answers(env):
+    """A health answer in chunks is de-chunked before expect.json looks at it; one whose
+    framing is broken fails the check."""
+    state = {'status': 200, 'body': b'{"status":"ok"}', 'chunked': True}
+    checked = env.scripted(default=health_answer(state))
+    conf, aport = with_admin(upstream_config(checked.address))
+    conf['upstreams']['app']['health'] = {
+        'path': '/health', 'interval': '50ms', 'timeout': '1s', 'fails': 1, 'passes': 1,
+        'expect': {'json': {'field': 'status', 'equals': 'ok'}}}
+    env.daemon(conf)
+
+    def checks(result):
+        return metric(aport, 'jsongate_upstream_health_checks_total', upstream='app',
+                      server=checked.address, result=result) or 0
+    env.require('a chunked answer that holds the field passes', wait_until(
+        lambda: checks('passed') >= 2, 5 * SLOW))
+    env.eq('and none failed', checks('failed'), 0)
+    state['body'] = b'{"status":"down"}'
+    env.require('a chunked answer that does not, fails', wait_until(
+        lambda: checks('failed') >= 1, 5 * SLOW))
 
 
 @T.case

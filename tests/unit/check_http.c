@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
 #include "config.h"
 #include "http.h"
+#include "http_body.h"
 
 /* Error rows of the tables leave the fields they do not check out. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -900,6 +903,66 @@ START_TEST(test_fields_against_reference)
 }
 END_TEST
 
+/* A chunked body spread over several buffer chains, read a piece at a time: from an offset
+ * without taking it (as the route scan and health checks read), then taken into a buffer. */
+START_TEST(test_chunked_over_an_evbuffer)
+{
+	static const char *parts[] = { "GET-HEAD|", "5;x=1\r\nhel", "lo\r\n3\r", "\nabc\r\n0\r\n",
+	    "T: v\r\n\r\nNEXT" };
+	struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+	struct http_chunk_piece p;
+	struct http_chunked ch;
+	char data[64];
+	size_t at = 9, got = 0, i;
+	int r;
+
+	for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		evbuffer_add_reference(in, parts[i], strlen(parts[i]), NULL, NULL);
+	http_chunked_init(&ch);
+	while ((r = http_chunked_next(&ch, in, at, (size_t)-1, &p)) != HTTP_CHUNKED_NONE &&
+	    r != HTTP_CHUNKED_DONE) {
+		ck_assert_int_ne(r, HTTP_CHUNKED_ERROR);
+		ck_assert_uint_gt(p.consumed, 0);
+		if (r == HTTP_CHUNKED_DATA) {
+			memcpy(data + got, p.data, p.data_len);
+			got += p.data_len;
+		}
+		at += p.consumed;
+	}
+	ck_assert_int_eq(r, HTTP_CHUNKED_DONE);
+	at += p.consumed;
+	ck_assert_uint_eq(got, 8);
+	ck_assert(memcmp(data, "helloabc", 8) == 0);
+	ck_assert_uint_eq(at, evbuffer_get_length(in) - 4);     /* NEXT stays */
+	ck_assert_int_eq(http_chunked_next(&ch, in, evbuffer_get_length(in), (size_t)-1, &p),
+	    HTTP_CHUNKED_NONE);
+
+	/* Taken from the front: the data moved, the framing dropped, what follows kept. */
+	evbuffer_drain(in, 9);
+	http_chunked_init(&ch);
+	while ((r = http_chunked_take(&ch, in, out)) != HTTP_CHUNKED_NONE && r != HTTP_CHUNKED_DONE)
+		ck_assert_int_ne(r, HTTP_CHUNKED_ERROR);
+	ck_assert_int_eq(r, HTTP_CHUNKED_DONE);
+	ck_assert_uint_eq(evbuffer_get_length(out), 8);
+	ck_assert(memcmp(evbuffer_pullup(out, -1), "helloabc", 8) == 0);
+	ck_assert_uint_eq(evbuffer_get_length(in), 4);
+	ck_assert(memcmp(evbuffer_pullup(in, -1), "NEXT", 4) == 0);
+
+	/* Broken framing says so; max bounds what is looked at. */
+	evbuffer_drain(in, 4);
+	evbuffer_add(in, "zz\r\n", 4);
+	http_chunked_init(&ch);
+	ck_assert_int_eq(http_chunked_take(&ch, in, out), HTTP_CHUNKED_ERROR);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	evbuffer_add(in, "5\r\nhello\r\n", 10);
+	http_chunked_init(&ch);
+	ck_assert_int_eq(http_chunked_next(&ch, in, 0, 2, &p), HTTP_CHUNKED_MORE);
+	ck_assert_uint_eq(p.consumed, 2);
+	evbuffer_free(in);
+	evbuffer_free(out);
+}
+END_TEST
+
 static Suite *
 http_suite(void)
 {
@@ -932,6 +995,7 @@ http_suite(void)
 	tcase_add_test(tc, test_chunked_error_is_sticky);
 	tcase_add_test(tc, test_chunked_data_runs);
 	tcase_add_test(tc, test_chunked_line_limits);
+	tcase_add_test(tc, test_chunked_over_an_evbuffer);
 	suite_add_tcase(s, tc);
 	return s;
 }

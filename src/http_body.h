@@ -1,0 +1,37 @@
+/*
+ * A chunked body read from an evbuffer a piece at a time: the one driver of the chunked
+ * decoder for every reader (proxied bodies both ways, fetched answers, the route scan's
+ * window, health checks).  A piece is framing, a run of data or the body's end; the caller
+ * takes it (drains it, or moves its cursor past it) and does with the data what it does.
+ */
+#ifndef JG_HTTP_BODY_H
+#define JG_HTTP_BODY_H
+
+#include <stddef.h>
+
+#include "http.h"
+
+struct evbuffer;
+
+/* What http_chunked_next says when the buffer holds no more bytes at the position. */
+#define HTTP_CHUNKED_NONE 3
+
+struct http_chunk_piece {
+	size_t consumed;                /* bytes of the buffer the piece spans */
+	size_t data_off;                /* its data (HTTP_CHUNKED_DATA): data_len bytes, from */
+	size_t data_len;                /* data_off within those */
+	const char *data;               /* where they lie (valid until the buffer changes) */
+};
+
+/*
+ * The next piece of the body through decoder ch, at off bytes into in, looking at max bytes
+ * at most: HTTP_CHUNKED_DATA, _MORE (framing), _DONE, _ERROR, or HTTP_CHUNKED_NONE when in
+ * holds nothing there.  The piece stays in the buffer.
+ */
+int http_chunked_next(struct http_chunked *ch, struct evbuffer *in, size_t off, size_t max,
+    struct http_chunk_piece *piece);
+/* The next piece at the front of in, taken: its data moved to dst (NULL: dropped), its
+ * framing dropped.  What http_chunked_next says. */
+int http_chunked_take(struct http_chunked *ch, struct evbuffer *in, struct evbuffer *dst);
+
+#endif
