@@ -76,8 +76,6 @@ enum validate_mode { VALIDATE_ENVELOPE, VALIDATE_FULL };
 int rewrite_program_parse(struct config_parse *ctx, yaml_document_t *doc, yaml_node_t *node,
     enum rewrite_direction direction, struct rewrite_program **out);
 void rewrite_program_free(struct rewrite_program *prog);
-/* 1 when the program contains status_from. */
-int rewrite_program_sets_status(const struct rewrite_program *prog);
 
 /*
  * A context accepts nesting up to max_depth and tokenizes at most max_members members in one
@@ -197,7 +195,6 @@ struct rewrite_op {
 struct rewrite_program {
 	struct rewrite_op *ops;
 	size_t nops;
-	int sets_status;
 	unsigned vars;                  /* bit 1 << var for each variable a set value uses */
 };
 

@@ -927,8 +927,6 @@ rc_program(struct rc *rc, yaml_node_t *node)
 	for (it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++) {
 		op = &prog->ops[prog->nops];
 		rc_op(rc, yaml_document_get_node(rc->doc, *it), &prog->ops[prog->nops]);
-		if (op->kind == REWRITE_STATUS_FROM)
-			prog->sets_status = 1;
 		for (i = 0; i < op->nitems; i++)
 			for (j = 0; j < op->items[i].nval; j++)
 				prog->vars |= 1u << op->items[i].val[j].var;
@@ -1027,12 +1025,6 @@ rewrite_program_free(struct rewrite_program *prog)
 		rc_op_free(&prog->ops[i]);
 	free(prog->ops);
 	free(prog);
-}
-
-int
-rewrite_program_sets_status(const struct rewrite_program *prog)
-{
-	return prog != NULL && prog->sets_status;
 }
 
 int
