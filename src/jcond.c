@@ -73,6 +73,18 @@ jcond_num_digit(const struct jcond_num *n, size_t k)
 	return k < n->ilen ? n->ip[k] : n->fp[k - n->ilen];
 }
 
+char *
+jcond_memdup(const char *p, size_t len)
+{
+	char *s = malloc(len + 1);
+
+	if (s != NULL) {
+		memcpy(s, p, len);
+		s[len] = '\0';
+	}
+	return s;
+}
+
 /*
  * The significant digits [first, last) and the decimal exponent of the first one, so that
  * 1, 1.0, 10e-1 and 0.001e3 all come out as "1" at exponent 0.  Returns 0 for zero.
@@ -226,18 +238,6 @@ jcond_scalar_eq(const struct jcond_scalar *s, const char *json, size_t len, int 
 	if (strings && (num = jcond_numeric_string(json, len, &nlen)) != NULL)
 		return jcond_number_eq(s->json, s->len, num, nlen);
 	return 0;
-}
-
-static char *
-jcond_memdup(const char *p, size_t len)
-{
-	char *s = malloc(len + 1);
-
-	if (s != NULL) {
-		memcpy(s, p, len);
-		s[len] = '\0';
-	}
-	return s;
 }
 
 void

@@ -58,6 +58,8 @@ void jcond_scalar_free(struct jcond_scalar *s);
  * JSON number.
  */
 int jcond_scalar_eq(const struct jcond_scalar *s, const char *json, size_t len, int strings);
+/* A NUL-terminated copy of p[0..len), which may hold NULs (a YAML "\0"), or NULL. */
+char *jcond_memdup(const char *p, size_t len);
 /* 1 when the JSON numbers (RFC 8259) a and b have the same value. */
 int jcond_number_eq(const char *a, size_t alen, const char *b, size_t blen);
 /* A hash of the JSON number s[0..len) by value: numbers jcond_number_eq finds equal hash

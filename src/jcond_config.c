@@ -17,18 +17,6 @@ static const char *const jcond_type_names[] = {
 	[JT_NUMBER] = "number", [JT_BOOL] = "bool", [JT_NULL] = "null",
 };
 
-static char *
-jcond_memdup(const char *p, size_t len)
-{
-	char *s = malloc(len + 1);
-
-	if (s != NULL) {
-		memcpy(s, p, len);
-		s[len] = '\0';
-	}
-	return s;
-}
-
 static int
 jcond_is_one_of(const char *s, size_t len, const char *const *words)
 {
