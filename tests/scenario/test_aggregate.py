@@ -1258,9 +1258,14 @@ def ten_thousand_fan_outs_leave_nothing_behind(env):
     base_fds, base_rss = fds(gw.proc.pid), gw.rss()['VmRSS']
     burst(total - total // 10)
     # what the clients that went away left in flight ends with the loop
-    get(env, gw)
+    last = env.client(gw.port)
+    get(env, gw, client=last)
+    last.close()
+    # A leak would be thousands; the pools of the two upstreams may hold an idle connection
+    # or two more or fewer than at the first count (seen: 14 then 17 under ASan).
+    settled = wait_until(lambda: fds(gw.proc.pid) <= base_fds + 3, 5 * SLOW)
     env.check('no file descriptor left behind (%d before, %d after)' % (
-        base_fds, fds(gw.proc.pid)), fds(gw.proc.pid) <= base_fds + 2)
+        base_fds, fds(gw.proc.pid)), settled)
     rss = gw.rss()['VmRSS']
     # ASan keeps up to 256 MB of freed memory in quarantine: there its leak check at exit
     # (and valgrind's) stands for this one
