@@ -3,10 +3,10 @@
  * under max_connections, connecting (or taking a pooled connection), the connect and per-try
  * deadlines, and the verdict on the server that passive health and the balancers live on.
  *
- * What goes over the connection is the owner's business (proxy.c writes the request and
- * reads the answer); the exchange says when the connection is ready and passes on what the
- * socket layer reports after that.  A request owns its exchanges and decides, when one
- * fails, whether another server gets a try.
+ * What goes over the connection is the owner's business (proxy.c and fetch.c write the
+ * request and read the answer); the exchange says when the connection is ready and passes on
+ * what the socket layer reports after that.  Whether another server gets a try when one
+ * fails is decided by the request's tries (tries.h).
  */
 #ifndef JG_EXCHANGE_H
 #define JG_EXCHANGE_H

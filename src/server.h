@@ -76,7 +76,7 @@ struct worker {
 	size_t target_cap;
 	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
 	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
-	struct request *free_requests;  /* idle ones, kept for the next requests (proxy.c) */
+	struct request *free_requests;  /* idle ones, kept for the next requests (request.c) */
 	unsigned nfree_requests;
 };
 
