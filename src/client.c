@@ -283,11 +283,8 @@ client_read_head(struct client *c)
 			if (c->timer_mode == TIMER_KEEPALIVE)
 				client_timer_set(c, TIMER_HEADER, cfg->timeouts.client_header);
 			/* A head longer than the input may hold: room for all of it. */
-			if (len >= c->conn.read_max) {
-				c->conn.read_max = cfg->limits.max_header;
-				conn_read_stop(&c->conn);
-				conn_read_start(&c->conn);
-			}
+			if (len >= c->conn.read_max)
+				conn_set_read_max(&c->conn, cfg->limits.max_header);
 			return;
 		}
 		r = HTTP_ERR_TOO_MANY_HEADERS;

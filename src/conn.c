@@ -394,6 +394,18 @@ conn_read_again(struct conn *c)
 }
 
 void
+conn_set_read_max(struct conn *c, size_t max)
+{
+	int grew = max > c->read_max;
+
+	c->read_max = max;
+	if (grew && c->reading) {
+		conn_read_stop(c);
+		conn_read_start(c);
+	}
+}
+
+void
 conn_read_stop(struct conn *c)
 {
 	if (!c->reading)

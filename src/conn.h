@@ -99,6 +99,9 @@ int conn_start_tls(struct conn *c, struct ssl_st *ssl);
  * reached the socket while stopped is read and reported from the loop. */
 void conn_read_start(struct conn *c);
 void conn_read_stop(struct conn *c);
+/* Let the input hold max bytes: when that is more than before and the connection reads,
+ * what the old limit held back is read from the loop (no new edge would say it is there). */
+void conn_set_read_max(struct conn *c, size_t max);
 /*
  * The owner took the input and still waits for more: read once more from the loop.  A peer
  * that sends data and resets at once gets one EPOLLERR edge, which libevent reports as a

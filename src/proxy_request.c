@@ -457,7 +457,7 @@ proxy_plan_body(struct client *c)
 		c->rq->up.replay_len = (size_t)c->rq->up.left;
 		/* The input holds it whole (its usual limit again once the request ends). */
 		if (c->conn.read_max < c->rq->up.replay_len)
-			c->conn.read_max = c->rq->up.replay_len;
+			conn_set_read_max(&c->conn, c->rq->up.replay_len);
 		if (evbuffer_get_length(c->conn.in) >= c->rq->up.replay_len) {
 			c->rq->up.done = 1;
 			return;

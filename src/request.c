@@ -87,10 +87,10 @@ route_kind_of(const struct config_route *route)
 {
 	size_t i;
 
-	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]) - 1; i++)
+	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]); i++)
 		if (route_kinds[i]->takes(route))
-			break;
-	return route_kinds[i];
+			return route_kinds[i];
+	return &kind_proxy;     /* never: the loader gives every route one of them */
 }
 
 void
@@ -472,9 +472,8 @@ client_scan_wait(struct client *c, size_t head_len)
 		worker_runtime_ref(c->rq->wr);
 	}
 	proxy_continue(c);
-	c->conn.read_max = route_scan_input_max(cfg, head_len);
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	conn_read_stop(&c->conn);       /* and start: input held back by the old limit is read */
+	conn_set_read_max(&c->conn, route_scan_input_max(cfg, head_len));
 	conn_read_start(&c->conn);
 }
 
