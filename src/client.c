@@ -255,7 +255,6 @@ client_refuse_head(struct client *c, enum gateway_error err)
 	headers_request_id_generate(c->rq->request_id);
 	c->rq->request_id_len = REQUEST_ID_LEN;
 	c->rq->request_id[REQUEST_ID_LEN] = '\0';
-	evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));
 	client_error(c, err, NULL, 1);
 }
 
