@@ -16,24 +16,10 @@ import subprocess
 import sys
 import tempfile
 
-SRCDIR = os.environ.get('TESTS_SRCDIR',
-                        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOP = os.path.dirname(SRCDIR)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs'))
+from checks import TOP, check, finish  # noqa: E402
 DEMO_UPSTREAM = os.environ.get('DEMO_UPSTREAM', 'demo-upstream')
 QUICKSTART_PORT = 9000          # the demo upstream's port in quickstart.sh
-
-passed = failed = 0
-
-
-def check(what, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print('ok %d - %s' % (passed + failed, what))
-    else:
-        failed += 1
-        print('FAIL %d - %s: %s' % (passed + failed, what, detail))
-
 
 def hold(port):
     """A socket listening on 127.0.0.1:port, or None when something else holds it already
@@ -124,8 +110,7 @@ def main():
         quickstart_names_the_taken_port(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print('%d passed, %d failed' % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish(need_one=False)
 
 
 main()

@@ -10,27 +10,8 @@ import os
 import re
 import sys
 
-SRCDIR = os.environ.get('TESTS_SRCDIR',
-                        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOP = os.path.dirname(SRCDIR)
-
-passed = failed = 0
-
-
-def check(what, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print('ok %d - %s' % (passed + failed, what))
-    else:
-        failed += 1
-        print('FAIL %d - %s: %s' % (passed + failed, what, detail))
-
-
-def read(*path):
-    with open(os.path.join(TOP, *path)) as f:
-        return f.read()
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs'))
+from checks import check, read, finish  # noqa: E402
 
 def section(text, title):
     """The text of a '## title' section, up to the next heading of that level."""
@@ -66,8 +47,7 @@ def main():
         check('README documents the demo upstream\'s %s' % path,
               re.search(r'`(GET |POST |any method, |or )?%s(N|MS)?[`, ]' % re.escape(path),
                         documented) or '%s`' % path in documented, path)
-    print('%d passed, %d failed' % (passed, failed))
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    finish()
 
 
 main()

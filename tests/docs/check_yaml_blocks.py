@@ -36,9 +36,8 @@ import subprocess
 import sys
 import tempfile
 
-SRCDIR = os.environ.get('TESTS_SRCDIR',
-                        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOP = os.path.dirname(SRCDIR)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs'))
+from checks import SRCDIR, check, read, finish  # noqa: E402
 JSONGATE = os.environ.get('JSONGATE', 'jsongate')
 
 # Blocks that cannot be checked alone: a unique piece of their text -> why.
@@ -126,24 +125,6 @@ SKELETONS = {
     'routes[].request_headers': [route_with('    request_headers:\n      #>\n')],
     'routes[].response_headers': [route_with('    response_headers:\n      #>\n')],
 }
-
-passed = failed = 0
-
-
-def check(what, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print('ok %d - %s' % (passed + failed, what))
-    else:
-        failed += 1
-        print('FAIL %d - %s: %s' % (passed + failed, what, detail))
-
-
-def read(*path):
-    with open(os.path.join(TOP, *path)) as f:
-        return f.read()
-
 
 # ------------------------------------------------------------------ extraction
 
@@ -346,8 +327,7 @@ def main():
             check_block(tmp, hosts, where, block, path, places)
     finally:
         shutil.rmtree(tmp)
-    print('%d passed, %d failed' % (passed, failed))
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    finish()
 
 
 main()

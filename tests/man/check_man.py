@@ -14,28 +14,14 @@ import re
 import subprocess
 import sys
 
-SRCDIR = os.environ.get('TESTS_SRCDIR',
-                        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOP = os.path.dirname(SRCDIR)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs'))
+from checks import TOP, check, finish  # noqa: E402
 DUMP = os.environ.get('SCHEMA_DUMP', os.path.join(os.path.dirname(os.path.dirname(
     os.environ.get('JSONGATE', 'src/jsongate'))), 'tests', 'man', 'schema-dump'))
 JSONGATE = os.environ.get('JSONGATE', 'src/jsongate')
 MAN5 = os.path.join(TOP, 'man', 'jsongate.yaml.5')
 MAN8 = os.path.join(os.environ.get('MAN_BUILDDIR', os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(JSONGATE))), 'man')), 'jsongate.8')
-
-passed = failed = 0
-
-
-def check(what, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print('ok %d - %s' % (passed + failed, what))
-    else:
-        failed += 1
-        print('FAIL %d - %s: %s' % (passed + failed, what, detail))
-
 
 def schema():
     out = subprocess.run([DUMP], capture_output=True, check=True).stdout.decode()
@@ -127,8 +113,7 @@ def main():
         check('mandoc -Tlint -W warning %s' % os.path.basename(page),
               p.returncode == 0 and not p.stdout and not p.stderr,
               (p.stdout + p.stderr).decode())
-    print('%d passed, %d failed' % (passed, failed))
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    finish()
 
 
 main()
