@@ -121,6 +121,23 @@ def never_read_proxied_pipeline(env):
 
 
 @T.case
+def sigterm_while_a_pipeline_waits_for_its_reader(env):
+    """SIGTERM while a client that never reads holds a paused pipeline: the daemon stops
+    within shutdown_grace (the connection is cut then) and exits 0."""
+    gw = env.daemon(no_route_config(timeouts={'upstream_connect': '2s',
+                                              'upstream_response': '10s',
+                                              'shutdown_grace': '2s'}))
+    s = small_receive_buffer_client(gw.port)
+    flood(s, NOTHING * (4 * 1024 * 1024 // len(NOTHING)), 1)
+    start = time.monotonic()
+    status = gw.stop(10)                # SIGTERM, then wait
+    took = time.monotonic() - start
+    env.eq('exit status', status, 0)
+    env.check('stopped by shutdown_grace (2 s)', took < 2 + 3 * SLOW, '%.1f s' % took)
+    s.close()
+
+
+@T.case
 def deep_pipeline_small_stack(env):
     """20,001 pipelined requests in one write to a daemon running with a 256 KB stack: each
     is answered, in order, and the daemon lives (requests are handled in a loop)."""
