@@ -231,7 +231,6 @@ client_request_begin(struct client *c)
 	c->rq->up.out_len = -1;
 	c->rq->ans.head_seen = 0;
 	c->rq->ans.collecting = 0;
-	c->rq->ans.rechunk = 0;
 	c->rq->ans.up_close = 0;
 	c->rq->ans.refused = 0;
 	c->rq->up.done = 1;
@@ -491,10 +490,9 @@ client_on_drained(struct client *c)
 		client_reader_caught_up(c);
 		return;
 	}
-	if (c->up_paused && c->rq != NULL && c->rq->t.ex.uc != NULL) {
+	if (c->up_paused && c->rq != NULL) {
 		c->up_paused = 0;
-		conn_read_start(upconn(c));
-		proxy_forward_response_body(c);
+		proxy_answer_drained(c);
 	}
 }
 
@@ -556,6 +554,191 @@ client_timer_cb(struct deadline *d, void *arg)
 	proxy_flush(c);
 }
 
+/* --- the answer, as HTTP/1.1 ------------------------------------------------------------ */
+
+static int
+client_takes_chunks(struct client *c)
+{
+	return c->http_minor == 1;
+}
+
+/* An HTTP/1.0 client does not know 100 Continue. */
+static void
+client_continue(struct client *c)
+{
+	if (c->rq->up.expect_continue && c->http_minor == 1) {
+		c->rq->up.expect_continue = 0;
+		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+	}
+}
+
+/* The head, with our framing and connection handling: a length not known goes in chunks to
+ * an HTTP/1.1 client and until the close to an HTTP/1.0 one. */
+static void
+client_answer_head(struct client *c, const struct answer_head *h)
+{
+	struct evbuffer *out = c->conn.out;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	char tail[96], *p = tail;
+	size_t before = evbuffer_get_length(out);
+
+	if (headers_response_out(out, h->resp, id, h->ops, h->vars, h->extra) < 0)
+		c->keepalive = 0;
+	c->out_chunking = 0;
+	switch (h->framing) {
+	case ANSWER_BODYLESS:
+		break;
+	case ANSWER_LENGTH:
+		p = put_content_length(p, h->length);
+		break;
+	case ANSWER_CHUNKS:
+		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
+		break;
+	case ANSWER_STREAM:
+		if (c->http_minor == 1) {
+			p = put_lit(p, "Transfer-Encoding: chunked\r\n");
+			c->out_chunking = !c->rq->head_request;
+		} else {
+			c->keepalive = 0;
+		}
+		break;
+	case ANSWER_UNTIL_CLOSE:
+		c->keepalive = 0;
+		break;
+	}
+	if (c->w->draining)
+		c->keepalive = 0;       /* stopping: the client learns it from this answer */
+	if (!c->keepalive)
+		p = put_lit(p, "Connection: close\r\n");
+	else if (c->http_minor == 0)
+		p = put_lit(p, "Connection: keep-alive\r\n");
+	p = put_lit(p, "\r\n");
+	evbuffer_add(out, tail, (size_t)(p - tail));
+	c->rq->head_sent = evbuffer_get_length(out) - before;
+	c->rq->bytes_sent += c->rq->head_sent;
+}
+
+static void
+client_answer_body(struct client *c, struct evbuffer *from, size_t n)
+{
+	struct evbuffer *out = c->conn.out;
+	size_t have = evbuffer_get_length(from);
+	int moved;
+
+	if (n > have)
+		n = have;
+	if (n == 0)
+		return;
+	if (c->out_chunking)
+		c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n", n);
+	if ((moved = evbuffer_remove_buffer(from, out, n)) > 0)
+		c->rq->bytes_sent += (uint64_t)moved;
+	if (c->out_chunking && evbuffer_add(out, "\r\n", 2) == 0)
+		c->rq->bytes_sent += 2;
+}
+
+/* Why the connection closes after answering err. */
+static enum client_close
+client_error_closes(enum gateway_error err, int draining)
+{
+	switch (err) {
+	case GW_BAD_REQUEST:
+	case GW_NOT_IMPLEMENTED:
+	case GW_VERSION_NOT_SUPPORTED:
+		return CLIENT_CLOSE_BAD_REQUEST;
+	case GW_REQUEST_TIMEOUT:
+		return CLIENT_CLOSE_HEADER_TIMEOUT;
+	case GW_PAYLOAD_TOO_LARGE:
+	case GW_HEADER_TOO_LARGE:
+		return CLIENT_CLOSE_LIMIT;
+	case GW_INTERNAL_ERROR:
+		return CLIENT_CLOSE_OUT_OF_MEMORY;
+	default:
+		return draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_UNREAD_BODY;
+	}
+}
+
+/* A body still in the input unread, or streamed halfway, leaves the stream unframed: the
+ * connection closes after the error. */
+static void
+client_answer_error(struct client *c, enum gateway_error err, const char *message,
+    const char *extra, int must_close)
+{
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	enum respond_connection conn;
+
+	if (must_close || !c->rq->up.done || c->w->draining) {
+		c->keepalive = 0;
+		client_closing_for(c, client_error_closes(err, c->w->draining));
+	}
+	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
+	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
+	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, extra,
+	    c->rq->head_request, &c->rq->head_sent);
+}
+
+/* Too late for an error response: the connection is cut so that the truncation shows. */
+static void
+client_answer_abort(struct client *c, enum client_close why)
+{
+	c->keepalive = 0;
+	c->out_chunking = 0;
+	client_close_after_flush(c, why);
+}
+
+static int
+client_answer_backlogged(struct client *c)
+{
+	if (evbuffer_get_length(c->conn.out) <= FLOW_HIGH)
+		return 0;
+	if (!c->up_paused) {
+		c->up_paused = 1;
+		conn_notify_drained(&c->conn, 1, FLOW_LOW);
+	}
+	return 1;
+}
+
+/* The last chunk of an answer the session framed in chunks. */
+static void
+client_answer_finish(struct client *c)
+{
+	if (c->out_chunking && evbuffer_add(c->conn.out, "0\r\n\r\n", 5) == 0)
+		c->rq->bytes_sent += 5;
+	c->out_chunking = 0;
+}
+
+/* The request is over: the next one of the pipeline, or the close. */
+static void
+client_request_over(struct client *c)
+{
+	struct worker *w = c->w;
+
+	c->conn.read_max = FLOW_HIGH;
+	if (c->up_paused || c->client_paused)
+		conn_notify_drained(&c->conn, 0, 0);
+	c->up_paused = c->client_paused = 0;
+	/* A request whose body we did not read to the end leaves the stream unframed.  While
+	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
+	if (!c->keepalive || !c->rq->up.done ||
+	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
+		client_close_after_flush(c, !c->rq->up.done ? CLIENT_CLOSE_UNREAD_BODY :
+		    w->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_NOT_KEEPALIVE);
+		return;
+	}
+	client_request_detach(c);
+	client_set_state(c, CLIENT_IDLE);
+	conn_set_timeouts(&c->conn, 0, 0);
+	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	conn_read_start(&c->conn);
+	client_process(c);
+}
+
+const struct downstream client_downstream = {
+	client_takes_chunks, client_continue, client_answer_head, client_answer_body,
+	client_answer_finish, client_answer_error, client_answer_abort, client_answer_backlogged,
+	client_request_over
+};
+
 /* --- accept, drain ---------------------------------------------------------------------- */
 
 int
@@ -571,6 +754,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 		return -1;
 	}
 	c->w = w;
+	c->down = &client_downstream;
 	c->close_reason = CLIENT_CLOSE_NONE;
 	deadline_init(&c->timer, w->timers, client_timer_cb, c);
 	if (conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {

@@ -28,11 +28,11 @@ proxy_aggregate_done_cb(const struct aggregate_answer *ans, void *arg)
 	    c->rq->accept_gzip && body_gzip(c->w->bodies, ans->body) == 0 ?
 	    "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n" : "");
 	len = evbuffer_get_length(ans->body);
-	proxy_write_response_head(c, resp, OUT_LENGTH, len, extra);
+	proxy_write_response_head(c, resp, ANSWER_LENGTH, len, extra);
 	if (c->rq->head_request)
 		evbuffer_drain(ans->body, len);
 	else
-		proxy_move(c, ans->body, c->conn.out, len);
+		c->down->body(c, ans->body, len);
 	client_request_end(c);
 	proxy_flush(c);
 }

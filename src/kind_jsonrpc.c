@@ -16,7 +16,7 @@ proxy_jsonrpc_answer(struct client *c, int status, struct evbuffer *body)
 	memset(resp, 0, sizeof(*resp));
 	resp->status = status;
 	if (status == 204) {
-		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
+		proxy_write_response_head(c, resp, ANSWER_BODYLESS, 0, NULL);
 	} else {
 		resp->nheaders = 1;
 		resp->headers[0].name = (struct http_str){ "Content-Type", 12 };
@@ -25,8 +25,8 @@ proxy_jsonrpc_answer(struct client *c, int status, struct evbuffer *body)
 			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
 			len = evbuffer_get_length(body);
 		}
-		proxy_write_response_head(c, resp, OUT_LENGTH, len, extra);
-		proxy_move(c, body, c->conn.out, len);
+		proxy_write_response_head(c, resp, ANSWER_LENGTH, len, extra);
+		c->down->body(c, body, len);
 	}
 	client_request_end(c);
 }
@@ -122,7 +122,7 @@ proxy_jsonrpc_judge(struct client *c)
 	if (c->rq->ans.block != NULL)
 		body_block_add_to(c->rq->body, c->rq->ans.block, c->rq->ans.block_len);
 	len = evbuffer_get_length(c->rq->body);
-	proxy_write_response_head(c, resp, OUT_LENGTH, len, NULL);
+	proxy_write_response_head(c, resp, ANSWER_LENGTH, len, NULL);
 	proxy_send_body(c, c->rq->body, len);
 	client_request_end(c);
 }

@@ -33,40 +33,24 @@ proxy_tries_failed(void *arg)
 
 const struct tries_ops proxy_tries_ops = { proxy_try_begin, NULL, proxy_tries_failed };
 
-/* Write our response head for resp: its headers, our framing and connection handling. */
+/* Write our response head for resp: its headers with the route's header ops, and the
+ * framing of the body that follows. */
 void
 proxy_write_response_head(struct client *c, struct http_response *resp,
-    enum out_framing framing, uint64_t length, const char *extra)
+    enum answer_framing framing, uint64_t length, const char *extra)
 {
-	struct evbuffer *out = c->conn.out;
-	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
-	const struct header_ops *ops = c->rq->route->response_headers;
+	struct answer_head h = { resp, c->rq->route->response_headers, NULL, extra, framing,
+		length };
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
-	char tail[96], *p = tail;
-	size_t before = evbuffer_get_length(out);
-	int n;
 
-	if (ops != NULL) {
-		proxy_vars(c, ops->vars, &vars, &tls_text);
-		if (ops->vars & (1u << REWRITE_VAR_HEADER))
+	if (h.ops != NULL) {
+		proxy_vars(c, h.ops->vars, &vars, &tls_text);
+		if (h.ops->vars & (1u << REWRITE_VAR_HEADER))
 			proxy_kept_request_headers(c, &vars);
+		h.vars = &vars;
 	}
-	if (headers_response_out(out, resp, id, ops, &vars, extra) < 0)
-		c->keepalive = 0;
-	if (framing == OUT_CHUNKED)
-		p = put_lit(p, "Transfer-Encoding: chunked\r\n");
-	else if (framing == OUT_LENGTH)
-		p = put_content_length(p, length);
-	if (!c->keepalive)
-		p = put_lit(p, "Connection: close\r\n");
-	else if (c->http_minor == 0)
-		p = put_lit(p, "Connection: keep-alive\r\n");
-	p = put_lit(p, "\r\n");
-	n = (int)(p - tail);
-	evbuffer_add(out, tail, (size_t)n);
-	c->rq->head_sent = evbuffer_get_length(out) - before;
-	c->rq->bytes_sent += c->rq->head_sent;
+	c->down->head(c, &h);
 	c->rq->status = resp->status;
 	c->rq->ans.started = 1;
 }
@@ -141,7 +125,6 @@ static int
 proxy_read_response_head(struct client *c)
 {
 	struct evbuffer *in = upconn(c)->in;
-	struct evbuffer *out = c->conn.out;
 	struct http_response *resp = &c->w->resp;
 	size_t len, want;
 	ssize_t r;
@@ -166,10 +149,8 @@ proxy_read_response_head(struct client *c)
 		if (resp->status >= 200)
 			break;
 		/* Interim responses: relay 100 Continue to a client that waits for it. */
-		if (resp->status == 100 && c->rq->up.expect_continue && c->http_minor == 1) {
-			c->rq->up.expect_continue = 0;
-			evbuffer_add(out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-		}
+		if (resp->status == 100)
+			c->down->continue_(c);
 		evbuffer_drain(in, (size_t)r);
 	}
 
@@ -193,9 +174,7 @@ proxy_read_response_head(struct client *c)
 	}
 	c->rq->ans.up_close = resp->framing.conn_close || c->rq->ans.mode == BODY_UNTIL_CLOSE ||
 	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
-	c->rq->ans.dechunk = c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 0;
-	if (c->rq->ans.mode == BODY_UNTIL_CLOSE || c->rq->ans.dechunk || c->w->draining)
-		c->keepalive = 0;
+	c->rq->ans.dechunk = c->rq->ans.mode == BODY_CHUNKED && !c->down->takes_chunks(c);
 
 	/* A forwarded JSON-RPC call: a 2xx JSON answer streams, any other is judged whole. */
 	if (c->rq->rpc != NULL &&
@@ -209,15 +188,16 @@ proxy_read_response_head(struct client *c)
 		if (collect)
 			return proxy_hold_response(c, (size_t)r);
 	}
-	if (resp->framing.chunked && !c->rq->ans.dechunk && resp->status != 204 &&
-	    resp->status != 304)
-		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
+	if (resp->framing.chunked && resp->status != 204 && resp->status != 304)
+		proxy_write_response_head(c, resp, c->rq->ans.dechunk ? ANSWER_STREAM :
+		    ANSWER_CHUNKS, 0, NULL);
 	else if (resp->framing.content_length >= 0 && !resp->framing.chunked &&
 	    resp->status != 204)
-		proxy_write_response_head(c, resp, OUT_LENGTH,
+		proxy_write_response_head(c, resp, ANSWER_LENGTH,
 		    (uint64_t)resp->framing.content_length, NULL);
 	else
-		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
+		proxy_write_response_head(c, resp, c->rq->ans.mode == BODY_UNTIL_CLOSE ?
+		    ANSWER_UNTIL_CLOSE : ANSWER_BODYLESS, 0, NULL);
 	evbuffer_drain(in, (size_t)r);
 	c->rq->ans.head_seen = 1;
 	if (c->rq->head_as_get)
@@ -240,23 +220,14 @@ proxy_send_body(struct client *c, struct evbuffer *body, size_t n)
 	if (c->rq->head_request)
 		evbuffer_drain(body, n);
 	else
-		proxy_move(c, body, c->conn.out, n);
-}
-
-/* Move up to n bytes of the upstream input to the client. */
-void
-proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n)
-{
-	int moved = evbuffer_remove_buffer(in, out, n);
-
-	if (moved > 0)
-		c->rq->bytes_sent += (uint64_t)moved;
+		c->down->body(c, body, n);
 }
 
 /* Chunked passthrough: forward framing and payload as they are, stopping at the message end;
- * for HTTP/1.0 clients, forward the payload only. Returns 1 at the end, -1 on bad framing. */
+ * to a client that does not take them, the payload only.  Returns 1 at the end, -1 on bad
+ * framing. */
 static int
-proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *out)
+proxy_forward_chunked(struct client *c, struct evbuffer *in)
 {
 	struct http_chunk_piece p;
 	int r;
@@ -266,24 +237,16 @@ proxy_forward_chunked(struct client *c, struct evbuffer *in, struct evbuffer *ou
 		if (r == HTTP_CHUNKED_ERROR)
 			return -1;
 		if (!c->rq->ans.dechunk) {
-			proxy_move(c, in, out, p.consumed);
+			c->down->body(c, in, p.consumed);
 		} else if (r == HTTP_CHUNKED_DATA) {
 			evbuffer_drain(in, p.data_off);
-			if (c->rq->ans.rechunk)
-				c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(out, "%zx\r\n",
-				    p.data_len);
-			proxy_move(c, in, out, p.data_len);
-			if (c->rq->ans.rechunk)
-				c->rq->bytes_sent += evbuffer_add(out, "\r\n", 2) == 0 ? 2 : 0;
+			c->down->body(c, in, p.data_len);
 			evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
 		} else {
 			evbuffer_drain(in, p.consumed);
 		}
-		if (r == HTTP_CHUNKED_DONE) {
-			if (c->rq->ans.rechunk)
-				c->rq->bytes_sent += evbuffer_add(out, "0\r\n\r\n", 5) == 0 ? 5 : 0;
+		if (r == HTTP_CHUNKED_DONE)
 			return 1;
-		}
 	}
 	return 0;
 }
@@ -292,7 +255,6 @@ void
 proxy_forward_response_body(struct client *c)
 {
 	struct evbuffer *in = upconn(c)->in;
-	struct evbuffer *out = c->conn.out;
 	size_t len = evbuffer_get_length(in), n;
 	int done = 0, r;
 
@@ -302,12 +264,12 @@ proxy_forward_response_body(struct client *c)
 		break;
 	case BODY_LENGTH:
 		n = len < c->rq->ans.left ? len : (size_t)c->rq->ans.left;
-		proxy_move(c, in, out, n);
+		c->down->body(c, in, n);
 		c->rq->ans.left -= n;
 		done = c->rq->ans.left == 0;
 		break;
 	case BODY_CHUNKED:
-		r = proxy_forward_chunked(c, in, out);
+		r = proxy_forward_chunked(c, in);
 		if (r < 0) {
 			tries_bad_framing(&c->rq->t);
 			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
@@ -316,7 +278,7 @@ proxy_forward_response_body(struct client *c)
 		done = r == 1;
 		break;
 	case BODY_UNTIL_CLOSE:
-		proxy_move(c, in, out, len);
+		c->down->body(c, in, len);
 		break;
 	}
 	if (done) {
@@ -325,11 +287,18 @@ proxy_forward_response_body(struct client *c)
 		client_request_end(c);
 		return;
 	}
-	if (evbuffer_get_length(out) > FLOW_HIGH && !c->up_paused) {
-		c->up_paused = 1;
+	if (c->down->backlogged(c))
 		conn_read_stop(upconn(c));
-		conn_notify_drained(&c->conn, 1, FLOW_LOW);
-	}
+}
+
+/* The client read enough of the answer: its body goes on from the upstream. */
+void
+proxy_answer_drained(struct client *c)
+{
+	if (c->rq->t.ex.uc == NULL)
+		return;
+	conn_read_start(upconn(c));
+	proxy_forward_response_body(c);
 }
 
 /* The collected body outgrew limits.max_body: fail, or stream it on untouched. */
@@ -351,27 +320,16 @@ proxy_body_overflow(struct client *c)
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
 	c->rq->ans.collecting = 0;
 	if (c->rq->head_as_get) {
-		/* The head GET would get: chunked for an HTTP/1.1 client, else until close. */
-		if (c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 1) {
-			proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
-		} else {
-			c->keepalive = 0;
-			proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
-		}
+		/* The head GET would get: its body is not read. */
+		proxy_write_response_head(c, resp, c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM :
+		    ANSWER_UNTIL_CLOSE, 0, NULL);
 		evbuffer_drain(c->rq->body, n);
 		proxy_skip_body(c);
-	} else if (c->rq->ans.mode == BODY_CHUNKED && c->http_minor == 1) {
-		/* What was collected is de-chunked: send it as one chunk, then re-chunk the rest. */
-		c->rq->ans.rechunk = 1;
-		proxy_write_response_head(c, resp, OUT_CHUNKED, 0, NULL);
-		c->rq->bytes_sent += (uint64_t)evbuffer_add_printf(c->conn.out, "%zx\r\n", n);
-		proxy_move(c, c->rq->body, c->conn.out, n);
-		evbuffer_add(c->conn.out, "\r\n", 2);
-		c->rq->bytes_sent += 2;
 	} else {
-		c->keepalive = 0;
-		proxy_write_response_head(c, resp, OUT_NONE, 0, NULL);
-		proxy_move(c, c->rq->body, c->conn.out, n);
+		/* What was collected is de-chunked: it goes first, then the rest as it comes. */
+		proxy_write_response_head(c, resp, c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM :
+		    ANSWER_UNTIL_CLOSE, 0, NULL);
+		c->down->body(c, c->rq->body, n);
 	}
 	proxy_forward_response_body(c);
 }
@@ -413,7 +371,7 @@ proxy_respond_rewritten(struct client *c)
 	if (rc == 1) {
 		/* An empty body is no JSON document: validate: envelope passes it untouched. */
 		metrics_envelope(w, c->rq->route, METRICS_RESPONSE, METRICS_PASSED, METRICS_REASON_EMPTY);
-		proxy_write_response_head(c, resp, OUT_LENGTH, 0, NULL);
+		proxy_write_response_head(c, resp, ANSWER_LENGTH, 0, NULL);
 	} else if (rc < 0) {
 		snprintf(msg, sizeof(msg), "response body not rewritten: %s", res.error);
 		log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
@@ -424,7 +382,7 @@ proxy_respond_rewritten(struct client *c)
 		/* pass: the upstream's status and bytes, untouched */
 		if (c->rq->ans.block != NULL)
 			body_block_add_to(c->rq->body, c->rq->ans.block, c->rq->ans.block_len);
-		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(c->rq->body), NULL);
+		proxy_write_response_head(c, resp, ANSWER_LENGTH, evbuffer_get_length(c->rq->body), NULL);
 		proxy_send_body(c, c->rq->body, evbuffer_get_length(c->rq->body));
 	} else {
 		metrics_envelope(w, c->rq->route, METRICS_RESPONSE, METRICS_APPLIED, METRICS_REASON_NONE);
@@ -441,7 +399,7 @@ proxy_respond_rewritten(struct client *c)
 			c->rq->accept_gzip = 0;     /* already encoded: leave it */
 		if (c->rq->accept_gzip && body_gzip(w->bodies, w->rewritten) == 0)
 			extra = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
-		proxy_write_response_head(c, resp, OUT_LENGTH, evbuffer_get_length(w->rewritten),
+		proxy_write_response_head(c, resp, ANSWER_LENGTH, evbuffer_get_length(w->rewritten),
 		    extra);
 		proxy_send_body(c, w->rewritten, evbuffer_get_length(w->rewritten));
 	}

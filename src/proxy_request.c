@@ -108,16 +108,6 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 	}
 }
 
-/* Nothing upstream will ask for a body we read first: invite it ourselves. */
-void
-proxy_continue(struct client *c)
-{
-	if (c->rq->up.expect_continue && c->http_minor == 1) {
-		c->rq->up.expect_continue = 0;
-		evbuffer_add(c->conn.out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-	}
-}
-
 /* Request ops: take the body in first (its head is kept in req_copy), then connect. */
 void
 proxy_start_request_collect(struct client *c)
@@ -134,7 +124,7 @@ proxy_start_request_collect(struct client *c)
 		return;
 	}
 	c->rq->up.collecting = 1;
-	proxy_continue(c);
+	c->down->continue_(c);
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 	conn_read_start(&c->conn);
 	proxy_collect_request_body(c);
@@ -446,7 +436,7 @@ proxy_plan_body(struct client *c)
 	}
 	if (c->rq->up.keep_chunked) {
 		c->rq->up.buffer_body = 1;
-		proxy_continue(c);
+		c->down->continue_(c);
 		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 		conn_read_start(&c->conn);
 		proxy_keep_chunked(c);
@@ -462,7 +452,7 @@ proxy_plan_body(struct client *c)
 			c->rq->up.done = 1;
 			return;
 		}
-		proxy_continue(c);
+		c->down->continue_(c);
 	}
 	/* The body is read once the connection is ready, or now when it is kept. */
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);

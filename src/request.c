@@ -298,8 +298,7 @@ proxy_drop_replay(struct client *c)
 void
 client_request_end(struct client *c)
 {
-	struct worker *w = c->w;
-
+	c->down->finish(c);
 	client_log(c);
 	/* A body kept for ops goes now, not at the next request: idle clients hold nothing. */
 	request_drain(c->rq);
@@ -318,81 +317,31 @@ client_request_end(struct client *c)
 	}
 	c->rq->route = NULL;
 	c->rq->upool = NULL;
-	c->conn.read_max = FLOW_HIGH;
-	if (c->up_paused || c->client_paused)
-		conn_notify_drained(&c->conn, 0, 0);
-	c->up_paused = c->client_paused = 0;
-	/* A request whose body we did not read to the end leaves the stream unframed.  While
-	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
-	if (!c->keepalive || !c->rq->up.done ||
-	    (w->draining && evbuffer_get_length(c->conn.in) == 0)) {
-		client_close_after_flush(c, !c->rq->up.done ? CLIENT_CLOSE_UNREAD_BODY :
-		    w->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_NOT_KEEPALIVE);
-		return;
-	}
-	client_request_detach(c);
-	client_set_state(c, CLIENT_IDLE);
-	conn_set_timeouts(&c->conn, 0, 0);
-	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
-	conn_read_start(&c->conn);
-	client_process(c);
-}
-
-/* Why the connection closes after answering err. */
-static enum client_close
-client_error_closes(enum gateway_error err, int draining)
-{
-	switch (err) {
-	case GW_BAD_REQUEST:
-	case GW_NOT_IMPLEMENTED:
-	case GW_VERSION_NOT_SUPPORTED:
-		return CLIENT_CLOSE_BAD_REQUEST;
-	case GW_REQUEST_TIMEOUT:
-		return CLIENT_CLOSE_HEADER_TIMEOUT;
-	case GW_PAYLOAD_TOO_LARGE:
-	case GW_HEADER_TOO_LARGE:
-		return CLIENT_CLOSE_LIMIT;
-	case GW_INTERNAL_ERROR:
-		return CLIENT_CLOSE_OUT_OF_MEMORY;
-	default:
-		return draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_UNREAD_BODY;
-	}
+	c->down->end(c);
 }
 
 /* Answer with a gateway error; a request that cannot be framed any more closes after. */
 void
 client_error(struct client *c, enum gateway_error err, const char *message, int must_close)
 {
-	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
-	enum respond_connection conn;
 	char allow[ROUTE_ALLOW_MAX];
 
 	c->rq->gw_error = (int)err;
 	if (c->rq->ans.started) {
-		/* Too late for an error response: cut the connection so the truncation shows. */
-		c->keepalive = 0;
 		c->rq->ans.up_close = 1;
 		c->rq->status = c->rq->status ? c->rq->status : gateway_errors[err].status;
 		client_log(c);
 		exchange_end(&c->rq->t.ex, 0);
-		client_close_after_flush(c, CLIENT_CLOSE_UPSTREAM_ERROR);
+		c->down->abort(c, CLIENT_CLOSE_UPSTREAM_ERROR);
 		return;
 	}
 	exchange_end(&c->rq->t.ex, 0);
 	/* A forwarded JSON-RPC call that got no answer: its error object answers it. */
 	if (c->rq->rpc != NULL && proxy_jsonrpc_failed(c, err, message))
 		return;
-	/* A body still in the input unread, or streamed halfway: the stream is unframed. */
-	if (must_close || !c->rq->up.done || c->w->draining) {
-		c->keepalive = 0;
-		client_closing_for(c, client_error_closes(err, c->w->draining));
-	}
-	conn = !c->keepalive ? RESPOND_CONN_CLOSE :
-	    c->http_minor == 0 ? RESPOND_CONN_KEEPALIVE : RESPOND_CONN_NONE;
 	c->rq->status = gateway_errors[err].status;
 	route_allow_header(err == GW_METHOD_NOT_ALLOWED ? c->rq->allow : 0, allow);
-	c->rq->bytes_sent += respond_error(c->conn.out, err, message, id, conn, allow,
-	    c->rq->head_request, &c->rq->head_sent);
+	c->down->error(c, err, message, allow, must_close);
 	c->rq->ans.started = 1;
 	client_request_end(c);
 }
@@ -471,7 +420,7 @@ client_scan_wait(struct client *c, size_t head_len)
 		c->rq->wr = c->w->cur;
 		worker_runtime_ref(c->rq->wr);
 	}
-	proxy_continue(c);
+	c->down->continue_(c);
 	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
 	conn_set_read_max(&c->conn, route_scan_input_max(cfg, head_len));
 	conn_read_start(&c->conn);

@@ -135,7 +135,6 @@ struct request {
 		unsigned started : 1;   /* response head sent to the client */
 		unsigned head_seen : 1; /* the upstream's final response head was parsed */
 		unsigned collecting : 1;    /* collecting a JSON body for the route's envelope ops */
-		unsigned rechunk : 1;   /* re-framing a de-chunked body as chunks */
 		unsigned dechunk : 1;   /* HTTP/1.0 client: strip chunked framing */
 		unsigned sinking : 1;   /* the upstream connection reads into block */
 		unsigned up_close : 1;  /* upstream connection not reusable after this response */
@@ -172,8 +171,10 @@ struct client {
 	enum client_state state;
 	enum client_close close_reason; /* why it closes, once decided (the first reason given) */
 	char addr[INET6_ADDRSTRLEN];
+	const struct downstream *down;  /* how its requests write their answers */
 	int http_minor;
 	unsigned keepalive : 1;
+	unsigned out_chunking : 1;      /* the answer is framed in chunks by the session */
 	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
 	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
 	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
@@ -211,7 +212,59 @@ put_content_length(char *p, uint64_t v)
 	return put_lit(p, "\r\n");
 }
 
-enum out_framing { OUT_NONE, OUT_LENGTH, OUT_CHUNKED };
+/*
+ * The session that carries a request, seen from the request: all the request writes to its
+ * client, and how it learns that its client read what it was sent, goes through c->down.
+ * client.c is the HTTP/1.1 session; framing, keep-alive and the connection are its own.
+ */
+enum answer_framing {
+	ANSWER_BODYLESS,        /* no body and no length: 1xx, 204, 304, a HEAD answered so */
+	ANSWER_LENGTH,          /* length bytes follow (none for a HEAD: the length is GET's) */
+	ANSWER_CHUNKS,          /* the upstream's chunked framing goes on as it came: only
+	                         * where down->takes_chunks says the client takes it */
+	ANSWER_STREAM,          /* a length not known: the session frames what is written */
+	ANSWER_UNTIL_CLOSE      /* a length not known, ended by the upstream's close */
+};
+
+/* The head of an answer. */
+struct answer_head {
+	struct http_response *resp;     /* its status and headers (hop-by-hop ones not sent) */
+	const struct header_ops *ops;   /* the route's response header ops, or NULL */
+	const struct rewrite_vars *vars;    /* their variables */
+	const char *extra;              /* header lines the gateway adds (each ending in CRLF),
+	                                 * or NULL */
+	enum answer_framing framing;
+	uint64_t length;                /* for ANSWER_LENGTH */
+};
+
+struct downstream {
+	/* 1: the client takes the upstream's chunked framing as it came (ANSWER_CHUNKS). */
+	int (*takes_chunks)(struct client *c);
+	/* The request reads its body before anything upstream asks for it: a client that
+	 * waits for 100 Continue gets it. */
+	void (*continue_)(struct client *c);
+	/* The answer's head; its body follows through body. */
+	void (*head)(struct client *c, const struct answer_head *h);
+	/* n bytes of the answer's body, moved out of from. */
+	void (*body)(struct client *c, struct evbuffer *from, size_t n);
+	/* The answer is complete: its end is written. */
+	void (*finish)(struct client *c);
+	/* The gateway's error answers the request (nothing of an answer went yet); extra: header
+	 * lines to add, or NULL; must_close: nothing after it can be framed on this connection. */
+	void (*error)(struct client *c, enum gateway_error err, const char *message,
+	    const char *extra, int must_close);
+	/* The answer started but cannot be completed: the client must see it cut, for why. */
+	void (*abort)(struct client *c, enum client_close why);
+	/* 1 while more than FLOW_HIGH of the answer waits for the client: the request stops
+	 * reading it, and proxy_answer_drained follows once the client read it down to
+	 * FLOW_LOW. */
+	int (*backlogged)(struct client *c);
+	/* The request is over (its answer finished): the session goes on with the next
+	 * request, or closes. */
+	void (*end)(struct client *c);
+};
+
+extern const struct downstream client_downstream;
 
 /* The route rewrites responses, for response_on's statuses or for the others. */
 static inline int
@@ -341,8 +394,6 @@ int proxy_rewrite_target(struct client *c, const struct http_request *req);
 int proxy_build_upstream_head(struct client *c, struct http_request *req);
 /* Remove every header named lower_name (the body it described was changed). */
 void proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name);
-/* Nothing upstream will ask for a body we read first: invite it ourselves. */
-void proxy_continue(struct client *c);
 /* Request ops: take the body in first (its head is kept in req_copy), then connect. */
 void proxy_start_request_collect(struct client *c);
 /* The request body to send is req_body: keep it for another try when it is small enough. */
@@ -378,15 +429,15 @@ void proxy_forward_request_body(struct client *c);
 /* proxy.c */
 /* Write our response head for resp: its headers, our framing and connection handling. */
 void proxy_write_response_head(struct client *c, struct http_response *resp,
-    enum out_framing framing, uint64_t length, const char *extra);
+    enum answer_framing framing, uint64_t length, const char *extra);
 /* Keep the answer's head (head_len bytes of the upstream input) and collect its body before
  * answering.  0, or -1 when answered with an error. */
 int proxy_hold_response(struct client *c, size_t head_len);
 /* Send n bytes of a body we hold to the client, or drop them for a HEAD request. */
 void proxy_send_body(struct client *c, struct evbuffer *body, size_t n);
-/* Move up to n bytes of the upstream input to the client. */
-void proxy_move(struct client *c, struct evbuffer *in, struct evbuffer *out, size_t n);
 void proxy_forward_response_body(struct client *c);
+/* The client read enough of the answer: its body goes on from the upstream. */
+void proxy_answer_drained(struct client *c);
 void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
 /* What the tries of a proxied request ask of it. */
 extern const struct tries_ops proxy_tries_ops;
