@@ -239,6 +239,7 @@ client_request_begin(struct client *c)
 	c->rq->route = NULL;
 	c->rq->up.buffer_body = 0;
 	c->rq->up.keep_chunked = 0;
+	c->rq->up.paused = 0;
 	c->rq->up.replay_len = 0;
 	tries_reset(&c->rq->t);
 	return 0;
@@ -554,6 +555,45 @@ client_timer_cb(struct deadline *d, void *arg)
 	proxy_flush(c);
 }
 
+/* --- the request's input ---------------------------------------------------------------- */
+
+static void
+client_read_body(struct client *c, enum body_reading how)
+{
+	uint64_t ms = client_cfg(c)->timeouts.client_body;
+
+	switch (how) {
+	case BODY_READING:
+		conn_set_timeouts(&c->conn, ms, ms);
+		conn_read_start(&c->conn);
+		break;
+	case BODY_PAUSED:
+		conn_read_stop(&c->conn);
+		break;
+	case BODY_IGNORED:
+		/* A body left unread leaves the stream unframed. */
+		if (!c->rq->up.done)
+			c->keepalive = 0;
+		/* fall through */
+	case BODY_WAITING:
+		conn_read_stop(&c->conn);
+		conn_set_timeouts(&c->conn, 0, ms);
+		break;
+	}
+}
+
+static void
+client_input_room(struct client *c, size_t n)
+{
+	conn_set_read_max(&c->conn, n != 0 ? n : FLOW_HIGH);
+}
+
+static const struct conn *
+client_transport(struct client *c)
+{
+	return &c->conn;
+}
+
 /* --- the answer, as HTTP/1.1 ------------------------------------------------------------ */
 
 static int
@@ -714,9 +754,9 @@ client_request_over(struct client *c)
 	struct worker *w = c->w;
 
 	c->conn.read_max = FLOW_HIGH;
-	if (c->up_paused || c->client_paused)
+	if (c->up_paused)
 		conn_notify_drained(&c->conn, 0, 0);
-	c->up_paused = c->client_paused = 0;
+	c->up_paused = 0;
 	/* A request whose body we did not read to the end leaves the stream unframed.  While
 	 * stopping, a request pipelined behind this one is still answered (503 shutting_down). */
 	if (!c->keepalive || !c->rq->up.done ||
@@ -734,7 +774,7 @@ client_request_over(struct client *c)
 }
 
 const struct downstream client_downstream = {
-	client_takes_chunks, client_continue, client_answer_head, client_answer_body,
+	client_read_body, client_input_room, client_transport, client_takes_chunks, client_continue, client_answer_head, client_answer_body,
 	client_answer_finish, client_answer_error, client_answer_abort, client_answer_backlogged,
 	client_request_over
 };

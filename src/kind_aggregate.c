@@ -43,19 +43,17 @@ static void
 proxy_aggregate(struct client *c, struct http_request *req, size_t head_len)
 {
 	struct aggregate_request ar = {
-		req, (const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)head_len), head_len,
-		c->rq->request_id, c->addr, c->conn.ssl != NULL, &c->conn, &c->rq->pathv
+		req, (const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)head_len), head_len,
+		c->rq->request_id, c->addr, c->down->transport(c)->ssl != NULL,
+		c->down->transport(c), &c->rq->pathv
 	};
 
-	/* A request body is not read: the connection closes after the answer. */
-	if (!c->rq->up.done)
-		c->keepalive = 0;
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
 	    body_accepts_gzip(req->headers, req->nheaders);
-	conn_read_stop(&c->conn);
-	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+	/* A request body is not read. */
+	c->down->read_body(c, BODY_IGNORED);
 	c->rq->agg = aggregate_start(c->rq->wr, c->rq->route, &ar, proxy_aggregate_done_cb, c);
-	evbuffer_drain(c->conn.in, head_len);
+	evbuffer_drain(client_input(c), head_len);
 	if (c->rq->agg == NULL)
 		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
 }

@@ -148,7 +148,7 @@ proxy_jsonrpc_head_cb(void *arg, const struct config_upstream *up, struct evbuff
 		return -1;
 	memset(&fw, 0, sizeof(fw));
 	fw.client_addr = c->addr;
-	fw.tls = c->conn.ssl != NULL;
+	fw.tls = c->down->transport(c)->ssl != NULL;
 	fw.request_id.p = c->rq->request_id;
 	fw.request_id.len = c->rq->request_id_len;
 	fw.host_override = up->host_header;
@@ -214,24 +214,24 @@ proxy_jsonrpc(struct client *c, struct http_request *req, size_t head_len)
 	const struct config *cfg = client_cfg(c);
 
 	if (req->method_bit != METHOD_POST) {
-		evbuffer_drain(c->conn.in, head_len);
+		evbuffer_drain(client_input(c), head_len);
 		c->rq->allow = METHOD_POST;
 		client_error(c, GW_METHOD_NOT_ALLOWED, "a JSON-RPC route takes POST requests", 0);
 		return;
 	}
 	if (c->rq->up.mode == BODY_LENGTH && c->rq->up.left > cfg->limits.max_body) {
-		evbuffer_drain(c->conn.in, head_len);
+		evbuffer_drain(client_input(c), head_len);
 		client_error(c, GW_PAYLOAD_TOO_LARGE, NULL, 1);
 		return;
 	}
 	if (proxy_keep_request_head(c, head_len) < 0) {
-		evbuffer_drain(c->conn.in, head_len);
+		evbuffer_drain(client_input(c), head_len);
 		client_error(c, GW_BAD_REQUEST, "out of memory", 1);
 		return;
 	}
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&
 	    body_accepts_gzip(req->headers, req->nheaders);
-	evbuffer_drain(c->conn.in, head_len);
+	evbuffer_drain(client_input(c), head_len);
 	proxy_start_request_collect(c);
 }
 

@@ -534,10 +534,10 @@ upstream_on_input(struct client *c)
 static void
 upstream_on_drained(struct client *c)
 {
-	if (c->client_paused) {
-		c->client_paused = 0;
-		conn_read_start(&c->conn);
-		if (evbuffer_get_length(c->conn.in) != 0)
+	if (c->rq->up.paused) {
+		c->rq->up.paused = 0;
+		c->down->read_body(c, BODY_READING);
+		if (evbuffer_get_length(client_input(c)) != 0)
 			proxy_forward_request_body(c);
 	}
 }

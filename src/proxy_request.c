@@ -46,7 +46,7 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	if ((n = proxy_rewrite_target(c, req)) < 0)
 		return -1;
 	fw.client_addr = c->addr;
-	fw.tls = c->conn.ssl != NULL;
+	fw.tls = c->down->transport(c)->ssl != NULL;
 	fw.request_id.p = c->rq->request_id;
 	fw.request_id.len = c->rq->request_id_len;
 	fw.host_override = c->rq->upool->cfg->host_header;
@@ -112,8 +112,6 @@ proxy_remove_header(struct http_header *h, size_t *n, const char *lower_name)
 void
 proxy_start_request_collect(struct client *c)
 {
-	const struct config *cfg = client_cfg(c);
-
 	/* One block, sized up front for a Content-Length body and grown for a chunked one:
 	 * the body is held once, not once in buffers and again pulled up for the parser. */
 	body_block_release(c->rq->up.block);
@@ -125,8 +123,7 @@ proxy_start_request_collect(struct client *c)
 	}
 	c->rq->up.collecting = 1;
 	c->down->continue_(c);
-	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	conn_read_start(&c->conn);
+	c->down->read_body(c, BODY_READING);
 	proxy_collect_request_body(c);
 }
 
@@ -220,7 +217,7 @@ proxy_collect_request_body(struct client *c)
 {
 	struct worker *w = c->w;
 	const struct config *cfg = client_cfg(c);
-	struct evbuffer *in = c->conn.in;
+	struct evbuffer *in = client_input(c);
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
@@ -294,8 +291,7 @@ proxy_collect_request_body(struct client *c)
 	if (!c->rq->up.done)
 		return;
 
-	conn_read_stop(&c->conn);
-	conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+	c->down->read_body(c, BODY_WAITING);
 	http_parse_request((const char *)evbuffer_pullup(c->rq->req_copy, (ev_ssize_t)ql), ql, req);
 	if (c->rq->route->jsonrpc != NULL) {
 		c->rq->up.collecting = 0;
@@ -392,7 +388,7 @@ proxy_keep_request_head(struct client *c, size_t len)
 	if (c->rq->req_copy == NULL && (c->rq->req_copy = evbuffer_new()) == NULL)
 		return -1;
 	evbuffer_drain(c->rq->req_copy, evbuffer_get_length(c->rq->req_copy));
-	return evbuffer_add(c->rq->req_copy, evbuffer_pullup(c->conn.in, (ev_ssize_t)len), len);
+	return evbuffer_add(c->rq->req_copy, evbuffer_pullup(client_input(c), (ev_ssize_t)len), len);
 }
 
 /* 1 when the request body is one for request ops (a JSON body; one in a coding they cannot
@@ -428,7 +424,6 @@ void
 proxy_plan_body(struct client *c)
 {
 	const struct config_upstream *up = c->rq->upool->cfg;
-	const struct config *cfg = client_cfg(c);
 
 	if (c->rq->up.mode == BODY_NONE) {
 		c->rq->t.replayable = 1;
@@ -437,8 +432,7 @@ proxy_plan_body(struct client *c)
 	if (c->rq->up.keep_chunked) {
 		c->rq->up.buffer_body = 1;
 		c->down->continue_(c);
-		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-		conn_read_start(&c->conn);
+		c->down->read_body(c, BODY_READING);
 		proxy_keep_chunked(c);
 		return;
 	}
@@ -446,20 +440,16 @@ proxy_plan_body(struct client *c)
 		c->rq->up.buffer_body = c->rq->t.replayable = 1;
 		c->rq->up.replay_len = (size_t)c->rq->up.left;
 		/* The input holds it whole (its usual limit again once the request ends). */
-		if (c->conn.read_max < c->rq->up.replay_len)
-			conn_set_read_max(&c->conn, c->rq->up.replay_len);
-		if (evbuffer_get_length(c->conn.in) >= c->rq->up.replay_len) {
+		if (c->rq->up.replay_len > FLOW_HIGH)
+			c->down->input_room(c, c->rq->up.replay_len);
+		if (evbuffer_get_length(client_input(c)) >= c->rq->up.replay_len) {
 			c->rq->up.done = 1;
 			return;
 		}
 		c->down->continue_(c);
 	}
 	/* The body is read once the connection is ready, or now when it is kept. */
-	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	if (c->rq->up.buffer_body)
-		conn_read_start(&c->conn);
-	else
-		conn_read_stop(&c->conn);
+	c->down->read_body(c, c->rq->up.buffer_body ? BODY_READING : BODY_WAITING);
 }
 
 /*
@@ -471,7 +461,7 @@ void
 proxy_keep_chunked(struct client *c)
 {
 	size_t max = c->rq->upool->cfg->retry_body;
-	struct evbuffer *in = c->conn.in;
+	struct evbuffer *in = client_input(c);
 	int r = HTTP_CHUNKED_MORE, taken, sl;
 	char size_line[24];
 	size_t n;
@@ -497,7 +487,7 @@ proxy_keep_chunked(struct client *c)
 		return;
 	}
 	/* The rest waits until the connection is ready (proxy_send_request reads on). */
-	conn_read_stop(&c->conn);
+	c->down->read_body(c, BODY_PAUSED);
 	if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
 		proxy_send_request(c);
 }
@@ -506,7 +496,6 @@ proxy_keep_chunked(struct client *c)
 void
 proxy_send_request(struct client *c)
 {
-	const struct config *cfg = client_cfg(c);
 	struct evbuffer *out = upconn(c)->out;
 	size_t n;
 
@@ -526,19 +515,17 @@ proxy_send_request(struct client *c)
 			evbuffer_add_buffer(out, c->rq->req_body);
 		}
 	} else if (c->rq->up.replay_len != 0) {
-		evbuffer_add(out, evbuffer_pullup(c->conn.in, (ev_ssize_t)c->rq->up.replay_len),
+		evbuffer_add(out, evbuffer_pullup(client_input(c), (ev_ssize_t)c->rq->up.replay_len),
 		    c->rq->up.replay_len);
 	}
 	if (!c->rq->up.done) {
 		/* A streamed body: from now on it goes as it comes. */
-		conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-		conn_read_start(&c->conn);
+		c->down->read_body(c, BODY_READING);
 		proxy_forward_request_body(c);
 		if (c->state != CLIENT_BUSY || c->rq->t.ex.uc == NULL)
 			return;
 	} else {
-		conn_read_stop(&c->conn);
-		conn_set_timeouts(&c->conn, 0, cfg->timeouts.client_body);
+		c->down->read_body(c, BODY_WAITING);
 		proxy_upstream_timeouts(c);
 	}
 	if (upconn(c)->ssl == NULL && proxy_has_response_ops(c->rq->route))
@@ -560,7 +547,7 @@ proxy_upstream_timeouts(struct client *c)
 void
 proxy_forward_request_body(struct client *c)
 {
-	struct evbuffer *in = c->conn.in;
+	struct evbuffer *in = client_input(c);
 	struct evbuffer *out = upconn(c)->out;
 	struct http_chunk_piece p;
 	size_t n;
@@ -599,14 +586,13 @@ proxy_forward_request_body(struct client *c)
 		}
 	}
 	if (c->rq->up.done) {
-		conn_read_stop(&c->conn);
-		conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
+		c->down->read_body(c, BODY_WAITING);
 		proxy_upstream_timeouts(c);
 		return;
 	}
-	if (evbuffer_get_length(out) > FLOW_HIGH && !c->client_paused) {
-		c->client_paused = 1;
-		conn_read_stop(&c->conn);
+	if (evbuffer_get_length(out) > FLOW_HIGH && !c->rq->up.paused) {
+		c->rq->up.paused = 1;
+		c->down->read_body(c, BODY_PAUSED);
 		conn_notify_drained(upconn(c), 1, FLOW_LOW);
 	}
 }
@@ -627,7 +613,7 @@ proxy_response_needs_headers(const struct config_route *route)
 static void
 proxy_start(struct client *c, struct http_request *req, size_t head_len)
 {
-	struct evbuffer *in = c->conn.in;
+	struct evbuffer *in = client_input(c);
 	const struct config *cfg = client_cfg(c);
 	ssize_t r = (ssize_t)head_len;
 	int wants;

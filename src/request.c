@@ -287,7 +287,7 @@ void
 proxy_drop_replay(struct client *c)
 {
 	if (c->rq->up.replay_len != 0) {
-		evbuffer_drain(c->conn.in, c->rq->up.replay_len);
+		evbuffer_drain(client_input(c), c->rq->up.replay_len);
 		c->rq->up.replay_len = 0;
 	}
 	proxy_drop(c->rq->req_body);
@@ -392,7 +392,7 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 	}
 	if (PROXY_USES(uses, TIME_ISO8601))
 		vars->now = (long long)time(NULL);
-	body_tls_vars(uses, &c->conn, vars, tls_text);
+	body_tls_vars(uses, c->down->transport(c), vars, tls_text);
 	route_scan_vars(&c->rq->scan, vars);
 	path_vars_vars(&c->rq->pathv, vars);
 }
@@ -421,9 +421,8 @@ client_scan_wait(struct client *c, size_t head_len)
 		worker_runtime_ref(c->rq->wr);
 	}
 	c->down->continue_(c);
-	conn_set_timeouts(&c->conn, cfg->timeouts.client_body, cfg->timeouts.client_body);
-	conn_set_read_max(&c->conn, route_scan_input_max(cfg, head_len));
-	conn_read_start(&c->conn);
+	c->down->input_room(c, route_scan_input_max(cfg, head_len));
+	c->down->read_body(c, BODY_READING);
 }
 
 /* More of the body came while the route waits for it. */
@@ -433,8 +432,8 @@ client_scan_more(struct client *c)
 	struct http_request *req = &c->w->req;
 	size_t hl = c->rq->scan.head_len;
 
-	http_parse_request((const char *)evbuffer_pullup(c->conn.in, (ev_ssize_t)hl), hl, req);
-	c->conn.read_max = FLOW_HIGH;
+	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
+	c->down->input_room(c, 0);
 	client_route(c, req, (ssize_t)hl);
 }
 
@@ -443,7 +442,7 @@ void
 client_route(struct client *c, struct http_request *req, ssize_t r)
 {
 	struct worker *w = c->w;
-	struct evbuffer *in = c->conn.in;
+	struct evbuffer *in = client_input(c);
 	const struct config *cfg = client_cfg(c);
 
 	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,

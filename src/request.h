@@ -117,6 +117,7 @@ struct request {
 		unsigned expect_continue : 1;
 		unsigned done : 1;      /* the body fully passed upstream (or in hand) */
 		unsigned collecting : 1;    /* collecting a JSON request body for request ops */
+		unsigned paused : 1;    /* not read while the upstream's output is full */
 		unsigned pick_after_body : 1;   /* the server is chosen once the body the request
 		                                 * ops take is in: its upstream hashes by a $json
 		                                 * field */
@@ -177,7 +178,6 @@ struct client {
 	unsigned out_chunking : 1;      /* the answer is framed in chunks by the session */
 	unsigned lingering : 1;         /* our side is shut: reading what the client still sends */
 	unsigned up_paused : 1;         /* upstream reads stopped: client output is full */
-	unsigned client_paused : 1;     /* client reads stopped: upstream output is full */
 	unsigned processing : 1;        /* client_process runs for it: a request's end goes on
 	                                 * with the next one from there, not by recursion */
 	unsigned out_paused : 1;        /* waiting for the client to read before the next
@@ -187,6 +187,13 @@ struct client {
 
 	struct request *rq;             /* from its head to its end (until the reaper once closed) */
 };
+
+/* The request's input (see struct downstream). */
+static inline struct evbuffer *
+client_input(struct client *c)
+{
+	return c->conn.in;
+}
 
 /* Framing lines are written on every message: no printf on that path. */
 static inline char *
@@ -237,7 +244,27 @@ struct answer_head {
 	uint64_t length;                /* for ANSWER_LENGTH */
 };
 
+/* How the request takes its body from the client. */
+enum body_reading {
+	BODY_READING,           /* read it, within timeouts.client_body */
+	BODY_PAUSED,            /* not now: its upstream has enough of it to send */
+	BODY_WAITING,           /* not now (in hand, or read once the upstream is ready); the
+	                         * answer has timeouts.client_body to be taken */
+	BODY_IGNORED            /* never: what carries it is not used again after the answer */
+};
+
+/*
+ * The request's input, client_input(c), holds it as HTTP/1.1: its head at the front, then its
+ * body as the client framed it.
+ */
 struct downstream {
+	/* How the request takes its body from now on. */
+	void (*read_body)(struct client *c, enum body_reading how);
+	/* The input may hold n bytes (0: FLOW_HIGH, the usual limit); what it held back while
+	 * it was smaller is read. */
+	void (*input_room)(struct client *c, size_t n);
+	/* The connection the request came over (its TLS session for $ssl_* variables). */
+	const struct conn *(*transport)(struct client *c);
 	/* 1: the client takes the upstream's chunked framing as it came (ANSWER_CHUNKS). */
 	int (*takes_chunks)(struct client *c);
 	/* The request reads its body before anything upstream asks for it: a client that
