@@ -6,7 +6,15 @@
 
 #include "path_norm.h"
 
-void
+/*
+ * Handle the requests whose heads lead the input, one after the other: in a loop, never by
+ * recursion (20,000 pipelined requests in one read must not grow the stack), at most
+ * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
+ * answers.  A request that ends inside the loop leaves the next one to it.
+ */
+static void client_process(struct client *c);
+
+static void
 client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 {
 	c->timer_mode = mode;
@@ -17,7 +25,7 @@ client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms)
 }
 
 /* Every state change goes through here, so the active/idle connection gauges stay true. */
-void
+static void
 client_set_state(struct client *c, enum client_state state)
 {
 	if (c->state == CLIENT_BUSY && state != CLIENT_BUSY)
@@ -28,7 +36,7 @@ client_set_state(struct client *c, enum client_state state)
 }
 
 /* The connection will close, for why (unless a reason was given before). */
-void
+static void
 client_closing_for(struct client *c, enum client_close why)
 {
 	if (c->close_reason == CLIENT_CLOSE_NONE)
@@ -122,7 +130,7 @@ client_close_now(struct client *c)
 }
 
 /* Stop reading, send what is queued, then close for why. */
-void
+static void
 client_close_after_flush(struct client *c, enum client_close why)
 {
 	client_closing_for(c, why);
@@ -395,13 +403,7 @@ proxy_resume_cb(evutil_socket_t fd, short what, void *arg)
 		evtimer_add(w->resume_ev, &now);
 }
 
-/*
- * Handle the requests whose heads lead the input, one after the other: in a loop, never by
- * recursion (20,000 pipelined requests in one read must not grow the stack), at most
- * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
- * answers.  A request that ends inside the loop leaves the next one to it.
- */
-void
+static void
 client_process(struct client *c)
 {
 	unsigned handled = 0;

@@ -347,20 +347,6 @@ const struct route_kind *route_kind_of(const struct config_route *route);
 void request_kind_end(struct client *c);
 
 /* client.c */
-void client_timer_set(struct client *c, enum timer_mode mode, uint64_t ms);
-/* Every state change goes through here, so the active/idle connection gauges stay true. */
-void client_set_state(struct client *c, enum client_state state);
-/* The connection will close, for why (unless a reason was given before). */
-void client_closing_for(struct client *c, enum client_close why);
-/* Stop reading, send what is queued, then close for why. */
-void client_close_after_flush(struct client *c, enum client_close why);
-/*
- * Handle the requests whose heads lead the input, one after the other: in a loop, never by
- * recursion (20,000 pipelined requests in one read must not grow the stack), at most
- * PIPELINE_TURN in one turn, and none while the client has not read PIPELINE_HIGH of its
- * answers.  A request that ends inside the loop leaves the next one to it.
- */
-void client_process(struct client *c);
 /* Send what both sides have queued. */
 void proxy_flush(struct client *c);
 
