@@ -58,18 +58,9 @@ client_free(struct client *c, enum client_close why)
 	client_closing_for(c, CLIENT_CLOSE_CLIENT_CLOSED);
 	metrics_client_closed(w, c->close_reason);
 	log_debug("client %s: closed: %s", c->addr, client_closes[c->close_reason].text);
-	if (c->rq != NULL) {
-		/* The request stays the client's until the reaper: callers may still look. */
-		proxy_drop_block(c);
-		exchange_end(&c->rq->t.ex, 0);
-		tries_forget(&c->rq->t);
-		request_kind_end(c);
-		request_drain(c->rq);
-		if (c->rq->wr != NULL) {
-			worker_runtime_unref(c->rq->wr);
-			c->rq->wr = NULL;
-		}
-	}
+	/* The request stays the client's until the reaper: callers may still look. */
+	if (c->rq != NULL)
+		request_abort(c);
 	client_set_state(c, CLIENT_DEAD);
 	if (c->resume_queued) {
 		TAILQ_REMOVE(&w->resume, c, resume_entry);
@@ -453,25 +444,7 @@ client_on_input(struct client *c)
 		client_process(c);
 		break;
 	case CLIENT_BUSY:
-		if (c->rq->scan.waiting) {
-			client_scan_more(c);
-		} else if (c->rq->up.collecting) {
-			proxy_collect_request_body(c);
-		} else if (c->rq->up.keep_chunked) {
-			proxy_keep_chunked(c);
-		} else if (c->rq->up.buffer_body && !c->rq->up.done) {
-			/* The body is kept whole: once it is all here, it goes with the head. */
-			if (evbuffer_get_length(c->conn.in) < c->rq->up.replay_len)
-				break;
-			c->rq->up.done = 1;
-			conn_read_stop(&c->conn);
-			if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
-				proxy_send_request(c);
-		} else if (!c->rq->up.done && c->rq->t.ex.uc != NULL && c->rq->t.sent) {
-			proxy_forward_request_body(c);
-		} else if (c->rq->up.done) {
-			conn_read_stop(&c->conn);   /* pipelined: wait our turn */
-		}
+		request_body_in(c);
 		break;
 	case CLIENT_CLOSING:
 		evbuffer_drain(c->conn.in, evbuffer_get_length(c->conn.in));

@@ -83,6 +83,6 @@ proxy_aggregate_takes(const struct config_route *route)
 
 /* A route with backends: their answers merged into one. */
 const struct route_kind kind_aggregate = {
-	proxy_aggregate_takes, proxy_aggregate, proxy_end_aggregate, proxy_aggregate_log,
+	proxy_aggregate_takes, proxy_aggregate, NULL, proxy_end_aggregate, proxy_aggregate_log,
 	aggregate_free_idle
 };

@@ -260,6 +260,6 @@ proxy_jsonrpc_takes(const struct config_route *route)
 
 /* A JSON-RPC route: calls routed by method, batches split by upstream. */
 const struct route_kind kind_jsonrpc = {
-	proxy_jsonrpc_takes, proxy_jsonrpc, proxy_end_jsonrpc, proxy_jsonrpc_log,
+	proxy_jsonrpc_takes, proxy_jsonrpc, proxy_body_in, proxy_end_jsonrpc, proxy_jsonrpc_log,
 	jsonrpc_route_free_idle
 };

@@ -671,5 +671,29 @@ proxy_takes(const struct config_route *route)
 	return route->upstream != NULL;
 }
 
+void
+proxy_body_in(struct client *c)
+{
+	if (c->rq->up.collecting) {
+		proxy_collect_request_body(c);
+	} else if (c->rq->up.keep_chunked) {
+		proxy_keep_chunked(c);
+	} else if (c->rq->up.buffer_body && !c->rq->up.done) {
+		/* The body is kept whole: once it is all here, it goes with the head. */
+		if (evbuffer_get_length(client_input(c)) < c->rq->up.replay_len)
+			return;
+		c->rq->up.done = 1;
+		c->down->read_body(c, BODY_PAUSED);
+		if (c->rq->t.ex.stage == EXCHANGE_ACTIVE && c->rq->t.ex.uc != NULL)
+			proxy_send_request(c);
+	} else if (!c->rq->up.done && c->rq->t.ex.uc != NULL && c->rq->t.sent) {
+		proxy_forward_request_body(c);
+	} else if (c->rq->up.done) {
+		c->down->read_body(c, BODY_PAUSED);     /* pipelined: wait our turn */
+	}
+}
+
 /* A route with an upstream: requests go to it, answers come back through the ops. */
-const struct route_kind kind_proxy = { proxy_takes, proxy_start, NULL, NULL, NULL };
+const struct route_kind kind_proxy = {
+	proxy_takes, proxy_start, proxy_body_in, NULL, NULL, NULL
+};

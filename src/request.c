@@ -93,11 +93,36 @@ route_kind_of(const struct config_route *route)
 	return &kind_proxy;     /* never: the loader gives every route one of them */
 }
 
-void
+static void
 request_kind_end(struct client *c)
 {
 	if (c->rq->kind != NULL && c->rq->kind->end != NULL)
 		c->rq->kind->end(c);
+}
+
+void
+request_body_in(struct client *c)
+{
+	if (c->rq->scan.waiting)
+		client_scan_more(c);
+	else if (c->rq->kind != NULL && c->rq->kind->body != NULL)
+		c->rq->kind->body(c);
+	else
+		c->down->read_body(c, BODY_PAUSED);     /* pipelined: wait our turn */
+}
+
+void
+request_abort(struct client *c)
+{
+	proxy_drop_block(c);
+	exchange_end(&c->rq->t.ex, 0);
+	tries_forget(&c->rq->t);
+	request_kind_end(c);
+	request_drain(c->rq);
+	if (c->rq->wr != NULL) {
+		worker_runtime_unref(c->rq->wr);
+		c->rq->wr = NULL;
+	}
 }
 
 void

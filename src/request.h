@@ -330,7 +330,10 @@ struct route_kind {
 	int (*takes)(const struct config_route *route);
 	/* The request starts, its head the head_len bytes at the front of the input. */
 	void (*start)(struct client *c, struct http_request *req, size_t head_len);
-	/* The request ends, however it ends: what the kind holds for it goes (NULL: nothing). */
+	/* More of the request's body is in its input (NULL: the kind reads none). */
+	void (*body)(struct client *c);
+	/* The request ends, however it ends (answered, or cut short: its client gone, the
+	 * daemon stopping): what the kind holds for it goes (NULL: nothing). */
 	void (*end)(struct client *c);
 	/* What the kind adds to the request's access log line (NULL: nothing). */
 	void (*log)(struct client *c, struct access_entry *e);
@@ -343,8 +346,11 @@ extern const struct route_kind kind_proxy, kind_aggregate, kind_jsonrpc;
 
 /* The kind of route (the proxy's unless another takes it). */
 const struct route_kind *route_kind_of(const struct config_route *route);
-/* The request ends: its kind lets go of what it holds for it. */
-void request_kind_end(struct client *c);
+/* More of the request came from its client while it runs. */
+void request_body_in(struct client *c);
+/* The request is cut short (its client gone, the daemon stopping): its kind and its tries
+ * let go of it; the request stays the client's until it is freed. */
+void request_abort(struct client *c);
 
 /* client.c */
 /* Send what both sides have queued. */
@@ -438,6 +444,8 @@ void proxy_keep_chunked(struct client *c);
 void proxy_send_request(struct client *c);
 /* Pass request body bytes from the client to the upstream as they arrive. */
 void proxy_forward_request_body(struct client *c);
+/* More of the body came: collected, kept, or passed on, as the request takes it. */
+void proxy_body_in(struct client *c);
 
 /* proxy.c */
 /* Write our response head for resp: its headers, our framing and connection handling. */
