@@ -599,6 +599,8 @@ client_answer_head(struct client *c, const struct answer_head *h)
 
 	if (headers_response_out(out, h->resp, id, h->ops, h->vars, h->extra) < 0)
 		c->keepalive = 0;
+	if (c->rq->answer_headers_len != 0)
+		evbuffer_add(out, c->rq->answer_headers, c->rq->answer_headers_len);
 	c->out_chunking = 0;
 	switch (h->framing) {
 	case ANSWER_BODYLESS:
@@ -681,7 +683,14 @@ client_answer_error(struct client *c, enum gateway_error err, const char *messag
 {
 	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 	enum respond_connection conn;
+	char lines[ROUTE_ALLOW_MAX + sizeof(c->rq->answer_headers)];
 
+	/* The phases' lines too: a page may read why its request failed. */
+	if (c->rq->answer_headers_len != 0) {
+		snprintf(lines, sizeof(lines), "%s%.*s", extra != NULL ? extra : "",
+		    (int)c->rq->answer_headers_len, c->rq->answer_headers);
+		extra = lines;
+	}
 	if (must_close || !c->rq->up.done || c->w->draining) {
 		c->keepalive = 0;
 		client_closing_for(c, client_error_closes(err, c->w->draining));

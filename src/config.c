@@ -625,6 +625,7 @@ config_route_free(struct config_route *route)
 		jcond_free(route->json_match[i]);
 	free(route->json_match);
 	config_json_types_free(route->json_types);
+	cors_policy_free(&route->cors);
 	rewrite_program_free(route->request);
 	rewrite_program_free(route->response);
 	rewrite_program_free(route->error_response);

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <yaml.h>
 
+#include "cors.h"
 #include "http_method.h"
 #include "log.h"
 #include "resolver.h"
@@ -312,6 +313,7 @@ struct config_route {
 	struct route_limits {           /* the global limits unless the route sets them */
 		size_t max_request_body;    /* 0: none */
 	} limits;
+	struct cors_policy cors;        /* origins NULL: no CORS */
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 

@@ -226,6 +226,11 @@ void config_parse_route_jsonrpc(struct config_parse *ctx, const yaml_node_t *nod
 void config_jsonrpc_free(struct config_jsonrpc *jc);
 void config_json_types_free(char **types);
 void config_parse_json_types(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+
+/* config_cors.c: a route's cors: key */
+void config_parse_cors_origins(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_cors_methods(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_cors_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_backend_missing(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_backend_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_request_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj);

@@ -278,6 +278,23 @@ static const struct config_field config_route_limits_fields[] = {
 static const struct config_section config_route_limits_section =
     CONFIG_SECTION_OF(config_route_limits_fields);
 
+static const struct config_field config_route_cors_fields[] = {
+	F_CUSTOM("origins", config_parse_cors_origins, "list", NULL, CONFIG_REQUIRED,
+	    "origins whose pages may read the route's answers: scheme://host[:port], "
+	    "*.domain, scheme://*.domain, or *"),
+	F_CUSTOM("methods", config_parse_cors_methods, "list",
+	    "[GET, HEAD, POST, PUT, PATCH, DELETE]", 0,
+	    "methods a preflight allows"),
+	F_CUSTOM("headers", config_parse_cors_headers, "list", NULL, 0,
+	    "request headers a preflight allows; default: the ones it asks for"),
+	F_ENUM("credentials", struct config_route, cors.credentials, "false", config_booleans,
+	    "answers say Access-Control-Allow-Credentials: true (the origin, never *)"),
+	F_DURATION("max_age", struct config_route, cors.max_age, "0", 0,
+	    "how long a browser may cache a preflight's answer; 0: not said"),
+};
+static const struct config_section config_route_cors_section =
+    CONFIG_SECTION_OF(config_route_cors_fields);
+
 static const struct config_field config_route_fields[] = {
 	F_CUSTOM("name", config_parse_route_name, "string", NULL, 0,
 	    "name for logs and metrics; default routes[N]"),
@@ -324,6 +341,8 @@ static const struct config_field config_route_fields[] = {
 	    "headers set, added or removed on requests: { set, add, remove }"),
 	F_CUSTOM("response_headers", config_parse_response_headers, "mapping", NULL, 0,
 	    "headers set, added or removed on upstream answers: { set, add, remove }"),
+	F_SECTION("cors", config_route_cors_section,
+	    "cross-origin requests from browsers: preflights answered, answers marked"),
 };
 const struct config_section config_route_section = CONFIG_SECTION_OF(config_route_fields);
 

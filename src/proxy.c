@@ -44,6 +44,12 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 
+	if (c->rq->answer_headers_len != 0) {
+		/* The route's CORS says it, not the upstream. */
+		proxy_remove_header(resp->headers, &resp->nheaders, "access-control-allow-origin");
+		proxy_remove_header(resp->headers, &resp->nheaders,
+		    "access-control-allow-credentials");
+	}
 	if (h.ops != NULL) {
 		proxy_vars(c, h.ops->vars, &vars, &tls_text);
 		if (h.ops->vars & (1u << REWRITE_VAR_HEADER))

@@ -78,6 +78,9 @@ proxy_free_buffer(struct evbuffer *b)
 /* --- route kinds ------------------------------------------------------------------------- */
 
 /* Every route kind, asked in turn whether a route is its own. */
+/* A preflight comes before any credentials: CORS goes first. */
+static const struct request_phase *const request_phases[] = { &phase_cors };
+
 static const struct route_kind *const route_kinds[] = {
 	&kind_aggregate, &kind_jsonrpc, &kind_proxy
 };
@@ -462,6 +465,31 @@ client_scan_more(struct client *c)
 	client_route(c, req, (ssize_t)hl);
 }
 
+/* A CORS preflight asks with OPTIONS about the method that follows: a route that takes that
+ * method and admits the origin answers it, though OPTIONS is not one of its methods. */
+static void
+client_route_preflight(struct client *c, struct http_request *req, size_t head_len)
+{
+	struct http_str m = http_find_header(req->headers, req->nheaders,
+	    "access-control-request-method");
+	struct http_str origin;
+	const struct config_route *route = NULL;
+	unsigned saved = req->method_bit, allow = 0;
+
+	if (saved != METHOD_OPTIONS || m.len == 0)
+		return;
+	req->method_bit = http_method_bit(m.p, m.len);
+	if (route_scan_match(&c->rq->scan, c->w->bodies, client_cfg(c), req, client_input(c),
+	    head_len, &route, &allow) == ROUTE_SCAN_WAIT) {
+		c->rq->scan.waiting = 0;        /* a preflight has no body to wait for */
+		route = NULL;
+	}
+	req->method_bit = saved;
+	origin = http_find_header(req->headers, req->nheaders, "origin");
+	if (route != NULL && cors_origin_allowed(&route->cors, origin.p, origin.len))
+		c->rq->route = route;
+}
+
 /* Choose the route of the request whose head (r bytes) leads the input, and start it. */
 void
 client_route(struct client *c, struct http_request *req, ssize_t r)
@@ -475,6 +503,8 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		client_scan_wait(c, (size_t)r);
 		return;
 	}
+	if (c->rq->route == NULL && c->rq->allow != 0)
+		client_route_preflight(c, req, (size_t)r);
 	if (c->rq->route == NULL) {
 		evbuffer_drain(in, (size_t)r);
 		client_error(c, c->rq->allow ? GW_METHOD_NOT_ALLOWED : GW_NO_ROUTE, NULL, 0);
@@ -498,6 +528,10 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		    1);
 		return;
 	}
+	for (size_t i = 0; i < sizeof(request_phases) / sizeof(request_phases[0]); i++)
+		if (request_phases[i]->applies(c->rq->route) &&
+		    request_phases[i]->run(c, req, (size_t)r) == PHASE_ANSWERED)
+			return;
 	c->rq->kind = route_kind_of(c->rq->route);
 	c->rq->kind->start(c, req, (size_t)r);
 }

@@ -93,6 +93,8 @@ struct request {
 	char request_id[130];
 	char user_agent[128];
 	char referer[128];
+	char answer_headers[CORS_ORIGIN_MAX + 128];  /* header lines the request's phases add
+	                                             * to its answer, whatever answers it */
 
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
@@ -100,6 +102,7 @@ struct request {
 	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
 	struct upstream_pool *upool;
 	size_t hash_key_len;
+	size_t answer_headers_len;
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
@@ -343,6 +346,23 @@ struct route_kind {
 };
 
 extern const struct route_kind kind_proxy, kind_aggregate, kind_jsonrpc;
+
+/* What a request phase did. */
+enum phase_result {
+	PHASE_NEXT,             /* the request goes on to the next phase, then its kind */
+	PHASE_ANSWERED          /* the phase answered it (client_request_end is called) */
+};
+
+/* A request phase: a step between a request's route and its kind's start, run only for
+ * the routes that need it, in the order of request_phases[] in request.c. */
+struct request_phase {
+	/* The route needs the phase. */
+	int (*applies)(const struct config_route *route);
+	/* Run it for the request whose head is the head_len bytes at the front of the input. */
+	enum phase_result (*run)(struct client *c, struct http_request *req, size_t head_len);
+};
+
+extern const struct request_phase phase_cors;
 
 /* The kind of route (the proxy's unless another takes it). */
 const struct route_kind *route_kind_of(const struct config_route *route);

@@ -124,6 +124,7 @@ SKELETONS = {
     'routes[].limits': [route_with('    limits:\n      #>\n')],
     'routes[].request_headers': [route_with('    request_headers:\n      #>\n')],
     'routes[].response_headers': [route_with('    response_headers:\n      #>\n')],
+    'routes[].cors': [route_with('    cors:\n      origins: [https://app.example]\n      #>\n')],
 }
 
 # ------------------------------------------------------------------ extraction
