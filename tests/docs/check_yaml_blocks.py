@@ -1,5 +1,6 @@
 """Every piece of configuration a user may copy from the documentation loads with
-`jsongate -t`: each ```yaml block of README.md, and in jsongate.yaml(5) each key's example
+`jsongate -t`: each ```yaml block of README.md and bench/README.md, each ready configuration
+of conf/examples/ (whole files, as they are; each one installed), and in jsongate.yaml(5) each key's example
 (the `.Dl` lines after "Example:" in the key list) and each `.Bd -literal` block that is
 configuration (it starts with `KEY:` or `- `; JSON bodies, HTTP exchanges and shell
 sessions are left alone).
@@ -46,7 +47,7 @@ NOT_STANDALONE = {}
 # Directories examples name, taken under the scratch directory.
 MAPPED_DIRS = ('/etc/jsongate/', '/var/log/jsongate/', '/run/jsongate/')
 # Server host names examples use, resolved from the check's hosts file.
-HOST_NAMES = ('api.internal', 'orders.internal')
+HOST_NAMES = ('api.internal', 'orders.internal', 'payments.internal')
 
 STUB_UPSTREAMS = ('orders', 'users', 'archive', 'nodes', 'premium', 'general', 'billing',
                   'legacy', 'demo', 'app')
@@ -135,9 +136,27 @@ def unroff(text):
     return text
 
 
-def readme_blocks(text):
+def readme_blocks(text, name='README.md'):
     for m in re.finditer(r'^```yaml\n(.*?)^```', text, re.M | re.S):
-        yield 'README.md:%d' % (text.count('\n', 0, m.start()) + 1), m.group(1)
+        yield '%s:%d' % (name, text.count('\n', 0, m.start()) + 1), m.group(1)
+
+
+# The ready configurations conf/examples/ must hold, one per common case.
+EXAMPLES = ('envelope-api.yaml', 'jsonrpc-pool.yaml', 'bff-aggregation.yaml',
+            'tls-termination.yaml')
+
+
+def examples():
+    """(where, text) of each file of conf/examples/."""
+    folder = os.path.join(os.path.dirname(SRCDIR), 'conf', 'examples')
+    names = sorted(x for x in os.listdir(folder) if x.endswith('.yaml'))
+    for name in EXAMPLES:
+        check('conf/examples/%s exists' % name, name in names, names)
+    makefile = read('Makefile.am')
+    for name in names:
+        check('conf/examples/%s is installed (Makefile.am, dist_examples_DATA)' % name,
+              'conf/examples/%s' % name in makefile)
+        yield 'conf/examples/%s' % name, read('conf', 'examples', name)
 
 
 def is_configuration(block):
@@ -316,7 +335,9 @@ def main():
     readme = read('README.md')
     man = read('man', 'jsongate.yaml.5')
     places = key_places(man)
-    blocks = [(w, b, None) for w, b in readme_blocks(readme)] + list(man_examples(man))
+    blocks = [(w, b, None) for w, b in readme_blocks(readme)] + \
+        [(w, b, None) for w, b in readme_blocks(read('bench', 'README.md'), 'bench/README.md')] + \
+        list(man_examples(man))
     check('README.md has yaml blocks', sum(w.startswith('README') for w, _, _ in blocks) >= 4)
     check('jsongate.yaml(5) has key examples', sum(p is not None for _, _, p in blocks) >= 100)
     check('jsongate.yaml(5) has configuration blocks',
@@ -326,6 +347,9 @@ def main():
         hosts = setup(tmp)
         for where, block, path in blocks:
             check_block(tmp, hosts, where, block, path, places)
+        for where, text in examples():
+            ok, out = load(tmp, hosts, text)
+            check('%s loads as it is' % where, ok, out)
     finally:
         shutil.rmtree(tmp)
     finish()
