@@ -141,6 +141,9 @@ def readme_blocks(text, name='README.md'):
         yield '%s:%d' % (name, text.count('\n', 0, m.start()) + 1), m.group(1)
 
 
+# The route kinds the README's tour shows, each with a configuration.
+TOUR = ('Pass-through', 'Envelope ops', 'Routing by a request field', 'JSON-RPC', 'Aggregation')
+
 # The ready configurations conf/examples/ must hold, one per common case.
 EXAMPLES = ('envelope-api.yaml', 'jsonrpc-pool.yaml', 'bff-aggregation.yaml',
             'tls-termination.yaml')
@@ -338,7 +341,13 @@ def main():
     blocks = [(w, b, None) for w, b in readme_blocks(readme)] + \
         [(w, b, None) for w, b in readme_blocks(read('bench', 'README.md'), 'bench/README.md')] + \
         list(man_examples(man))
-    check('README.md has yaml blocks', sum(w.startswith('README') for w, _, _ in blocks) >= 4)
+    check('README.md has yaml blocks', sum(w.startswith('README') for w, _, _ in blocks) >= 5)
+    tour = re.search(r'^## A tour of the route kinds\n(.*?)(?=^## |\Z)', readme, re.M | re.S)
+    for kind in TOUR:
+        part = re.search(r'^### %s[^\n]*\n(.*?)(?=^##|\Z)' % re.escape(kind),
+                         tour.group(1) if tour else '', re.M | re.S)
+        check('README.md, A tour of the route kinds: %s has a yaml block' % kind,
+              part is not None and '```yaml\n' in part.group(1))
     check('jsongate.yaml(5) has key examples', sum(p is not None for _, _, p in blocks) >= 100)
     check('jsongate.yaml(5) has configuration blocks',
           sum(p is None and w.startswith('man') for w, _, p in blocks) >= 5)
