@@ -1,9 +1,10 @@
 """Every piece of configuration a user may copy from the documentation loads with
-`jsongate -t`: each ```yaml block of README.md and bench/README.md, each ready configuration
-of conf/examples/ (whole files, as they are; each one installed), and in jsongate.yaml(5) each key's example
-(the `.Dl` lines after "Example:" in the key list) and each `.Bd -literal` block that is
-configuration (it starts with `KEY:` or `- `; JSON bodies, HTTP exchanges and shell
-sessions are left alone).
+`jsongate -t`: each ```yaml block of README.md and bench/README.md (and each route kind
+of the README's tour has one), each ready configuration of conf/examples/ (whole files, as
+they are; each one installed), and in jsongate.yaml(5) each key's example (the `.Dl` lines
+after "Example:" in the key list) and each `.Bd -literal` block that is configuration (it
+starts with `KEY:` or `- `; JSON bodies, HTTP exchanges and shell sessions are left alone).
+The page's SYNOPSIS names the top-level keys of its KEYS section, in their order.
 
 A block that has `listeners:` is a whole configuration and loads as it is.  Anything else is
 a fragment, wrapped mechanically in a minimal configuration (SKELETONS below) at its place:
@@ -351,6 +352,13 @@ def main():
     check('jsongate.yaml(5) has key examples', sum(p is not None for _, _, p in blocks) >= 100)
     check('jsongate.yaml(5) has configuration blocks',
           sum(p is None and w.startswith('man') for w, _, p in blocks) >= 5)
+    synopsis = re.search(r'^\.Sh SYNOPSIS\n(.*?)^\.Sh ', man, re.M | re.S)
+    keys = re.search(r'^\.Sh KEYS\n(.*?)^\.Sh ', man, re.M | re.S)
+    listed = re.findall(r'^\.It Ic (\S+)$', synopsis.group(1), re.M) if synopsis else []
+    top = [k for k in re.findall(r'^\.It Ic (\S+) Ar ', keys.group(1), re.M) if '.' not in k] \
+        if keys else []
+    check('jsongate.yaml(5) SYNOPSIS: the top-level keys of KEYS, in their order',
+          listed == top and len(top) > 5, '%s against %s' % (listed, top))
     tmp = tempfile.mkdtemp(prefix='check_yaml_blocks.')
     try:
         hosts = setup(tmp)
