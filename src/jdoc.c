@@ -88,6 +88,40 @@ jdoc_member(const struct jdoc *d, int obj, const char *key)
 	return found;
 }
 
+/* 1 when the strings at i and j are equal once unescaped. */
+static int
+jdoc_str_eq_tok(const struct jdoc *d, int i, int j)
+{
+	const struct jdoc_tok *t = &d->toks[j];
+	size_t len = (size_t)(t->end - t->start);
+	char *buf;
+	int n, eq;
+
+	if (memchr(d->buf + t->start, '\\', len) == NULL)
+		return jdoc_str_eq(d, i, d->buf + t->start, len);
+	if ((buf = malloc(len)) == NULL)
+		return 1;               /* cannot tell: count it as a duplicate */
+	n = jdoc_str(d, j, buf, len);
+	eq = n < 0 || jdoc_str_eq(d, i, buf, (size_t)n);
+	free(buf);
+	return eq;
+}
+
+int
+jdoc_keys_unique(const struct jdoc *d, int obj)
+{
+	int i, j, a, b;
+
+	if (obj < 0 || obj >= d->ntoks || d->toks[obj].type != JDOC_OBJECT)
+		return 0;
+	for (i = obj + 1, a = 0; a < d->toks[obj].size; a++, i = jdoc_skip(d, i + 1))
+		for (j = jdoc_skip(d, i + 1), b = a + 1; b < d->toks[obj].size;
+		    b++, j = jdoc_skip(d, j + 1))
+			if (jdoc_str_eq_tok(d, i, j))
+				return 0;
+	return 1;
+}
+
 int
 jdoc_element(const struct jdoc *d, int arr, size_t n)
 {

@@ -34,6 +34,8 @@ int jdoc_skip(const struct jdoc *d, int i);
 /* The value of member key in the object at obj: its index, -1 when absent, -2 when the key
  * appears more than once (which callers refuse rather than guess). */
 int jdoc_member(const struct jdoc *d, int obj, const char *key);
+/* 1 when no key appears twice among the members of the object at obj (escapes decoded). */
+int jdoc_keys_unique(const struct jdoc *d, int obj);
 /* The element at index n of the array at arr, or -1. */
 int jdoc_element(const struct jdoc *d, int arr, size_t n);
 

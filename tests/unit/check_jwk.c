@@ -110,6 +110,8 @@ START_TEST(test_jdoc)
 	ck_assert_int_eq(jdoc_int(&d, jdoc_member(&d, 0, "n"), &v), 0);
 	ck_assert_int_eq(v, 1700000000);
 	ck_assert_int_eq(jdoc_int(&d, jdoc_member(&d, 0, "s"), &v), -1);
+	ck_assert_int_eq(jdoc_keys_unique(&d, 0), 0);
+	ck_assert_int_eq(jdoc_keys_unique(&d, a), 1);
 	jdoc_free(&d);
 	ck_assert_int_eq(jdoc_parse(&d, "[1]", 3, 64), -1);
 	ck_assert_int_eq(jdoc_parse(&d, "{\"a\":01}", 8, 64), -1);
