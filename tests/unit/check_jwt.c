@@ -1,4 +1,5 @@
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "jose_keys.h"
 #include "jwk.h"
 #include "jwt.h"
+#include "jwt_cache.h"
 
 #define NOW 1700000000
 
@@ -386,6 +388,141 @@ START_TEST(test_claim_lookup)
 }
 END_TEST
 
+/* Claims of an Ed25519 token with these claims, signature verified. */
+static struct jwt_claims *
+claims_of(const char *payload)
+{
+	struct jwt_policy p = policy();
+	struct jwt_claims *c;
+	char *tok = tk_token(ed, "EdDSA", "{\"alg\":\"EdDSA\",\"kid\":\"ed\"}", payload);
+
+	ck_assert_int_eq(jwt_verify_signature(tok, strlen(tok), keys, &p, &c), JWT_OK);
+	free(tok);
+	return c;
+}
+
+START_TEST(test_cache_until_exp)
+{
+	struct jwt_cache *cache = jwt_cache_new(64, 600);
+	struct jwt_cache_key k1, k2, k3;
+	struct jwt_claims *c = claims_of("{\"sub\":\"a\",\"exp\":1700000100}"), *got;
+	struct jwt_claims *noexp = claims_of("{\"sub\":\"b\"}");
+	struct jwt_claims *old = claims_of("{\"sub\":\"c\",\"exp\":1699999999}");
+
+	jwt_cache_key("token-a", 7, &k1);
+	jwt_cache_key("token-b", 7, &k2);
+	jwt_cache_key("token-c", 7, &k3);
+	ck_assert_ptr_null(jwt_cache_get(cache, &k1, NOW));
+	jwt_cache_put(cache, &k1, c, NOW);
+	jwt_cache_put(cache, &k2, noexp, NOW);
+	jwt_cache_put(cache, &k3, old, NOW);            /* expired: not kept */
+	ck_assert_uint_eq(jwt_cache_count(cache), 2);
+	ck_assert_int_eq(c->refs, 2);
+	got = jwt_cache_get(cache, &k1, NOW + 99);
+	ck_assert_ptr_eq(got, c);
+	ck_assert_int_eq(c->refs, 3);
+	jwt_claims_unref(got);
+	ck_assert_ptr_null(jwt_cache_get(cache, &k3, NOW));
+	/* Gone at exp; the one without exp after max_ttl. */
+	ck_assert_ptr_null(jwt_cache_get(cache, &k1, NOW + 100));
+	ck_assert_int_eq(c->refs, 1);
+	got = jwt_cache_get(cache, &k2, NOW + 599);
+	ck_assert_ptr_eq(got, noexp);
+	jwt_claims_unref(got);
+	ck_assert_ptr_null(jwt_cache_get(cache, &k2, NOW + 600));
+	ck_assert_uint_eq(jwt_cache_count(cache), 0);
+	jwt_cache_put(cache, &k1, c, NOW);
+	jwt_cache_clear(cache);
+	ck_assert_uint_eq(jwt_cache_count(cache), 0);
+	ck_assert_int_eq(c->refs, 1);
+	jwt_cache_free(cache);
+	jwt_claims_unref(c);
+	jwt_claims_unref(noexp);
+	jwt_claims_unref(old);
+}
+END_TEST
+
+START_TEST(test_cache_bounded)
+{
+	struct jwt_cache *cache = jwt_cache_new(32, 600);
+	struct jwt_cache_key k;
+	struct jwt_claims *c = claims_of("{\"sub\":\"a\"}"), *got;
+	char name[32];
+	int i;
+
+	for (i = 0; i < 1000; i++) {
+		snprintf(name, sizeof(name), "token-%d", i);
+		jwt_cache_key(name, strlen(name), &k);
+		jwt_cache_put(cache, &k, c, NOW);
+		ck_assert_uint_le(jwt_cache_count(cache), 32);
+	}
+	ck_assert_uint_eq(jwt_cache_count(cache), 32);
+	ck_assert_int_eq(c->refs, 33);
+	/* The latest is there, the first long evicted. */
+	ck_assert_ptr_nonnull(got = jwt_cache_get(cache, &k, NOW));
+	jwt_claims_unref(got);
+	jwt_cache_key("token-0", 7, &k);
+	ck_assert_ptr_null(jwt_cache_get(cache, &k, NOW));
+	jwt_cache_free(cache);
+	ck_assert_int_eq(c->refs, 1);
+	jwt_claims_unref(c);
+}
+END_TEST
+
+struct cache_worker {
+	struct jwt_cache *cache;
+	struct jwt_claims *claims;
+	unsigned seed;
+	int hits;
+};
+
+static void *
+cache_worker_main(void *arg)
+{
+	struct cache_worker *w = arg;
+	struct jwt_cache_key k;
+	struct jwt_claims *got;
+	char name[32];
+	int i;
+
+	for (i = 0; i < 20000; i++) {
+		snprintf(name, sizeof(name), "t%u", rand_r(&w->seed) % 200);
+		jwt_cache_key(name, strlen(name), &k);
+		if ((got = jwt_cache_get(w->cache, &k, NOW)) != NULL) {
+			w->hits++;
+			jwt_claims_unref(got);
+		} else {
+			jwt_cache_put(w->cache, &k, w->claims, NOW);
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_cache_threads)
+{
+	struct jwt_cache *cache = jwt_cache_new(64, 600);
+	struct jwt_claims *c = claims_of("{\"sub\":\"a\"}");
+	struct cache_worker w[4];
+	pthread_t t[4];
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		w[i] = (struct cache_worker){ .cache = cache, .claims = c, .seed = (unsigned)i + 1 };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, cache_worker_main, &w[i]), 0);
+	}
+	for (i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_gt(w[i].hits, 0);
+	}
+	ck_assert_uint_le(jwt_cache_count(cache), 64);
+	/* Every reference taken was given back: the entries' and the caller's only. */
+	ck_assert_int_eq(c->refs, 1 + (int)jwt_cache_count(cache));
+	jwt_cache_free(cache);
+	ck_assert_int_eq(c->refs, 1);
+	jwt_claims_unref(c);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -432,6 +569,9 @@ main(void)
 	tcase_add_test(tc, test_malformed);
 	tcase_add_test(tc, test_scopes);
 	tcase_add_test(tc, test_claim_lookup);
+	tcase_add_test(tc, test_cache_until_exp);
+	tcase_add_test(tc, test_cache_bounded);
+	tcase_add_test(tc, test_cache_threads);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
