@@ -4,8 +4,6 @@
 #include "config.h"
 #include "request.h"
 
-#include "path_norm.h"
-
 /*
  * Handle the requests whose heads lead the input, one after the other: in a loop, never by
  * recursion (20,000 pipelined requests in one read must not grow the stack), at most
@@ -142,61 +140,6 @@ client_close_after_flush(struct client *c, enum client_close why)
 	conn_set_timeouts(&c->conn, 0, client_cfg(c)->timeouts.client_body);
 }
 
-static void
-client_body_framing(struct client *c, const struct http_request *req)
-{
-	if (req->framing.chunked) {
-		c->rq->up.mode = BODY_CHUNKED;
-		http_chunked_init(&c->rq->up.chunk);
-	} else if (req->framing.content_length > 0) {
-		c->rq->up.mode = BODY_LENGTH;
-		c->rq->up.left = (uint64_t)req->framing.content_length;
-	} else {
-		c->rq->up.mode = BODY_NONE;
-	}
-	c->rq->up.done = c->rq->up.mode == BODY_NONE;
-}
-
-static void
-client_new_request_id(struct client *c, const struct http_request *req)
-{
-	if (headers_request_id_acceptable(req->request_id)) {
-		memcpy(c->rq->request_id, req->request_id.p, req->request_id.len);
-		c->rq->request_id_len = req->request_id.len;
-	} else {
-		headers_request_id_generate(c->rq->request_id);
-		c->rq->request_id_len = REQUEST_ID_LEN;
-	}
-	c->rq->request_id[c->rq->request_id_len] = '\0';
-}
-
-static void
-copy_str(char *dst, size_t cap, struct http_str s)
-{
-	size_t n = s.len < cap - 1 ? s.len : cap - 1;
-
-	memcpy(dst, s.p, n);
-	dst[n] = '\0';
-}
-
-static void
-client_remember_for_log(struct client *c, const struct http_request *req)
-{
-	size_t i;
-
-	copy_str(c->rq->method, sizeof(c->rq->method), req->method);
-	copy_str(c->rq->target, sizeof(c->rq->target), req->target);
-	c->rq->user_agent[0] = c->rq->referer[0] = '\0';
-	if (c->w->cur->rt->access.format != ACCESS_COMBINED)
-		return;
-	for (i = 0; i < req->nheaders; i++) {
-		if (http_header_is(&req->headers[i], "user-agent"))
-			copy_str(c->rq->user_agent, sizeof(c->rq->user_agent), req->headers[i].value);
-		else if (http_header_is(&req->headers[i], "referer"))
-			copy_str(c->rq->referer, sizeof(c->rq->referer), req->headers[i].value);
-	}
-}
-
 static enum gateway_error
 parse_error_to_gateway(ssize_t r)
 {
@@ -208,39 +151,20 @@ parse_error_to_gateway(ssize_t r)
 	}
 }
 
-/* A request begins on c (its head is here, or what came of it is all that will): it gets
- * its request, with the state every request starts from.  0, or -1 when c was closed. */
+/* A request begins on c (its head is here, or what came of it is all that will).  0, or -1
+ * when c was closed. */
 static int
 client_request_begin(struct client *c)
 {
-	if (client_request_attach(c) < 0) {
+	if (request_begin(c) < 0) {
 		log_errorx("out of memory for a request from %s", c->addr);
 		client_free(c, CLIENT_CLOSE_OUT_OF_MEMORY);
 		return -1;
 	}
 	client_set_state(c, CLIENT_BUSY);
 	client_timer_set(c, TIMER_OFF, 0);
-	client_now(&c->rq->start);
-	c->rq->status = 0;
-	c->rq->gw_error = -1;
-	c->rq->bytes_sent = 0;
-	c->rq->head_sent = 0;
-	c->rq->ans.started = 0;
-	c->rq->up.collecting = 0;
-	c->rq->up.out_len = -1;
-	c->rq->ans.head_seen = 0;
-	c->rq->ans.collecting = 0;
-	c->rq->ans.up_close = 0;
-	c->rq->ans.refused = 0;
-	c->rq->up.done = 1;
 	c->keepalive = 0;
 	c->http_minor = 1;
-	c->rq->route = NULL;
-	c->rq->up.buffer_body = 0;
-	c->rq->up.keep_chunked = 0;
-	c->rq->up.paused = 0;
-	c->rq->up.replay_len = 0;
-	tries_reset(&c->rq->t);
 	return 0;
 }
 
@@ -267,7 +191,7 @@ client_read_head(struct client *c)
 	struct http_request *req = &w->req;
 	size_t len, want;
 	unsigned char *p;
-	ssize_t r, shift;
+	ssize_t r;
 
 	/* Empty lines before the request line are part of the head for the parser and the limit. */
 	if ((len = evbuffer_get_length(in)) == 0)
@@ -300,37 +224,7 @@ client_read_head(struct client *c)
 	/* timeouts.keepalive: 0 disables keep-alive: every answer says Connection: close. */
 	c->keepalive = cfg->timeouts.keepalive != 0 && (req->version_minor == 1 ?
 	    !req->framing.conn_close : req->framing.conn_keepalive && !req->framing.conn_close);
-	c->rq->up.expect_continue = req->framing.expect_continue;
-	c->rq->head_request = req->method_bit == METHOD_HEAD;
-	c->rq->head_as_get = 0;
-	c->rq->t.idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
-	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0 ||
-	    http_find_header(req->headers, req->nheaders, "idempotency-key").len != 0;
-	client_body_framing(c, req);
-	client_new_request_id(c, req);
-	c->rq->accept_gzip = 0;
-	if (w->cur->rt->access.fd >= 0)
-		client_remember_for_log(c, req);
-	if (w->draining) {
-		evbuffer_drain(in, (size_t)r);
-		client_error(c, GW_SHUTTING_DOWN, NULL, 1);
-		return;
-	}
-	if (c->conn.tls.plain) {
-		client_error(c, GW_BAD_REQUEST, "plain HTTP request sent to HTTPS port", 1);
-		return;
-	}
-	/* Routes match, and the upstream gets, the normal path: the head is rewritten. */
-	if ((shift = path_norm_head((char *)p, (size_t)r, req)) < 0) {
-		evbuffer_drain(in, (size_t)r);
-		client_error(c, GW_BAD_REQUEST, "the path climbs above /", 0);
-		return;
-	} else if (shift > 0) {
-		evbuffer_drain(in, (size_t)shift);
-		r -= shift;
-		http_parse_request((const char *)evbuffer_pullup(in, r), (size_t)r, req);
-	}
-	client_route(c, req, r);
+	request_take_head(c, req, p, (size_t)r);
 }
 
 /* The client has enough answers to read: no further request of its pipeline is parsed

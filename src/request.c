@@ -3,6 +3,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "path_norm.h"
+
 /*
  * A body the ops cannot take, for why: counted as passed or failed, as on_error decides.
  * Under fail the client gets err with message (NULL: its default text): 1, the request is
@@ -463,6 +465,130 @@ client_scan_more(struct client *c)
 	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
 	c->down->input_room(c, 0);
 	client_route(c, req, (ssize_t)hl);
+}
+
+static void
+request_body_framing(struct client *c, const struct http_request *req)
+{
+	if (req->framing.chunked) {
+		c->rq->up.mode = BODY_CHUNKED;
+		http_chunked_init(&c->rq->up.chunk);
+	} else if (req->framing.content_length > 0) {
+		c->rq->up.mode = BODY_LENGTH;
+		c->rq->up.left = (uint64_t)req->framing.content_length;
+	} else {
+		c->rq->up.mode = BODY_NONE;
+	}
+	c->rq->up.done = c->rq->up.mode == BODY_NONE;
+}
+
+static void
+request_new_id(struct client *c, const struct http_request *req)
+{
+	if (headers_request_id_acceptable(req->request_id)) {
+		memcpy(c->rq->request_id, req->request_id.p, req->request_id.len);
+		c->rq->request_id_len = req->request_id.len;
+	} else {
+		headers_request_id_generate(c->rq->request_id);
+		c->rq->request_id_len = REQUEST_ID_LEN;
+	}
+	c->rq->request_id[c->rq->request_id_len] = '\0';
+}
+
+static void
+copy_str(char *dst, size_t cap, struct http_str s)
+{
+	size_t n = s.len < cap - 1 ? s.len : cap - 1;
+
+	memcpy(dst, s.p, n);
+	dst[n] = '\0';
+}
+
+static void
+request_remember_for_log(struct client *c, const struct http_request *req)
+{
+	size_t i;
+
+	copy_str(c->rq->method, sizeof(c->rq->method), req->method);
+	copy_str(c->rq->target, sizeof(c->rq->target), req->target);
+	c->rq->user_agent[0] = c->rq->referer[0] = '\0';
+	if (c->w->cur->rt->access.format != ACCESS_COMBINED)
+		return;
+	for (i = 0; i < req->nheaders; i++) {
+		if (http_header_is(&req->headers[i], "user-agent"))
+			copy_str(c->rq->user_agent, sizeof(c->rq->user_agent), req->headers[i].value);
+		else if (http_header_is(&req->headers[i], "referer"))
+			copy_str(c->rq->referer, sizeof(c->rq->referer), req->headers[i].value);
+	}
+}
+
+/* c's head is here: it gets a request, from the worker's free list when one is there, with
+ * the state every request starts from.  0, or -1 without memory. */
+int
+request_begin(struct client *c)
+{
+	if (client_request_attach(c) < 0)
+		return -1;
+	client_now(&c->rq->start);
+	c->rq->status = 0;
+	c->rq->gw_error = -1;
+	c->rq->bytes_sent = 0;
+	c->rq->head_sent = 0;
+	c->rq->ans.started = 0;
+	c->rq->up.collecting = 0;
+	c->rq->up.out_len = -1;
+	c->rq->ans.head_seen = 0;
+	c->rq->ans.collecting = 0;
+	c->rq->ans.up_close = 0;
+	c->rq->ans.refused = 0;
+	c->rq->up.done = 1;
+	c->rq->route = NULL;
+	c->rq->up.buffer_body = 0;
+	c->rq->up.keep_chunked = 0;
+	c->rq->up.paused = 0;
+	c->rq->up.replay_len = 0;
+	tries_reset(&c->rq->t);
+	return 0;
+}
+
+void
+request_take_head(struct client *c, struct http_request *req, unsigned char *head, size_t len)
+{
+	struct worker *w = c->w;
+	struct evbuffer *in = client_input(c);
+	ssize_t shift;
+
+	c->rq->up.expect_continue = req->framing.expect_continue;
+	c->rq->head_request = req->method_bit == METHOD_HEAD;
+	c->rq->head_as_get = 0;
+	c->rq->t.idempotent = (req->method_bit & (METHOD_GET | METHOD_HEAD | METHOD_PUT |
+	    METHOD_DELETE | METHOD_OPTIONS | METHOD_TRACE)) != 0 ||
+	    http_find_header(req->headers, req->nheaders, "idempotency-key").len != 0;
+	request_body_framing(c, req);
+	request_new_id(c, req);
+	c->rq->accept_gzip = 0;
+	if (w->cur->rt->access.fd >= 0)
+		request_remember_for_log(c, req);
+	if (w->draining) {
+		evbuffer_drain(in, len);
+		client_error(c, GW_SHUTTING_DOWN, NULL, 1);
+		return;
+	}
+	if (c->down->transport(c)->tls.plain) {
+		client_error(c, GW_BAD_REQUEST, "plain HTTP request sent to HTTPS port", 1);
+		return;
+	}
+	/* Routes match, and the upstream gets, the normal path: the head is rewritten. */
+	if ((shift = path_norm_head((char *)head, len, req)) < 0) {
+		evbuffer_drain(in, len);
+		client_error(c, GW_BAD_REQUEST, "the path climbs above /", 0);
+		return;
+	} else if (shift > 0) {
+		evbuffer_drain(in, (size_t)shift);
+		len -= (size_t)shift;
+		http_parse_request((const char *)evbuffer_pullup(in, (ev_ssize_t)len), len, req);
+	}
+	client_route(c, req, (ssize_t)len);
 }
 
 /* A CORS preflight asks with OPTIONS about the method that follows: a route that takes that

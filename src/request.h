@@ -420,6 +420,13 @@ void proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
     struct body_tls_text *tls_text);
 /* For $header.NAME in response ops: the request head kept in req_copy, parsed again. */
 void proxy_kept_request_headers(struct client *c, struct rewrite_vars *vars);
+/* A request begins on c: it gets a request with the state every request starts from.  0, or
+ * -1 without memory. */
+int request_begin(struct client *c);
+/* The request's head (len bytes at head, the front of the input, parsed into req) is here:
+ * what the request keeps of it, then its route (the path normalised first). */
+void request_take_head(struct client *c, struct http_request *req, unsigned char *head,
+    size_t len);
 /* More of the body came while the route waits for it. */
 void client_scan_more(struct client *c);
 /* Choose the route of the request whose head (r bytes) leads the input, and start it. */
