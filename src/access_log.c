@@ -345,7 +345,7 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		access_combined(&l, e->method, ACCESS_FIELD_MAX);
 		access_lit(&l, " ");
 		access_combined(&l, e->path, ACCESS_TARGET_MAX);
-		access_printf(&l, " HTTP/1.%d\" %d %llu \"", e->http_minor, e->status,
+		access_printf(&l, " %s\" %d %llu \"", e->protocol, e->status,
 		    (unsigned long long)e->body_bytes_sent);
 		access_combined(&l, e->referer != NULL && *e->referer ? e->referer : "-",
 		    ACCESS_HEADER_MAX);

@@ -41,7 +41,7 @@ struct access_entry {
 	const char *request_id;
 	const char *user_agent;         /* combined format only; may be NULL */
 	const char *referer;            /* combined format only; may be NULL */
-	int http_minor;
+	const char *protocol;           /* "HTTP/1.1", "HTTP/1.0" or "HTTP/2.0" */
 	const struct access_field *json;    /* json format: the "json" member, or none */
 	size_t njson;
 	const struct access_field *path_fields; /* json format: "path_fields", or none */

@@ -4,6 +4,8 @@
 #include "config.h"
 #include "request.h"
 
+#include "h2.h"
+
 /*
  * Handle the requests whose heads lead the input, one after the other: in a loop, never by
  * recursion (20,000 pipelined requests in one read must not grow the stack), at most
@@ -59,6 +61,8 @@ client_free(struct client *c, enum client_close why)
 	/* The request stays the client's until the reaper: callers may still look. */
 	if (c->rq != NULL)
 		request_abort(c);
+	if (c->h2 != NULL)
+		h2_free(c->h2);
 	client_set_state(c, CLIENT_DEAD);
 	if (c->resume_queued) {
 		TAILQ_REMOVE(&w->resume, c, resume_entry);
@@ -119,7 +123,7 @@ client_close_now(struct client *c)
 }
 
 /* Stop reading, send what is queued, then close for why. */
-static void
+void
 client_close_after_flush(struct client *c, enum client_close why)
 {
 	client_closing_for(c, why);
@@ -325,9 +329,43 @@ proxy_flush(struct client *c)
 {
 	if (c->state == CLIENT_DEAD)
 		return;
-	conn_flush(&c->conn);
+	c->down->flush(c);
 	if (c->rq != NULL && c->rq->t.ex.uc != NULL)
 		conn_flush(upconn(c));
+}
+
+static void
+client_flush(struct client *c)
+{
+	conn_flush(&c->conn);
+}
+
+void
+client_idle(struct client *c, int on)
+{
+	if (on)
+		client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
+	else
+		client_timer_set(c, TIMER_OFF, 0);
+}
+
+/* A listener that takes HTTP/2: ALPN chose it, or the first bytes are its preface.  1 when
+ * the connection is HTTP/2 now, -1 when it was closed, 0 when it stays HTTP/1.1. */
+static int
+client_choose_protocol(struct client *c)
+{
+	int h2 = c->conn.ssl != NULL ? tls_alpn_is_h2(&c->conn) : h2_preface(c->conn.in);
+
+	if (h2 < 0)
+		return 1;       /* a part of the preface: wait for the rest */
+	c->h2_possible = 0;
+	if (h2 == 0)
+		return 0;
+	if (h2_start(c) < 0) {
+		client_free(c, CLIENT_CLOSE_OUT_OF_MEMORY);
+		return -1;
+	}
+	return 1;
 }
 
 static void
@@ -391,8 +429,22 @@ static void
 client_conn_cb(struct conn *conn, int what, void *arg)
 {
 	struct client *c = arg;
+	enum client_close why;
 
 	(void)conn;
+	if (c->h2_possible && (what & CONN_READ) && c->state == CLIENT_IDLE) {
+		int h2 = client_choose_protocol(c);
+
+		if (h2 < 0)
+			return;
+		if (h2 > 0 && c->h2 == NULL)
+			what &= ~CONN_READ;     /* a part of the preface: the rest decides */
+	}
+	if (c->h2 != NULL) {
+		if ((why = h2_conn_event(c->h2, what)) != CLIENT_CLOSE_NONE)
+			client_free(c, why);
+		return;
+	}
 	if (what & CONN_READ)
 		client_on_input(c);
 	if ((what & CONN_DRAINED) && c->state != CLIENT_DEAD)
@@ -652,16 +704,17 @@ client_request_over(struct client *c)
 }
 
 const struct downstream client_downstream = {
+	/* in the order of struct downstream (request.h) */
 	client_read_body, client_input_room, client_transport, client_takes_chunks, client_continue, client_answer_head, client_answer_body,
 	client_answer_finish, client_answer_error, client_answer_abort, client_answer_backlogged,
-	client_request_over
+	client_request_over, client_flush
 };
 
 /* --- accept, drain ---------------------------------------------------------------------- */
 
 int
 proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
-    struct tls_server *tls)
+    struct tls_server *tls, int http2)
 {
 	const struct config *cfg = w->cur->rt->cfg;
 	struct client *c;
@@ -673,6 +726,7 @@ proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
 	}
 	c->w = w;
 	c->down = &client_downstream;
+	c->h2_possible = http2 != 0;
 	c->close_reason = CLIENT_CLOSE_NONE;
 	deadline_init(&c->timer, w->timers, client_timer_cb, c);
 	if (conn_init(&c->conn, w->timers, fd, client_conn_cb, c) < 0) {
@@ -707,6 +761,10 @@ proxy_drain_idle(struct worker *w)
 
 	for (c = LIST_FIRST(&w->clients); c != NULL; c = next) {
 		next = LIST_NEXT(c, entry);
+		if (c->h2 != NULL) {
+			h2_drain(c->h2);
+			continue;
+		}
 		if (c->state == CLIENT_IDLE &&
 		    evbuffer_get_length(c->conn.in) == 0)
 			client_free(c, CLIENT_CLOSE_SHUTDOWN);

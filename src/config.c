@@ -538,6 +538,27 @@ config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *
 			break;
 		}
 	}
+	/* Unset: HTTP/2 with TLS (offered by ALPN), not on a plain port. */
+	for (i = 0; i < n; i++)
+		if (cfg->listeners[i].http2 < 0)
+			cfg->listeners[i].http2 = cfg->listeners[i].tls != NULL;
+}
+
+void
+config_parse_listener_http2(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config_listener *l = obj;
+	const char *text;
+
+	l->http2 = -1;
+	if (node == NULL || (text = config_scalar(ctx, node, "true or false")) == NULL)
+		return;
+	if (strcmp(text, "true") == 0)
+		l->http2 = 1;
+	else if (strcmp(text, "false") == 0)
+		l->http2 = 0;
+	else
+		config_error(ctx, node, "expected true or false, got \"%s\"", text);
 }
 
 /* ------------------------------------------------------------------ load and free */

@@ -109,6 +109,7 @@ struct config_listener_tls {
 	char *client_ca;                /* PEM CAs client certificates are checked against */
 	enum verify_client verify_client;   /* default off */
 	int session_tickets;            /* 1 (default): resumption by tickets; 0: none */
+	int http2;                      /* ALPN offers h2 before http/1.1 */
 	struct tls_server *ctx;         /* built at load, so that certificate errors show */
 };
 
@@ -196,6 +197,8 @@ struct config_upstream {
 
 struct config_listener {
 	struct config_addr addr;
+	int http2;                      /* 1: HTTP/2 too (ALPN h2, or h2c by its preface);
+	                                 * default: with TLS */
 	struct config_listener_tls *tls;    /* NULL: plain TCP */
 };
 
@@ -365,6 +368,12 @@ struct config {
 		uint64_t queue;             /* 5s: longest wait for a server under max_connections */
 		uint64_t shutdown_grace;    /* 30s */
 	} timeouts;
+
+	struct config_http2 {           /* HTTP/2 connections from clients */
+		unsigned max_concurrent_streams;    /* 100 */
+		size_t stream_window;       /* 256k: request body bytes a stream may send ahead */
+		size_t connection_window;   /* 1m: the same, all streams of a connection */
+	} http2;
 
 	struct config_listener *listeners;
 	size_t nlisteners;

@@ -129,6 +129,7 @@ int config_json_path(struct config_parse *ctx, const yaml_node_t *node, const ch
 void config_parse_json_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_path_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_listener_http2(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 
 /* config_yaml.c: allocation, errors and key paths, YAML nodes, scalars */
 void __attribute__((noreturn)) config_oom(void);

@@ -124,9 +124,23 @@ static const struct config_field config_listener_tls_fields[] = {
 const struct config_section config_listener_tls_section =
     CONFIG_SECTION_OF(config_listener_tls_fields);
 
+static const struct config_field config_http2_fields[] = {
+	F_UINT("max_concurrent_streams", struct config, http2.max_concurrent_streams, "100", 1,
+	    1000000, "streams one HTTP/2 connection may have open at once"),
+	{ "stream_window", CONFIG_SIZE, offsetof(struct config, http2.stream_window), "256k",
+	    65535, 0x7fffffff, NULL, NULL, NULL, 0,
+	    "request body bytes one stream may send before its request reads them", NULL },
+	{ "connection_window", CONFIG_SIZE, offsetof(struct config, http2.connection_window),
+	    "1m", 65535, 0x7fffffff, NULL, NULL, NULL, 0,
+	    "the same for all the streams of a connection together", NULL },
+};
+static const struct config_section config_http2_section = CONFIG_SECTION_OF(config_http2_fields);
+
 static const struct config_field config_listener_fields[] = {
 	F_ADDR("listen", struct config_listener, addr, CONFIG_REQUIRED,
 	    "address to accept clients on: IPv4:PORT, [IPv6]:PORT, *:PORT or localhost:PORT"),
+	F_CUSTOM("http2", config_parse_listener_http2, "enum", "true with tls, else false", 0,
+	    "HTTP/2 next to HTTP/1.1: offered by ALPN with TLS, by prior knowledge (h2c) without"),
 	F_CUSTOM("tls", config_parse_listener_tls, "mapping", NULL, 0,
 	    "TLS for clients; none: plain HTTP"),
 };
@@ -423,6 +437,7 @@ static const struct config_field config_top_fields[] = {
 	F_SECTION("admin", config_admin_section, "admin endpoint; none when absent"),
 	F_SECTION("limits", config_limits_section, "size and count limits"),
 	F_SECTION("timeouts", config_timeouts_section, "timeouts"),
+	F_SECTION("http2", config_http2_section, "HTTP/2 connections from clients"),
 	F_ADDR_PTR("resolver", struct config, resolver,
 	    "nameserver for server names, IPv4:PORT or [IPv6]:PORT; default /etc/resolv.conf's"),
 	F_CUSTOM("listeners", config_parse_listeners, "list", NULL, CONFIG_REQUIRED,

@@ -158,6 +158,7 @@ config_parse_listener_tls(struct config_parse *ctx, const yaml_node_t *node, voi
 	if (node == NULL)
 		return;
 	tls = l->tls = config_xcalloc(1, sizeof(*tls));
+	tls->http2 = l->http2 != 0;     /* unset (-1): with TLS, HTTP/2 is offered */
 	config_parse_object(ctx, node, &config_listener_tls_section, tls);
 	config_resolve_path(ctx, &tls->client_ca);
 	if (tls->verify_client != VERIFY_CLIENT_OFF && tls->client_ca == NULL) {

@@ -25,6 +25,7 @@ struct worker_listener {
 	struct listen_sock *ls;
 	struct worker *w;
 	struct tls_server *tls;         /* the runtime's configuration owns it */
+	int http2;                      /* HTTP/2 (h2 by ALPN, or h2c by prior knowledge) too */
 	int on;
 	int shut;                       /* the socket no longer listens */
 };
@@ -170,13 +171,14 @@ listener_accept_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		}
 		setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (proxy_accept(wl->w, cfd, (struct sockaddr *)&ss, (int)sslen, wl->tls) < 0)
+		if (proxy_accept(wl->w, cfd, (struct sockaddr *)&ss, (int)sslen, wl->tls,
+		    wl->http2) < 0)
 			worker_slot_give(wl->w);
 	}
 }
 
 struct worker_listener *
-listener_attach(struct worker *w, struct listen_sock *ls, struct tls_server *tls)
+listener_attach(struct worker *w, struct listen_sock *ls, struct tls_server *tls, int http2)
 {
 	struct worker_listener *wl;
 
@@ -191,6 +193,7 @@ listener_attach(struct worker *w, struct listen_sock *ls, struct tls_server *tls
 	wl->ls = ls;
 	wl->w = w;
 	wl->tls = tls;
+	wl->http2 = http2;
 	listener_ref(ls);
 	return wl;
 }

@@ -29,7 +29,7 @@ struct tls_server;
 /* Start accepting on worker w's socket of ls; accepted sockets go to proxy_accept, with TLS
  * over them when tls is not NULL. */
 struct worker_listener *listener_attach(struct worker *w, struct listen_sock *ls,
-    struct tls_server *tls);
+    struct tls_server *tls, int http2);
 void listener_detach(struct worker_listener *wl);
 void listener_enable(struct worker_listener *wl, int on);
 

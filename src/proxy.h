@@ -8,10 +8,11 @@
 struct worker;
 struct tls_server;
 
-/* Take ownership of an accepted socket; tls: run TLS over it (NULL: plain).  -1: it could
- * not be set up and is closed already. */
+/* Take ownership of an accepted socket; tls: run TLS over it (NULL: plain); http2: HTTP/2
+ * too (chosen by ALPN, or by the client's preface on a plain socket).  -1: it could not be
+ * set up and is closed already. */
 int proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
-    struct tls_server *tls);
+    struct tls_server *tls, int http2);
 /* Drain: close idle keep-alive clients now, let busy ones finish and close. */
 void proxy_drain_idle(struct worker *w);
 /* Close every client connection at once (the grace period ran out). */

@@ -287,7 +287,7 @@ client_log(struct client *c)
 	e.request_id = c->rq->request_id;
 	e.user_agent = c->rq->user_agent;
 	e.referer = c->rq->referer;
-	e.http_minor = c->http_minor;
+	e.protocol = c->h2_stream ? "HTTP/2.0" : c->http_minor == 0 ? "HTTP/1.0" : "HTTP/1.1";
 	e.json = json;
 	e.njson = route_scan_log(&c->rq->scan, rt->cfg, json);
 	e.path_fields = path;

@@ -70,6 +70,8 @@ enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
 
 enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_LINGER };
 
+struct h2_session;
+
 /* A request on a client connection, from its head to the end of its answer, and its tries
  * with upstream servers.  Requests come from a per-worker free list: a connection waiting
  * for its next request holds none. */
@@ -176,6 +178,7 @@ struct client {
 	enum client_close close_reason; /* why it closes, once decided (the first reason given) */
 	char addr[INET6_ADDRSTRLEN];
 	const struct downstream *down;  /* how its requests write their answers */
+	struct h2_session *h2;          /* the connection speaks HTTP/2: its session, or NULL */
 	int http_minor;
 	unsigned keepalive : 1;
 	unsigned out_chunking : 1;      /* the answer is framed in chunks by the session */
@@ -186,6 +189,8 @@ struct client {
 	unsigned out_paused : 1;        /* waiting for the client to read before the next
 	                                 * pipelined request */
 	unsigned resume_queued : 1;     /* in w->resume: its pipeline goes on at its next turn */
+	unsigned h2_possible : 1;       /* its listener takes HTTP/2: the first bytes tell */
+	unsigned h2_stream : 1;         /* an HTTP/2 stream (h2.c), not a connection */
 	TAILQ_ENTRY(client) resume_entry;
 
 	struct request *rq;             /* from its head to its end (until the reaper once closed) */
@@ -292,7 +297,11 @@ struct downstream {
 	/* The request is over (its answer finished): the session goes on with the next
 	 * request, or closes. */
 	void (*end)(struct client *c);
+	/* Send what the session has queued (at the end of every event). */
+	void (*flush)(struct client *c);
 };
+
+extern const struct downstream h2_downstream;
 
 extern const struct downstream client_downstream;
 
@@ -373,6 +382,10 @@ void request_body_in(struct client *c);
 void request_abort(struct client *c);
 
 /* client.c */
+/* For the HTTP/2 session of the connection: stop reading, send what is queued, then close
+ * for why; and the connection idles (on: timeouts.keepalive closes it) or not. */
+void client_close_after_flush(struct client *c, enum client_close why);
+void client_idle(struct client *c, int on);
 /* Send what both sides have queued. */
 void proxy_flush(struct client *c);
 

@@ -266,7 +266,8 @@ worker_use_runtime(struct worker *w, struct runtime *rt)
 	wr->refs = 1;
 	for (i = 0; i < cfg->nlisteners; i++)
 		if ((wr->listeners[i] = listener_attach(w, rt->socks[i],
-		    cfg->listeners[i].tls != NULL ? cfg->listeners[i].tls->ctx : NULL)) == NULL)
+		    cfg->listeners[i].tls != NULL ? cfg->listeners[i].tls->ctx : NULL,
+		    cfg->listeners[i].http2)) == NULL)
 			log_errorx("worker %u: cannot accept on %s", w->id, rt->socks[i]->key);
 	if (upstream_pools_init(wr) < 0)
 		log_errorx("worker %u: out of memory for upstream pools", w->id);
@@ -404,7 +405,8 @@ worker_init(struct worker *w, unsigned id, struct runtime *rt)
 	    (w->resume_ev = event_new(w->base, -1, 0, proxy_resume_cb, w)) == NULL)
 		return -1;
 	deadline_init(&w->trim, w->timers, worker_trim_cb, w);
-	if ((w->bodies = body_pool_new()) == NULL || (w->rewritten = evbuffer_new()) == NULL)
+	if ((w->bodies = body_pool_new()) == NULL || (w->rewritten = evbuffer_new()) == NULL ||
+	    (w->h2_head = evbuffer_new()) == NULL)
 		return -1;
 	body_pool_set_timers(w->bodies, w->timers);
 	atomic_fetch_add(&rt->refs, 1);
@@ -545,6 +547,8 @@ server_join(void)
 		proxy_worker_free(w);
 		body_pool_free(w->bodies);
 		evbuffer_free(w->rewritten);
+		if (w->h2_head != NULL)
+			evbuffer_free(w->h2_head);
 		close(w->notify_fd);
 		timers_free(w->timers);
 		event_base_free(w->base);

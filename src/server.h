@@ -76,6 +76,7 @@ struct worker {
 	size_t target_cap;
 	struct body_pool *bodies;       /* envelope engine scratch and body blocks */
 	struct evbuffer *rewritten;     /* a rewritten body on its way to a client */
+	struct evbuffer *h2_head;       /* an HTTP/2 answer's head, written as HTTP/1.1 first */
 	struct request *free_requests;  /* idle ones, kept for the next requests (request.c) */
 	unsigned nfree_requests;
 };

@@ -51,6 +51,7 @@ struct tls_client {
 };
 
 static const unsigned char tls_alpn_http11[] = "\x08http/1.1";
+static const unsigned char tls_alpn_h2[] = "\x02h2\x08http/1.1";
 
 /* --- errors ---------------------------------------------------------------------------- */
 
@@ -333,10 +334,12 @@ tls_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     const unsigned char *in, unsigned int inlen, void *arg)
 {
 	unsigned char *sel;
+	int h2 = arg != NULL;
 
 	(void)ssl;
-	(void)arg;
-	if (SSL_select_next_proto(&sel, outlen, tls_alpn_http11, sizeof(tls_alpn_http11) - 1,
+	/* Ours first: h2 (where the listener offers it), then http/1.1. */
+	if (SSL_select_next_proto(&sel, outlen, h2 ? tls_alpn_h2 : tls_alpn_http11,
+	    h2 ? sizeof(tls_alpn_h2) - 1 : sizeof(tls_alpn_http11) - 1,
 	    in, inlen) != OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_NOACK;
 	*out = sel;
@@ -383,7 +386,7 @@ tls_server_ctx(const struct config_listener_tls *cfg, size_t index, tls_error_fn
 	tls_common(ctx);
 	SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
 	tls_set_protocols(ctx, cfg->protocols);
-	SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_cb, NULL);
+	SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_cb, cfg->http2 ? (void *)tls_alpn_h2 : NULL);
 	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)TLS_SID_CONTEXT,
 	    sizeof(TLS_SID_CONTEXT) - 1);
 	/* Resumption by tickets only: no per-context cache to lock and fill. */
@@ -713,4 +716,16 @@ tls_client_verify(const struct conn *c, char *buf, size_t cap)
 	n = snprintf(text, sizeof(text), "FAILED:%s", X509_verify_cert_error_string(v));
 	return tls_copy(buf, cap, text, n < 0 ? 0 : (size_t)n < sizeof(text) ? (size_t)n :
 	    sizeof(text) - 1);
+}
+
+int
+tls_alpn_is_h2(const struct conn *c)
+{
+	const unsigned char *p;
+	unsigned len = 0;
+
+	if (c->ssl == NULL)
+		return 0;
+	SSL_get0_alpn_selected(c->ssl, &p, &len);
+	return len == 2 && memcmp(p, "h2", 2) == 0;
 }

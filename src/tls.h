@@ -42,6 +42,8 @@ void tls_session_free(void *session);
 
 /* Why the handshake of c failed, as a line for a log and an error response. */
 void tls_conn_error(const struct conn *c, char *buf, size_t cap);
+/* 1 when the client chose h2 by ALPN (the handshake is over). */
+int tls_alpn_is_h2(const struct conn *c);
 
 /*
  * Request variables of a TLS client connection.  $ssl_client_s_dn: the client certificate's

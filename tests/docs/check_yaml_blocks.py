@@ -84,6 +84,7 @@ SKELETONS = {
     'admin': [BASE + 'admin:\n  #>\n'],
     'limits': [BASE + 'limits:\n  #>\n'],
     'timeouts': [BASE + 'timeouts:\n  #>\n'],
+    'http2': [BASE + 'http2:\n  #>\n'],
     'listeners': [UPSTREAMS + ROUTES + 'listeners:\n  #>\n'],
     'listeners[]': [UPSTREAMS + ROUTES + 'listeners:\n  -\n    listen: 127.0.0.1:8443\n'
                     '    #>\n'],

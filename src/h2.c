@@ -1,0 +1,957 @@
+/*
+ * The HTTP/2 session of a client connection, on nghttp2.  Each stream is a struct client of
+ * its own (h2_stream.c's is the connection's): its request sees the head as HTTP/1.1 in its
+ * input (the fields as received, :authority as Host, cookie crumbs joined, a body without a
+ * length chunked) and answers through h2_downstream, which maps heads to HEADERS frames and
+ * moves body bytes into DATA frames without copying them.  Flow control bounds what a stream
+ * holds both ways: a request body reads ahead at most the stream window; an answer's client
+ * that opens no window makes its request stop reading the upstream once FLOW_HIGH waits.
+ */
+#include "config.h"
+#include "request.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include "h2.h"
+
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define H2_PREFACE_LEN 24
+/* Frames queued on the socket before nghttp2 is asked for more. */
+#define H2_OUT_HIGH (64 * 1024)
+#define H2_OUT_LOW (16 * 1024)
+/* Longest :method, :path and :authority kept. */
+#define H2_METHOD_MAX 16
+
+struct h2_stream {
+	struct client c;                /* first: the request core's view of the stream */
+	struct h2_session *s;
+	int32_t id;
+	LIST_ENTRY(h2_stream) entry;    /* in s->streams, or s->dead */
+	TAILQ_ENTRY(h2_stream) pending; /* in s->work: input to hand on, or an answer drained */
+	struct evbuffer *out;           /* answer body bytes waiting for the window */
+	struct evbuffer *fields;        /* the request's fields as HTTP/1.1 lines, while read */
+	struct evbuffer *cookie;        /* its cookie crumbs joined, or NULL */
+	char method[H2_METHOD_MAX];
+	char *path;                     /* :path and :authority, copied */
+	char *authority;
+	size_t field_bytes;             /* decoded fields + 32 each, against limits.max_header */
+	uint64_t unconsumed;            /* DATA bytes received not yet given back as window */
+	unsigned queued : 1;            /* in s->work */
+	unsigned reading : 1;           /* its request takes body bytes now */
+	unsigned chunked_in : 1;        /* the body goes into the input chunked (no length) */
+	unsigned in_done : 1;           /* the client's half is closed */
+	unsigned out_done : 1;          /* the answer's last byte is in out */
+	unsigned deferred : 1;          /* the answer waits for bytes in out */
+	unsigned drained : 1;           /* its request waits to hear that out went down */
+	unsigned too_large : 1;         /* its fields outgrew limits.max_header */
+	unsigned closed : 1;            /* nghttp2 is done with it */
+	unsigned aborted : 1;           /* reset by us: its request ended in an error */
+	unsigned has_host : 1;
+	unsigned has_length : 1;
+};
+
+LIST_HEAD(h2_stream_list, h2_stream);
+TAILQ_HEAD(h2_stream_queue, h2_stream);
+
+struct h2_session {
+	struct client *c;               /* the connection */
+	struct worker *w;
+	nghttp2_session *ng;
+	struct h2_stream_list streams;  /* with a request or an answer in flight */
+	struct h2_stream_list dead;     /* closed, freed from the loop */
+	struct h2_stream_queue work;
+	struct event *kick;             /* runs s->work and frees s->dead from the loop */
+	size_t nstreams;
+	enum client_close close_why;    /* the connection is to close, from the loop */
+	unsigned sending : 1;
+	unsigned send_again : 1;
+	unsigned in_recv : 1;           /* inside nghttp2's recv: frames go out after it */
+	unsigned draining : 1;
+	unsigned closing : 1;
+};
+
+extern const struct downstream h2_downstream;
+
+static void h2_send(struct h2_session *s);
+static void h2_kick(struct h2_session *s);
+
+static struct h2_stream *
+h2_stream_of(struct client *c)
+{
+	return (struct h2_stream *)c;
+}
+
+int
+h2_preface(struct evbuffer *in)
+{
+	size_t len = evbuffer_get_length(in);
+	size_t n = len < H2_PREFACE_LEN ? len : H2_PREFACE_LEN;
+
+	if (memcmp(evbuffer_pullup(in, (ev_ssize_t)n), H2_PREFACE, n) != 0)
+		return 0;
+	return n == H2_PREFACE_LEN ? 1 : -1;
+}
+
+size_t
+h2_streams(const struct h2_session *s)
+{
+	return s->nstreams;
+}
+
+/* --- streams ----------------------------------------------------------------------------- */
+
+/* Window given back for DATA bytes its request took out of the input (or that no request
+ * will take). */
+static void
+h2_consume(struct h2_stream *st, size_t n)
+{
+	if (n > st->unconsumed)
+		n = (size_t)st->unconsumed;
+	if (n == 0)
+		return;
+	st->unconsumed -= n;
+	nghttp2_session_consume_connection(st->s->ng, n);
+	if (!st->closed)
+		nghttp2_session_consume_stream(st->s->ng, st->id, n);
+}
+
+/* The request drained its input: what were DATA bytes is window again. */
+static void
+h2_input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	(void)buf;
+	if (info->n_deleted != 0)
+		h2_consume(arg, info->n_deleted);
+}
+
+static struct h2_stream *
+h2_stream_new(struct h2_session *s, int32_t id)
+{
+	struct h2_stream *st = calloc(1, sizeof(*st));
+
+	if (st == NULL)
+		return NULL;
+	st->c.w = s->w;
+	st->c.down = &h2_downstream;
+	st->c.close_reason = CLIENT_CLOSE_NONE;
+	st->c.h2_stream = 1;
+	st->c.http_minor = 1;
+	st->c.state = CLIENT_IDLE;
+	memcpy(st->c.addr, s->c->addr, sizeof(st->c.addr));
+	st->c.conn.fd = -1;
+	if ((st->c.conn.in = evbuffer_new()) == NULL || (st->out = evbuffer_new()) == NULL ||
+	    (st->fields = evbuffer_new()) == NULL ||
+	    evbuffer_add_cb(st->c.conn.in, h2_input_cb, st) == NULL) {
+		if (st->c.conn.in != NULL)
+			evbuffer_free(st->c.conn.in);
+		if (st->out != NULL)
+			evbuffer_free(st->out);
+		if (st->fields != NULL)
+			evbuffer_free(st->fields);
+		free(st);
+		return NULL;
+	}
+	st->s = s;
+	st->id = id;
+	st->reading = 1;
+	LIST_INSERT_HEAD(&s->streams, st, entry);
+	s->nstreams++;
+	client_idle(s->c, 0);
+	return st;
+}
+
+static void
+h2_stream_free(struct h2_stream *st)
+{
+	evbuffer_free(st->c.conn.in);
+	evbuffer_free(st->out);
+	evbuffer_free(st->fields);
+	if (st->cookie != NULL)
+		evbuffer_free(st->cookie);
+	free(st->path);
+	free(st->authority);
+	free(st);
+}
+
+/* Hand the stream's new input, or the news that its answer drained, to its request from the
+ * loop: never from inside nghttp2. */
+static void
+h2_queue(struct h2_stream *st)
+{
+	if (st->queued)
+		return;
+	st->queued = 1;
+	TAILQ_INSERT_TAIL(&st->s->work, st, pending);
+	h2_kick(st->s);
+}
+
+static void
+h2_unqueue(struct h2_stream *st)
+{
+	if (!st->queued)
+		return;
+	st->queued = 0;
+	TAILQ_REMOVE(&st->s->work, st, pending);
+}
+
+/* Neither nghttp2 nor a request needs it any more: freed from the loop. */
+static void
+h2_stream_dead(struct h2_stream *st)
+{
+	struct h2_session *s = st->s;
+
+	h2_unqueue(st);
+	st->c.state = CLIENT_DEAD;
+	LIST_REMOVE(st, entry);
+	LIST_INSERT_HEAD(&s->dead, st, entry);
+	s->nstreams--;
+	h2_kick(s);
+	if (s->nstreams == 0 && !s->draining)
+		client_idle(s->c, 1);
+}
+
+/* The stream's request is over or cut short: it lets go of the stream. */
+static void
+h2_request_gone(struct h2_stream *st)
+{
+	/* What it did not read of the body is window again: the connection's is shared. */
+	evbuffer_drain(st->c.conn.in, evbuffer_get_length(st->c.conn.in));
+	h2_consume(st, (size_t)st->unconsumed);
+	client_request_detach(&st->c);
+	st->c.state = CLIENT_IDLE;
+	if (st->closed)
+		h2_stream_dead(st);
+}
+
+/* --- the request's head ------------------------------------------------------------------ */
+
+static void
+h2_refuse(struct h2_stream *st, enum gateway_error err)
+{
+	struct client *c = &st->c;
+
+	strcpy(c->rq->method, "-");
+	strcpy(c->rq->target, "-");
+	headers_request_id_generate(c->rq->request_id);
+	c->rq->request_id_len = REQUEST_ID_LEN;
+	c->rq->request_id[REQUEST_ID_LEN] = '\0';
+	client_error(c, err, NULL, 1);
+}
+
+/* All the fields are in: the head as HTTP/1.1 at the front of the input, then its request. */
+static void
+h2_stream_start(struct h2_stream *st, int end_stream)
+{
+	struct client *c = &st->c;
+	struct evbuffer *in = c->conn.in;
+	struct http_request *req = &c->w->req;
+	unsigned char *p;
+	ssize_t r;
+	size_t len;
+
+	if (request_begin(c) < 0) {
+		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
+		    NGHTTP2_INTERNAL_ERROR);
+		return;
+	}
+	c->state = CLIENT_BUSY;
+	if (st->too_large) {
+		h2_refuse(st, GW_HEADER_TOO_LARGE);
+		return;
+	}
+	if (st->path == NULL || strcmp(st->method, "CONNECT") == 0) {
+		h2_refuse(st, GW_NOT_IMPLEMENTED);
+		return;
+	}
+	/* A body without a length goes in chunks, as an HTTP/1.1 client would send it. */
+	st->chunked_in = !end_stream && !st->has_length;
+	evbuffer_add_printf(in, "%s %s HTTP/1.1\r\n", st->method, st->path);
+	if (st->authority != NULL && !st->has_host)
+		evbuffer_add_printf(in, "Host: %s\r\n", st->authority);
+	evbuffer_add_buffer(in, st->fields);
+	if (st->cookie != NULL) {
+		evbuffer_add(in, "Cookie: ", 8);
+		evbuffer_add_buffer(in, st->cookie);
+		evbuffer_add(in, "\r\n", 2);
+	}
+	if (st->chunked_in)
+		evbuffer_add(in, "Transfer-Encoding: chunked\r\n", 28);
+	evbuffer_add(in, "\r\n", 2);
+	len = evbuffer_get_length(in);
+	p = evbuffer_pullup(in, (ev_ssize_t)len);
+	r = http_parse_request((const char *)p, len, req);
+	if (r != (ssize_t)len) {
+		h2_refuse(st, r == HTTP_ERR_TOO_MANY_HEADERS ? GW_HEADER_TOO_LARGE :
+		    GW_BAD_REQUEST);
+		return;
+	}
+	request_take_head(c, req, p, len);
+}
+
+static int
+h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
+{
+	struct h2_session *s = arg;
+	struct h2_stream *st;
+
+	if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+		return 0;
+	if ((st = h2_stream_new(s, frame->hd.stream_id)) == NULL)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	nghttp2_session_set_stream_user_data(ng, frame->hd.stream_id, st);
+	return 0;
+}
+
+static char *
+h2_strndup(const uint8_t *p, size_t n)
+{
+	char *s = malloc(n + 1);
+
+	if (s != NULL) {
+		memcpy(s, p, n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
+static int
+h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *name,
+    size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *arg)
+{
+	struct h2_session *s = arg;
+	struct h2_stream *st = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
+
+	(void)flags;
+	if (st == NULL || frame->hd.type != NGHTTP2_HEADERS ||
+	    frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+		return 0;
+	/* RFC 7541's size of a field: what an HPACK bomb inflates is counted, not its bytes. */
+	st->field_bytes += namelen + valuelen + 32;
+	if (st->too_large || st->field_bytes > s->w->cur->rt->cfg->limits.max_header) {
+		st->too_large = 1;
+		return 0;
+	}
+	if (namelen > 0 && name[0] == ':') {
+		if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
+			if (valuelen >= sizeof(st->method))
+				st->too_large = 1;
+			else
+				memcpy(st->method, value, valuelen + 1);
+		} else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
+			free(st->path);
+			st->path = h2_strndup(value, valuelen);
+		} else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
+			free(st->authority);
+			st->authority = h2_strndup(value, valuelen);
+		}
+		return 0;
+	}
+	if (namelen == 6 && memcmp(name, "cookie", 6) == 0) {
+		/* RFC 9113 8.2.3: the crumbs of a cookie go on as one field, "; " between them. */
+		if (st->cookie == NULL && (st->cookie = evbuffer_new()) == NULL)
+			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+		if (evbuffer_get_length(st->cookie) != 0)
+			evbuffer_add(st->cookie, "; ", 2);
+		evbuffer_add(st->cookie, value, valuelen);
+		return 0;
+	}
+	if (namelen == 14 && memcmp(name, "content-length", 14) == 0)
+		st->has_length = 1;
+	if (namelen == 4 && memcmp(name, "host", 4) == 0)
+		st->has_host = 1;
+	evbuffer_add(st->fields, name, namelen);
+	evbuffer_add(st->fields, ": ", 2);
+	evbuffer_add(st->fields, value, valuelen);
+	evbuffer_add(st->fields, "\r\n", 2);
+	return 0;
+}
+
+/* --- the request's body ------------------------------------------------------------------ */
+
+static int
+h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+    size_t len, void *arg)
+{
+	struct h2_session *s = arg;
+	struct h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
+	char line[24];
+	int n;
+
+	(void)flags;
+	/* A body no request takes any more: its window goes back at once. */
+	if (st == NULL || st->c.state != CLIENT_BUSY || st->c.rq == NULL) {
+		nghttp2_session_consume_connection(s->ng, len);
+		if (st != NULL && !st->closed)
+			nghttp2_session_consume_stream(s->ng, id, len);
+		return 0;
+	}
+	if (st->chunked_in) {
+		n = snprintf(line, sizeof(line), "%zx\r\n", len);
+		evbuffer_add(st->c.conn.in, line, (size_t)n);
+	}
+	st->unconsumed += len;
+	evbuffer_add(st->c.conn.in, data, len);
+	if (st->chunked_in)
+		evbuffer_add(st->c.conn.in, "\r\n", 2);
+	if (st->reading)
+		h2_queue(st);
+	return 0;
+}
+
+static int
+h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
+{
+	struct h2_stream *st;
+
+	(void)arg;
+	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
+		return 0;
+	if ((st = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id)) == NULL)
+		return 0;
+	if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+		st->in_done = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+		h2_stream_start(st, st->in_done);
+		return 0;
+	}
+	if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->in_done) {
+		st->in_done = 1;
+		if (st->chunked_in && st->c.state == CLIENT_BUSY)
+			evbuffer_add(st->c.conn.in, "0\r\n\r\n", 5);
+		if (st->reading)
+			h2_queue(st);
+	}
+	return 0;
+}
+
+static int
+h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code, void *arg)
+{
+	struct h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
+	struct client *c;
+
+	(void)error_code;
+	(void)arg;
+	if (st == NULL)
+		return 0;
+	nghttp2_session_set_stream_user_data(ng, id, NULL);
+	st->closed = 1;
+	c = &st->c;
+	if (c->state == CLIENT_BUSY && c->rq != NULL) {
+		/* The client reset it (or the connection went) before the answer was whole:
+		 * logged like HTTP/1.1's, 499 before the answer started. */
+		if (!st->aborted) {
+			if (!c->rq->ans.started)
+				c->rq->status = 499;
+			client_log(c);
+		}
+		request_abort(c);
+		h2_request_gone(st);
+		return 0;
+	}
+	if (c->rq == NULL)
+		h2_stream_dead(st);
+	return 0;
+}
+
+/* --- the answer -------------------------------------------------------------------------- */
+
+/* DATA of the answer: as much of out as the window and the frame take, moved by
+ * h2_send_data without a copy. */
+static ssize_t
+h2_read_answer(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
+    uint32_t *data_flags, nghttp2_data_source *source, void *arg)
+{
+	struct h2_stream *st = source->ptr;
+	size_t have = evbuffer_get_length(st->out);
+
+	(void)ng;
+	(void)id;
+	(void)buf;
+	(void)arg;
+	if (have == 0 && !st->out_done) {
+		st->deferred = 1;
+		return NGHTTP2_ERR_DEFERRED;
+	}
+	if (length > have)
+		length = have;
+	*data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+	if (length == have && st->out_done)
+		*data_flags |= NGHTTP2_DATA_FLAG_EOF;
+	return (ssize_t)length;
+}
+
+static int
+h2_send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd,
+    size_t length, nghttp2_data_source *source, void *arg)
+{
+	struct h2_session *s = arg;
+	struct h2_stream *st = source->ptr;
+	struct evbuffer *out = s->c->conn.out;
+
+	(void)ng;
+	(void)frame;
+	if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+		return NGHTTP2_ERR_WOULDBLOCK;
+	evbuffer_add(out, framehd, 9);
+	evbuffer_remove_buffer(st->out, out, length);
+	if (st->drained && evbuffer_get_length(st->out) <= FLOW_LOW)
+		h2_queue(st);
+	return 0;
+}
+
+static ssize_t
+h2_send_cb(nghttp2_session *ng, const uint8_t *data, size_t length, int flags, void *arg)
+{
+	struct h2_session *s = arg;
+
+	(void)ng;
+	(void)flags;
+	if (evbuffer_get_length(s->c->conn.out) >= H2_OUT_HIGH)
+		return NGHTTP2_ERR_WOULDBLOCK;
+	evbuffer_add(s->c->conn.out, data, length);
+	return (ssize_t)length;
+}
+
+/* A head written as HTTP/1.1 (status line, fields) goes as a HEADERS frame: names in lower
+ * case, the connection's own fields (RFC 9113 8.2.2) left out. */
+static int
+h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
+    const char *length)
+{
+	static _Thread_local struct http_response resp;
+	static _Thread_local nghttp2_nv nv[HTTP_MAX_HEADERS + 2];
+	static _Thread_local char lower[HTTP_MAX_HEADERS][64];
+	nghttp2_data_provider data = { { .ptr = st }, h2_read_answer };
+	char status[4];
+	size_t len = evbuffer_get_length(text), n = 0, i, j;
+	const char *p = (const char *)evbuffer_pullup(text, (ev_ssize_t)len);
+
+	if (http_parse_response(p, len, &resp) <= 0)
+		return -1;
+	snprintf(status, sizeof(status), "%03d", resp.status);
+	nv[n++] = (nghttp2_nv){ (uint8_t *)":status", (uint8_t *)status, 7, 3,
+	    NGHTTP2_NV_FLAG_NONE };
+	for (i = 0; i < resp.nheaders; i++) {
+		const struct http_header *h = &resp.headers[i];
+
+		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]))
+			continue;
+		for (j = 0; j < h->name.len; j++) {
+			char ch = h->name.p[j];
+			lower[i][j] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+		}
+		nv[n++] = (nghttp2_nv){ (uint8_t *)lower[i], (uint8_t *)h->value.p, h->name.len,
+		    h->value.len, NGHTTP2_NV_FLAG_NONE };
+	}
+	if (length != NULL)
+		nv[n++] = (nghttp2_nv){ (uint8_t *)"content-length", (uint8_t *)length, 14,
+		    strlen(length), NGHTTP2_NV_FLAG_NONE };
+	return nghttp2_submit_response(st->s->ng, st->id, nv, n, with_body ? &data : NULL) == 0 ?
+	    0 : -1;
+}
+
+static int
+h2_takes_chunks(struct client *c)
+{
+	(void)c;
+	return 0;
+}
+
+static void
+h2_continue(struct client *c)
+{
+	struct h2_stream *st = h2_stream_of(c);
+	nghttp2_nv nv = { (uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE };
+
+	if (!c->rq->up.expect_continue)
+		return;
+	c->rq->up.expect_continue = 0;
+	nghttp2_submit_headers(st->s->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL);
+}
+
+static void
+h2_answer_head(struct client *c, const struct answer_head *h)
+{
+	struct h2_stream *st = h2_stream_of(c);
+	struct evbuffer *text = c->w->h2_head;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	char length[24];
+	int body = h->framing != ANSWER_BODYLESS && !c->rq->head_request;
+
+	evbuffer_drain(text, evbuffer_get_length(text));
+	headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra);
+	if (c->rq->answer_headers_len != 0)
+		evbuffer_add(text, c->rq->answer_headers, c->rq->answer_headers_len);
+	evbuffer_add(text, "\r\n", 2);
+	c->rq->head_sent = evbuffer_get_length(text);
+	c->rq->bytes_sent += c->rq->head_sent;
+	snprintf(length, sizeof(length), "%llu", (unsigned long long)h->length);
+	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ? length : NULL) < 0)
+		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
+		    NGHTTP2_INTERNAL_ERROR);
+	if (!body)
+		st->out_done = 1;
+}
+
+static void
+h2_answer_body(struct client *c, struct evbuffer *from, size_t n)
+{
+	struct h2_stream *st = h2_stream_of(c);
+	int moved;
+
+	if (st->out_done) {
+		evbuffer_drain(from, n);        /* a HEAD's, or after the end */
+		return;
+	}
+	if ((moved = evbuffer_remove_buffer(from, st->out, n)) > 0)
+		c->rq->bytes_sent += (uint64_t)moved;
+	if (st->deferred && moved > 0) {
+		st->deferred = 0;
+		nghttp2_session_resume_data(st->s->ng, st->id);
+	}
+}
+
+static void
+h2_answer_finish(struct client *c)
+{
+	struct h2_stream *st = h2_stream_of(c);
+
+	if (st->out_done)
+		return;
+	st->out_done = 1;
+	if (st->deferred) {
+		st->deferred = 0;
+		nghttp2_session_resume_data(st->s->ng, st->id);
+	}
+}
+
+static void
+h2_answer_error(struct client *c, enum gateway_error err, const char *message,
+    const char *extra, int must_close)
+{
+	struct h2_stream *st = h2_stream_of(c);
+	struct evbuffer *text = c->w->h2_head;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	char lines[ROUTE_ALLOW_MAX + sizeof(c->rq->answer_headers)], length[24];
+	size_t head_len = 0, total;
+
+	(void)must_close;       /* a stream's error ends the stream, not the connection */
+	if (c->rq->answer_headers_len != 0) {
+		snprintf(lines, sizeof(lines), "%s%.*s", extra != NULL ? extra : "",
+		    (int)c->rq->answer_headers_len, c->rq->answer_headers);
+		extra = lines;
+	}
+	evbuffer_drain(text, evbuffer_get_length(text));
+	total = respond_error(text, err, message, id, RESPOND_CONN_NONE, extra, 0, &head_len);
+	c->rq->head_sent = head_len;
+	c->rq->bytes_sent += c->rq->head_request ? head_len : total;
+	snprintf(length, sizeof(length), "%zu", total - head_len);
+	/* The body follows the head in text: it goes to out, the head as HEADERS. */
+	if (!c->rq->head_request)
+		evbuffer_add(st->out, evbuffer_pullup(text, -1) + head_len, total - head_len);
+	st->out_done = 1;
+	if (h2_submit_head(st, text, !c->rq->head_request, length) < 0)
+		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
+		    NGHTTP2_INTERNAL_ERROR);
+}
+
+/* The answer cannot be completed: the stream is reset, which the client sees as a failed
+ * request (never as a complete answer). */
+static void
+h2_answer_abort(struct client *c, enum client_close why)
+{
+	struct h2_stream *st = h2_stream_of(c);
+
+	(void)why;
+	st->aborted = 1;
+	st->out_done = 1;
+	nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+}
+
+static int
+h2_answer_backlogged(struct client *c)
+{
+	struct h2_stream *st = h2_stream_of(c);
+
+	if (evbuffer_get_length(st->out) <= FLOW_HIGH)
+		return 0;
+	st->drained = 1;
+	return 1;
+}
+
+/* The request is over: the stream ends when its answer is sent.  A body the client still
+ * sends is taken and dropped: its window goes back (h2_on_data_chunk). */
+static void
+h2_request_over(struct client *c)
+{
+	h2_request_gone(h2_stream_of(c));
+}
+
+static void
+h2_read_body(struct client *c, enum body_reading how)
+{
+	struct h2_stream *st = h2_stream_of(c);
+
+	st->reading = how == BODY_READING;
+	if (st->reading && evbuffer_get_length(c->conn.in) != 0)
+		h2_queue(st);
+}
+
+static void
+h2_input_room(struct client *c, size_t n)
+{
+	(void)c;
+	(void)n;        /* the stream window bounds the input */
+}
+
+static const struct conn *
+h2_transport(struct client *c)
+{
+	return &h2_stream_of(c)->s->c->conn;
+}
+
+static void
+h2_flush(struct client *c)
+{
+	h2_send(h2_stream_of(c)->s);
+}
+
+const struct downstream h2_downstream = {
+	h2_read_body, h2_input_room, h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
+	h2_answer_body, h2_answer_finish, h2_answer_error, h2_answer_abort, h2_answer_backlogged,
+	h2_request_over, h2_flush
+};
+
+/* --- the session ------------------------------------------------------------------------- */
+
+/* The connection closes once its last frames are out, from the loop: callers up the stack
+ * may still hold the session. */
+static void
+h2_close(struct h2_session *s, enum client_close why)
+{
+	if (s->close_why == CLIENT_CLOSE_NONE)
+		s->close_why = why;
+	h2_kick(s);
+}
+
+/* Send rounds in one go before the loop's other work has its turn. */
+#define H2_SEND_ROUNDS 16
+
+/* Frames out, as far as the socket takes them. */
+static void
+h2_send(struct h2_session *s)
+{
+	struct conn *conn = &s->c->conn;
+	int rounds = 0;
+
+	if (s->closing || s->close_why != CLIENT_CLOSE_NONE)
+		return;
+	if (s->sending || s->in_recv) {
+		s->send_again = 1;
+		return;
+	}
+	s->sending = 1;
+	for (;;) {
+		s->send_again = 0;
+		if (nghttp2_session_send(s->ng) != 0) {
+			s->sending = 0;
+			h2_close(s, CLIENT_CLOSE_CLIENT_ERROR);
+			return;
+		}
+		conn_flush(conn);
+		if (conn->error || evbuffer_get_length(conn->out) != 0)
+			break;          /* the socket is full: its drain calls again */
+		if (!s->send_again && !nghttp2_session_want_write(s->ng))
+			break;
+		if (++rounds == H2_SEND_ROUNDS) {
+			h2_kick(s);     /* the rest from the loop */
+			break;
+		}
+	}
+	s->sending = 0;
+	if (conn->error) {
+		h2_close(s, CLIENT_CLOSE_CLIENT_ERROR);
+		return;
+	}
+	if (evbuffer_get_length(conn->out) != 0)
+		conn_notify_drained(conn, 1, H2_OUT_LOW);
+	if ((!nghttp2_session_want_read(s->ng) && !nghttp2_session_want_write(s->ng)) ||
+	    (s->draining && s->nstreams == 0 && !nghttp2_session_want_write(s->ng)))
+		h2_close(s, s->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_CLIENT_CLOSED);
+}
+
+/* The streams' deferred work, from the loop: input to their requests, drained answers, and
+ * the memory of the closed ones. */
+static void
+h2_kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct h2_session *s = arg;
+	struct h2_stream *st;
+
+	(void)fd;
+	(void)what;
+	while ((st = TAILQ_FIRST(&s->work)) != NULL) {
+		h2_unqueue(st);
+		if (st->c.state != CLIENT_BUSY || st->c.rq == NULL)
+			continue;
+		if (st->drained && evbuffer_get_length(st->out) <= FLOW_LOW) {
+			st->drained = 0;
+			proxy_answer_drained(&st->c);
+		}
+		if (st->c.state == CLIENT_BUSY && st->reading &&
+		    evbuffer_get_length(st->c.conn.in) != 0)
+			request_body_in(&st->c);
+		proxy_flush(&st->c);
+	}
+	while ((st = LIST_FIRST(&s->dead)) != NULL) {
+		LIST_REMOVE(st, entry);
+		h2_stream_free(st);
+	}
+	h2_send(s);
+	if (s->close_why != CLIENT_CLOSE_NONE && !s->closing) {
+		s->closing = 1;
+		client_close_after_flush(s->c, s->close_why);     /* frees s */
+	}
+}
+
+static void
+h2_kick(struct h2_session *s)
+{
+	event_active(s->kick, EV_TIMEOUT, 0);
+}
+
+enum client_close
+h2_conn_event(struct h2_session *s, int what)
+{
+	struct conn *conn = &s->c->conn;
+	struct evbuffer_iovec v[8];
+	ssize_t r;
+	int i, n;
+
+	if (what & CONN_READ) {
+		s->in_recv = 1;
+		while (evbuffer_get_length(conn->in) != 0) {
+			n = evbuffer_peek(conn->in, -1, NULL, v, 8);
+			for (i = 0; i < n && i < 8; i++) {
+				r = nghttp2_session_mem_recv(s->ng, v[i].iov_base, v[i].iov_len);
+				if (r < 0) {
+					/* nghttp2 queued its GOAWAY: it goes, then the close. */
+					s->in_recv = 0;
+					evbuffer_drain(conn->in, evbuffer_get_length(conn->in));
+					nghttp2_session_send(s->ng);
+					return CLIENT_CLOSE_BAD_REQUEST;
+				}
+				evbuffer_drain(conn->in, (size_t)r);
+			}
+		}
+		s->in_recv = 0;
+	}
+	if (what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT))
+		return what & CONN_TIMEOUT ? CLIENT_CLOSE_CLIENT_TIMEOUT :
+		    what & CONN_ERROR ? CLIENT_CLOSE_CLIENT_ERROR : CLIENT_CLOSE_CLIENT_CLOSED;
+	h2_send(s);
+	return CLIENT_CLOSE_NONE;
+}
+
+int
+h2_start(struct client *c)
+{
+	const struct config *cfg = c->w->cur->rt->cfg;
+	nghttp2_session_callbacks *cb = NULL;
+	nghttp2_option *opt = NULL;
+	struct h2_session *s;
+	nghttp2_settings_entry iv[] = {
+		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->http2.max_concurrent_streams },
+		{ NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)cfg->http2.stream_window },
+		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->limits.max_header },
+	};
+
+	if ((s = calloc(1, sizeof(*s))) == NULL)
+		return -1;
+	s->c = c;
+	s->w = c->w;
+	LIST_INIT(&s->streams);
+	LIST_INIT(&s->dead);
+	TAILQ_INIT(&s->work);
+	if ((s->kick = event_new(c->w->base, -1, 0, h2_kick_cb, s)) == NULL ||
+	    nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0)
+		goto fail;
+	nghttp2_session_callbacks_set_send_callback(cb, h2_send_cb);
+	nghttp2_session_callbacks_set_send_data_callback(cb, h2_send_data);
+	nghttp2_session_callbacks_set_on_begin_headers_callback(cb, h2_on_begin_headers);
+	nghttp2_session_callbacks_set_on_header_callback(cb, h2_on_header);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2_on_frame_recv);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data_chunk);
+	nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_on_stream_close);
+	/* Windows are given back as requests take the bytes, not as they arrive. */
+	nghttp2_option_set_no_auto_window_update(opt, 1);
+	if (nghttp2_session_server_new2(&s->ng, cb, s, opt) != 0)
+		goto fail;
+	nghttp2_session_callbacks_del(cb);
+	nghttp2_option_del(opt);
+	cb = NULL;
+	opt = NULL;
+	if (nghttp2_submit_settings(s->ng, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) !=
+	    0 || nghttp2_session_set_local_window_size(s->ng, NGHTTP2_FLAG_NONE, 0,
+	    (int32_t)cfg->http2.connection_window) != 0)
+		goto fail;
+	c->h2 = s;
+	s->close_why = CLIENT_CLOSE_NONE;
+	client_idle(c, 1);
+	return 0;
+fail:
+	if (cb != NULL)
+		nghttp2_session_callbacks_del(cb);
+	if (opt != NULL)
+		nghttp2_option_del(opt);
+	if (s->ng != NULL)
+		nghttp2_session_del(s->ng);
+	if (s->kick != NULL)
+		event_free(s->kick);
+	free(s);
+	return -1;
+}
+
+void
+h2_drain(struct h2_session *s)
+{
+	if (s->draining)
+		return;
+	s->draining = 1;
+	/* Streams up to the last one taken finish; later ones are refused. */
+	nghttp2_submit_goaway(s->ng, NGHTTP2_FLAG_NONE,
+	    nghttp2_session_get_last_proc_stream_id(s->ng), NGHTTP2_NO_ERROR, NULL, 0);
+	h2_send(s);
+}
+
+void
+h2_free(struct h2_session *s)
+{
+	struct h2_stream *st;
+
+	s->closing = 1;
+	while ((st = LIST_FIRST(&s->streams)) != NULL) {
+		struct client *c = &st->c;
+
+		if (c->state == CLIENT_BUSY && c->rq != NULL) {
+			if (!c->rq->ans.started)
+				c->rq->status = 499;
+			if (!st->aborted)
+				client_log(c);
+			request_abort(c);
+			client_request_detach(c);
+		}
+		st->closed = 1;
+		h2_unqueue(st);
+		LIST_REMOVE(st, entry);
+		h2_stream_free(st);
+	}
+	while ((st = LIST_FIRST(&s->dead)) != NULL) {
+		LIST_REMOVE(st, entry);
+		h2_stream_free(st);
+	}
+	nghttp2_session_del(s->ng);
+	event_free(s->kick);
+	s->c->h2 = NULL;
+	free(s);
+}
