@@ -1,0 +1,442 @@
+/*
+ * The event-stream parser: events and their lines as the WHATWG rules read them, the same
+ * events whatever the chunks, byte-exact pass-through of everything, events over the limit
+ * never held, and an event rebuilt with new data.  Then the event ops on SSE answers
+ * (stream_event.c), chunked at every byte.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite.h"
+#include "sse.h"
+#include "stream_event.h"
+
+#define S(lit) lit, sizeof(lit) - 1
+
+/* What the callbacks saw, as text: "E{data}[kinds]raw" per event, "O(raw)" per event over
+ * the limit (its pieces joined), "R(raw)" for bytes of no event (adjacent ones joined). */
+struct log {
+	char *s;
+	size_t len, cap;
+	char *all;                      /* every raw byte, in order */
+	size_t all_len, all_cap;
+	int in_over;
+	int in_raw;
+	int ended_cr;                   /* the last event ended with a CR */
+	int close_over;                 /* an event over the limit ended: ")" still to log */
+	int overs;
+};
+
+static void
+log_add(char **s, size_t *len, size_t *cap, const char *p, size_t n)
+{
+	if (*len + n + 1 > *cap) {
+		*cap = (*len + n + 1) * 2;
+		ck_assert_ptr_nonnull(*s = realloc(*s, *cap));
+	}
+	memcpy(*s + *len, p, n);
+	*len += n;
+	(*s)[*len] = '\0';
+}
+
+static void
+log_str(struct log *lg, const char *p, size_t n)
+{
+	log_add(&lg->s, &lg->len, &lg->cap, p, n);
+}
+
+static int
+log_cb(void *arg, const struct sse_event *ev)
+{
+	static const char kinds[] = "deirco";
+	struct log *lg = arg;
+	struct sse_event ev_rest;
+	size_t i;
+	char k;
+
+	log_add(&lg->all, &lg->all_len, &lg->all_cap, ev->raw, ev->raw_len);
+	if (ev->kind == SSE_RAW && lg->ended_cr && !lg->in_raw && ev->raw_len > 0 &&
+	    ev->raw[0] == '\n') {
+		/* The LF of a CRLF cut after its CR, which ended the last event: log it as if the
+		 * chunks had not been cut there. */
+		lg->ended_cr = 0;
+		log_str(lg, S("\n"));
+		if (ev->raw_len == 1)
+			return 0;
+		ev_rest = *ev;
+		ev_rest.raw++;
+		ev_rest.raw_len--;
+		ev = &ev_rest;
+	}
+	if (lg->close_over) {
+		log_str(lg, S(")"));
+		lg->close_over = 0;
+	}
+	if (ev->raw_len > 0)
+		lg->ended_cr = ev->raw[ev->raw_len - 1] == '\r';
+	if (ev->kind != SSE_RAW && lg->in_raw) {
+		log_str(lg, S(")"));
+		lg->in_raw = 0;
+	}
+	switch (ev->kind) {
+	case SSE_EVENT:
+		ck_assert(!lg->in_over);
+		log_str(lg, S("E{"));
+		if (ev->data != NULL)
+			log_str(lg, ev->data, ev->data_len);
+		else
+			log_str(lg, S("-"));
+		log_str(lg, S("}["));
+		for (i = 0; i < ev->nlines; i++) {
+			k = kinds[ev->lines[i].kind];
+			log_str(lg, &k, 1);
+			/* the value as the line's offsets give it */
+			log_str(lg, S("="));
+			log_str(lg, ev->raw + ev->lines[i].off + ev->lines[i].value,
+			    ev->lines[i].len - ev->lines[i].value);
+			log_str(lg, ev->lines[i].term == 2 ? "/2," : "/1,", 3);
+		}
+		log_str(lg, S("]"));
+		log_str(lg, ev->raw, ev->raw_len);
+		break;
+	case SSE_OVER:
+		if (ev->first) {
+			ck_assert(!lg->in_over);
+			lg->in_over = 1;
+			lg->overs++;
+			log_str(lg, S("O("));
+		}
+		ck_assert(lg->in_over);
+		log_str(lg, ev->raw, ev->raw_len);
+		if (ev->last) {
+			lg->in_over = 0;
+			lg->close_over = 1;
+		}
+		break;
+	case SSE_RAW:
+		if (!lg->in_raw)
+			log_str(lg, S("R("));
+		lg->in_raw = 1;
+		log_str(lg, ev->raw, ev->raw_len);
+		break;
+	}
+	return 0;
+}
+
+static void
+log_free(struct log *lg)
+{
+	free(lg->s);
+	free(lg->all);
+	memset(lg, 0, sizeof(*lg));
+}
+
+/* Parse in[0..len) cut at the given offsets (sorted, ncuts of them) into lg. */
+static void
+parse_cut(struct sse_parser *sp, const char *in, size_t len, const size_t *cuts, size_t ncuts,
+    struct log *lg)
+{
+	size_t i, at = 0;
+
+	sse_parser_reset(sp);
+	for (i = 0; i <= ncuts; i++) {
+		size_t end = i < ncuts ? cuts[i] : len;
+
+		ck_assert_int_eq(sse_feed(sp, in + at, end - at, log_cb, lg), 0);
+		at = end;
+	}
+	ck_assert_int_eq(sse_finish(sp, log_cb, lg), 0);
+	if (lg->close_over)
+		log_str(lg, S(")"));
+	lg->close_over = 0;
+	if (lg->in_raw) {
+		log_str(lg, S(")"));
+		lg->in_raw = 0;
+	}
+	ck_assert(!lg->in_over);
+	/* Everything went on, byte for byte. */
+	ck_assert_uint_eq(lg->all_len, len);
+	ck_assert(len == 0 || memcmp(lg->all, in, len) == 0);
+}
+
+static const struct {
+	const char *name;
+	const char *in;
+	size_t max;
+	const char *want;
+} cases[] = {
+	{ "one event", "data: {\"a\":1}\n\n", 1024,
+	  "E{{\"a\":1}}[d={\"a\":1}/1,]data: {\"a\":1}\n\n" },
+	{ "CRLF", "data: x\r\n\r\n", 1024, "E{x}[d=x/2,]data: x\r\n\r\n" },
+	{ "CR", "data: x\r\r", 1024, "E{x}[d=x/1,]data: x\r\r" },
+	{ "multi-line data", "id: 7\ndata: a\nevent: e\ndata:b\ndata\n\n", 1024,
+	  "E{a\nb\n}[i=7/1,d=a/1,e=e/1,d=b/1,d=/1,]id: 7\ndata: a\nevent: e\ndata:b\ndata\n\n" },
+	{ "one space only", "data:  x\n\n", 1024, "E{ x}[d= x/1,]data:  x\n\n" },
+	{ "comments and retry", ": hi\nretry: 10\nfoo: bar\n\n", 1024,
+	  "E{-}[c=/1,r=10/1,o=bar/1,]: hi\nretry: 10\nfoo: bar\n\n" },
+	{ "blank lines alone", "\n\n", 1024, "E{-}[]\nE{-}[]\n" },
+	{ "BOM", "\xef\xbb\xbf" "data: 1\n\n", 1024, "E{1}[d=1/1,]\xef\xbb\xbf" "data: 1\n\n" },
+	{ "[DONE]", "data: [DONE]\n\n", 1024, "E{[DONE]}[d=[DONE]/1,]data: [DONE]\n\n" },
+	{ "unfinished at the end", "data: 1\n\ndata: 2\n", 1024,
+	  "E{1}[d=1/1,]data: 1\n\nR(data: 2\n)" },
+	{ "over the limit", "data: 1\n\ndata: 0123456789abcdef\ndata: x\n\ndata: 2\n\n", 16,
+	  "E{1}[d=1/1,]data: 1\n\nO(data: 0123456789abcdef\ndata: x\n\n)E{2}[d=2/1,]data: 2\n\n" },
+	{ "over the limit at the end", "data: 0123456789abcdef", 16,
+	  "O(data: 0123456789abcdef)" },
+};
+
+START_TEST(test_cases_every_cut)
+{
+	const char *in = cases[_i].in;
+	size_t len = strlen(in), a, b, cuts[2];
+	struct sse_parser *sp = sse_parser_new(cases[_i].max);
+	struct log lg = { 0 };
+
+	parse_cut(sp, in, len, NULL, 0, &lg);
+	ck_assert_msg(strcmp(lg.s, cases[_i].want) == 0, "%s: got\n%s", cases[_i].name, lg.s);
+	log_free(&lg);
+	/* Every one and two cuts: the same events. */
+	for (a = 0; a <= len; a++)
+		for (b = a; b <= len; b++) {
+			cuts[0] = a;
+			cuts[1] = b;
+			parse_cut(sp, in, len, cuts, 2, &lg);
+			ck_assert_msg(strcmp(lg.s, cases[_i].want) == 0, "%s cut at %zu,%zu: got\n%s",
+			    cases[_i].name, a, b, lg.s);
+			log_free(&lg);
+		}
+	sse_parser_free(sp);
+}
+END_TEST
+
+/* Random streams of line pieces and line ends, cut at every byte and at random pairs: the
+ * same events as in one piece. */
+START_TEST(test_random_every_cut)
+{
+	static const char *const parts[] = { "data", ":", " ", "\r", "\n", "\r\n", "x", "id",
+	    "event", "{\"a\":1}", "\xef\xbb\xbf", "retry:", "0123456789" };
+	struct sse_parser *sp;
+	struct log ref = { 0 }, lg = { 0 };
+	char in[256];
+	size_t len, k, cuts[2], max;
+	int iter;
+
+	srandom(28);
+	for (iter = 0; iter < 300; iter++) {
+		max = 8 + (size_t)random() % 40;
+		sp = sse_parser_new(max);
+		len = 0;
+		while (len < 150) {
+			const char *pt = parts[random() % (sizeof(parts) / sizeof(parts[0]))];
+
+			memcpy(in + len, pt, strlen(pt));
+			len += strlen(pt);
+		}
+		parse_cut(sp, in, len, NULL, 0, &ref);
+		for (k = 0; k <= len; k++) {
+			cuts[0] = k;
+			cuts[1] = k + (size_t)random() % (len - k + 1);
+			parse_cut(sp, in, len, cuts, 2, &lg);
+			ck_assert_msg(strcmp(lg.s, ref.s) == 0, "iter %d max %zu cut %zu,%zu:\n%s\nvs\n%s", iter, max,
+			    cuts[0], cuts[1], lg.s, ref.s);
+			log_free(&lg);
+		}
+		log_free(&ref);
+		sse_parser_free(sp);
+	}
+}
+END_TEST
+
+/* A CR at a chunk end then LF: one line end, the event dispatched at the CR. */
+START_TEST(test_cr_then_lf)
+{
+	struct sse_parser *sp = sse_parser_new(1024);
+	struct log lg = { 0 };
+
+	ck_assert_int_eq(sse_feed(sp, S("data: a\r\n\r"), log_cb, &lg), 0);
+	ck_assert_str_eq(lg.s, "E{a}[d=a/2,]data: a\r\n\r");
+	ck_assert_int_eq(sse_feed(sp, S("\ndata: b\r"), log_cb, &lg), 0);
+	ck_assert_int_eq(sse_feed(sp, S("\n\n"), log_cb, &lg), 0);
+	ck_assert_int_eq(sse_finish(sp, log_cb, &lg), 0);
+	/* (the log puts the LF, passed as bytes of no event, after the event it ends) */
+	ck_assert_str_eq(lg.s, "E{a}[d=a/2,]data: a\r\n\r\nE{b}[d=b/2,]data: b\r\n\n");
+	ck_assert_uint_eq(lg.all_len, 21);
+	log_free(&lg);
+	sse_parser_free(sp);
+}
+END_TEST
+
+/* An event over the limit is never held: its pieces go on as the chunks come. */
+START_TEST(test_over_not_held)
+{
+	struct sse_parser *sp = sse_parser_new(64);
+	struct log lg = { 0 };
+	char chunk[1000];
+	int i;
+
+	memset(chunk, 'x', sizeof(chunk));
+	ck_assert_int_eq(sse_feed(sp, S("data: "), log_cb, &lg), 0);
+	for (i = 0; i < 1000; i++) {
+		size_t before = lg.all_len;
+
+		ck_assert_int_eq(sse_feed(sp, chunk, sizeof(chunk), log_cb, &lg), 0);
+		if (i > 0)
+			ck_assert_uint_eq(lg.all_len, before + sizeof(chunk));
+	}
+	ck_assert_int_eq(sse_feed(sp, S("\n\ndata: 1\n\n"), log_cb, &lg), 0);
+	ck_assert_int_eq(lg.overs, 1);
+	ck_assert_uint_eq(lg.all_len, 6 + 1000 * sizeof(chunk) + 11);
+	ck_assert_ptr_nonnull(strstr(lg.s, ")E{1}"));
+	log_free(&lg);
+	sse_parser_free(sp);
+}
+END_TEST
+
+struct out {
+	char *s;
+	size_t len, cap;
+};
+
+static int
+out_write(void *arg, const char *p, size_t n)
+{
+	struct out *o = arg;
+
+	log_add(&o->s, &o->len, &o->cap, p, n);
+	return 0;
+}
+
+static int
+rebuild_cb(void *arg, const struct sse_event *ev)
+{
+	struct rewrite_span spans[2] = { { S("{\"b\":") }, { S("\r\n2}") } };
+
+	if (ev->kind != SSE_EVENT)
+		return out_write(arg, ev->raw, ev->raw_len);
+	return sse_event_write(ev, spans, 2, out_write, arg);
+}
+
+/* New data: one data line where the first was, other lines kept in order, a line end in the
+ * value starting another data line. */
+START_TEST(test_event_write)
+{
+	struct sse_parser *sp = sse_parser_new(1024);
+	struct out o = { 0 };
+
+	ck_assert_int_eq(sse_feed(sp, S("id: 1\r\ndata: {\"a\":\r\nevent: x\r\ndata: 1}\r\n"
+	    ": c\r\n\r\n"), rebuild_cb, &o), 0);
+	ck_assert_str_eq(o.s, "id: 1\r\ndata: {\"b\":\r\ndata: 2}\r\nevent: x\r\n: c\r\n\r\n");
+	free(o.s);
+	sse_parser_free(sp);
+}
+END_TEST
+
+/* The event ops on an SSE answer of an LLM API, cut at every byte. */
+static const char llm_in[] =
+    ": keep-alive\n\n"
+    "id: 1\nevent: chunk\ndata: {\"id\":\"c1\",\"system_fingerprint\":\"fp\",\"choices\":"
+    "[{\"delta\":{\"content\":\"Hi \\\"x\\\"\"}}]}\n\n"
+    "data: {\"id\":\"c2\",\n"
+    "data:  \"n\": 1.50e3}\r\n\r\n"
+    "retry: 100\ndata: [DONE]\n\n";
+static const char llm_want[] =
+    ": keep-alive\n\n"
+    "id: 1\nevent: chunk\ndata: {\"id\":\"c1\",\"choices\":"
+    "[{\"delta\":{\"content\":\"Hi \\\"x\\\"\"}}],\"gateway\":\"jsongate\",\"rid\":\"r-1\"}\n\n"
+    "data: {\"id\":\"c2\",\n"
+    "data:  \"n\": 1.50e3,\"gateway\":\"jsongate\",\"rid\":\"r-1\"}\n\r\n"
+    "retry: 100\ndata: [DONE]\n\n";
+
+START_TEST(test_events_sse_every_cut)
+{
+	static const char yaml[] =
+	    "[ { drop: [ system_fingerprint ] }, { set: { gateway: jsongate, rid: $request_id } } ]";
+	struct rewrite_vars vars = { .request_id = { S("r-1") } };
+	struct rewrite_program *prog;
+	struct stream_events *se;
+	const struct stream_events_counts *c;
+	char err[200];
+	size_t len = sizeof(llm_in) - 1, cut;
+	struct out o = { 0 };
+
+	ck_assert_ptr_nonnull(prog = rewrite_program_from_yaml(S(yaml), err, sizeof(err)));
+	ck_assert_ptr_nonnull(se = stream_events_new(1 << 20, 64, 1000));
+	for (cut = 0; cut <= len; cut++) {
+		stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, &vars);
+		ck_assert_int_eq(stream_events_feed(se, llm_in, cut, out_write, &o), 0);
+		ck_assert_int_eq(stream_events_feed(se, llm_in + cut, len - cut, out_write, &o), 0);
+		ck_assert_int_eq(stream_events_finish(se, out_write, &o), 0);
+		ck_assert_msg(o.len == sizeof(llm_want) - 1 && memcmp(o.s, llm_want, o.len) == 0,
+		    "cut %zu: got\n%s", cut, o.s);
+		c = stream_events_counts(se);
+		ck_assert_uint_eq(c->rewritten, 2);
+		ck_assert_uint_eq(c->passed, 1);       /* [DONE]: events without data are not counted */
+		ck_assert_uint_eq(c->over, 0);
+		o.len = 0;
+	}
+	/* The first event goes on before the rest has come. */
+	stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, &vars);
+	ck_assert_int_eq(stream_events_feed(se, llm_in, 16, out_write, &o), 0);
+	ck_assert_uint_eq(o.len, 14);
+	free(o.s);
+	stream_events_free(se);
+	rewrite_program_free(prog);
+}
+END_TEST
+
+/* An event over max_event passes untouched and is counted. */
+START_TEST(test_events_over)
+{
+	static const char in[] = "data: {\"a\":1,\"drop\":2,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxx\"}\n\n"
+	    "data: {\"drop\":1}\n\n";
+	struct rewrite_program *prog;
+	struct stream_events *se;
+	char err[200];
+	struct out o = { 0 };
+
+	ck_assert_ptr_nonnull(prog = rewrite_program_from_yaml(S("[ { drop: [ drop ] } ]"), err,
+	    sizeof(err)));
+	ck_assert_ptr_nonnull(se = stream_events_new(32, 64, 1000));
+	stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+	ck_assert_int_eq(stream_events_feed(se, S(in), out_write, &o), 0);
+	ck_assert_int_eq(stream_events_finish(se, out_write, &o), 0);
+	ck_assert_str_eq(o.s, "data: {\"a\":1,\"drop\":2,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxx\"}\n\n"
+	    "data: {}\n\n");
+	ck_assert_uint_eq(stream_events_counts(se)->over, 1);
+	ck_assert_uint_eq(stream_events_counts(se)->rewritten, 1);
+	free(o.s);
+	stream_events_free(se);
+	rewrite_program_free(prog);
+}
+END_TEST
+
+static Suite *
+sse_suite(void)
+{
+	Suite *s = suite_create("sse");
+	TCase *tc = tcase_create("sse");
+
+	tcase_add_loop_test(tc, test_cases_every_cut, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+	tcase_add_test(tc, test_random_every_cut);
+	tcase_add_test(tc, test_cr_then_lf);
+	tcase_add_test(tc, test_over_not_held);
+	tcase_add_test(tc, test_event_write);
+	tcase_add_test(tc, test_events_sse_every_cut);
+	tcase_add_test(tc, test_events_over);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(sse_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
