@@ -1232,3 +1232,27 @@ fail:
 	out->invalid = ctx->invalid;
 	return -1;
 }
+
+int
+rewrite_set_values(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
+    const struct rewrite_vars *vars, struct rewrite_str *vals, size_t nvals)
+{
+	size_t i, j, k = 0;
+	unsigned char type;
+	int v;
+
+	ctx->nnodes = ctx->nmembers = ctx->litlen = ctx->nspans = 0;
+	ctx->error = NULL;
+	for (i = 0; prog != NULL && i < prog->nops; i++) {
+		if (prog->ops[i].kind != REWRITE_SET)
+			continue;
+		for (j = 0; j < prog->ops[i].nitems; j++) {
+			if (k == nvals || (v = rewrite_value(ctx, &prog->ops[i].items[j], vars)) < 0)
+				return -1;
+			vals[k++].len = (size_t)v;      /* the node, until ctx->lit stops moving */
+		}
+	}
+	for (i = 0; i < k; i++)
+		vals[i].p = rewrite_node_json(ctx, (int)vals[i].len, &vals[i].len, &type);
+	return 0;
+}

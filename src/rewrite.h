@@ -103,6 +103,15 @@ int rewrite_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
     struct rewrite_result *out);
 
 /*
+ * The JSON text of each value prog's set ops write, resolved with vars as rewrite_apply does:
+ * vals[k] for the k-th item of a set op, in op then item order (valid until ctx is next
+ * used).  For code that applies the ops without the document tree (stream_envelope.c).
+ * Returns 0, or -1 when out of memory or nvals is too small.
+ */
+int rewrite_set_values(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
+    const struct rewrite_vars *vars, struct rewrite_str *vals, size_t nvals);
+
+/*
  * Parse a program from YAML text holding one op sequence of responses, outside a configuration
  * file (unit tests, fuzzers, benchmarks).  On error returns NULL and writes "LINE:COL: message"
  * (the first error by position) to errbuf.  An empty sequence yields an empty program, never
