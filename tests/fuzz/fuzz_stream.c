@@ -1,0 +1,172 @@
+/*
+ * libFuzzer target for the streaming parsers and the streaming envelope ops.
+ *
+ * Input: two control bytes, then the bytes.
+ *   0: the program, one of programs[] (modulo their number);
+ *   1: the chunking: a seed for where the bytes are cut (0: a byte at a time).
+ * Checked on every input:
+ *   - the bytes as an SSE stream: the same events cut as in one piece, and every byte passed
+ *     on exactly once, in order;
+ *   - the bytes as a JSON body: stream_envelope gives exactly the buffered engine's bytes
+ *     (rewrite_apply), or fails where it fails, or fails for look-ahead only where a later
+ *     key decides; it never writes after an error.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite.h"
+#include "sse.h"
+#include "stream_envelope.h"
+
+#define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char *const programs[] = {
+	"[]",
+	"[unwrap: data]",
+	"[unwrap: data.result]",
+	"[{drop: [debug, a]}]",
+	"[{rename: {msg: message, a: b}}]",
+	"[{rename: {a: b, b: a}}]",
+	"[{keep: [data, id]}]",
+	"[set: {gateway: jsongate, a: {x: [1]}}]",
+	"[{wrap: a.b}, {wrap: c}]",
+	"[unwrap: data, {drop: [x]}, {set: {ok: true}}, {wrap: r}]",
+	"[{rename: {a: b}}, {set: {b: 2}}, {keep: [b, c]}]",
+	"[{set: {b: 1}}, {rename: {a: b}}, {drop: [c]}]",
+};
+#define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
+
+struct buf {
+	char *p;
+	size_t len, cap;
+};
+
+static int
+buf_add(void *arg, const char *p, size_t n)
+{
+	struct buf *b = arg;
+
+	if (b->len + n > b->cap) {
+		b->cap = (b->len + n) * 2 + 64;
+		FUZZ_CHECK((b->p = realloc(b->p, b->cap)) != NULL);
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+/* An event as text, so that two parses can be compared; the raw bytes go to all. */
+struct sse_log {
+	struct buf text, all;
+};
+
+static int
+sse_log_cb(void *arg, const struct sse_event *ev)
+{
+	struct sse_log *lg = arg;
+	char k = (char)('0' + ev->kind);
+
+	buf_add(&lg->all, ev->raw, ev->raw_len);
+	if (ev->kind == SSE_EVENT) {
+		buf_add(&lg->text, &k, 1);
+		if (ev->data != NULL)
+			buf_add(&lg->text, ev->data, ev->data_len);
+		buf_add(&lg->text, "\0", 1);
+	}
+	return 0;
+}
+
+static size_t
+next_cut(unsigned *seed, size_t at, size_t len)
+{
+	if (*seed == 0)
+		return at + 1 < len ? at + 1 : len;
+	*seed = *seed * 1103515245 + 12345;
+	return at + 1 + (*seed >> 16) % 17 < len ? at + 1 + (*seed >> 16) % 17 : len;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct rewrite_program *progs[NPROGRAMS];
+	static struct rewrite_ctx *ctx;
+	static struct stream_envelope *se;
+	static struct sse_parser *whole, *cut;
+	struct sse_log a = { 0 }, b = { 0 };
+	struct buf want = { 0 }, got = { 0 };
+	struct rewrite_result rr;
+	const char *body, *why;
+	size_t len, at, end, i, written = 0;
+	unsigned seed;
+	int rb, r = 0;
+	char err[200];
+
+	if (ctx == NULL) {
+		for (i = 0; i < NPROGRAMS; i++)
+			FUZZ_CHECK((progs[i] = rewrite_program_from_yaml(programs[i],
+			    strlen(programs[i]), err, sizeof(err))) != NULL);
+		ctx = rewrite_ctx_new(32, 256);
+		se = stream_envelope_new(1 << 16);
+		whole = sse_parser_new(64);
+		cut = sse_parser_new(64);
+	}
+	if (size < 2)
+		return 0;
+	body = (const char *)data + 2;
+	len = size - 2;
+
+	/* SSE: the same events whatever the chunks, every byte passed on once. */
+	sse_parser_reset(whole);
+	sse_parser_reset(cut);
+	FUZZ_CHECK(sse_feed(whole, body, len, sse_log_cb, &a) == 0);
+	FUZZ_CHECK(sse_finish(whole, sse_log_cb, &a) == 0);
+	seed = data[1];
+	for (at = 0; at < len; at = end) {
+		end = next_cut(&seed, at, len);
+		FUZZ_CHECK(sse_feed(cut, body + at, end - at, sse_log_cb, &b) == 0);
+	}
+	FUZZ_CHECK(sse_finish(cut, sse_log_cb, &b) == 0);
+	FUZZ_CHECK(a.all.len == len && (len == 0 || memcmp(a.all.p, body, len) == 0));
+	FUZZ_CHECK(b.all.len == len && (len == 0 || memcmp(b.all.p, body, len) == 0));
+	FUZZ_CHECK(a.text.len == b.text.len &&
+	    (a.text.len == 0 || memcmp(a.text.p, b.text.p, a.text.len) == 0));
+
+	/* The envelope ops: streamed as buffered. */
+	i = data[0] % NPROGRAMS;
+	FUZZ_CHECK(stream_envelope_can(progs[i], VALIDATE_ENVELOPE, &why));
+	rb = rewrite_apply(ctx, progs[i], VALIDATE_ENVELOPE, body, len, NULL, &rr);
+	for (at = 0; rb == 0 && at < rr.nspans; at++)
+		buf_add(&want, rr.spans[at].p, rr.spans[at].len);
+	FUZZ_CHECK(stream_envelope_start(se, progs[i], 32, 256, NULL, buf_add, &got) == 0);
+	seed = data[1];
+	for (at = 0; at < len && r == 0; at = end) {
+		end = next_cut(&seed, at, len);
+		r = stream_envelope_feed(se, body + at, end - at);
+		if (r != 0)
+			written = got.len;
+	}
+	if (r == 0)
+		r = stream_envelope_finish(se);
+	else
+		FUZZ_CHECK(stream_envelope_feed(se, "{}", 2) == r && got.len == written);
+	if (rb != 0)
+		FUZZ_CHECK(r != 0);
+	else if (r == STREAM_ENVELOPE_LOOKAHEAD)
+		FUZZ_CHECK(strncmp(stream_envelope_error(se), "needs more", 10) != 0);
+	else
+		FUZZ_CHECK(r == 0 && got.len == want.len &&
+		    (want.len == 0 || memcmp(got.p, want.p, want.len) == 0));
+	FUZZ_CHECK(stream_envelope_written(se) == got.len);
+	rewrite_ctx_release(ctx);
+	free(a.text.p);
+	free(a.all.p);
+	free(b.text.p);
+	free(b.all.p);
+	free(want.p);
+	free(got.p);
+	return 0;
+}
