@@ -600,6 +600,12 @@ senv_member(struct stream_envelope *se)
 	return 0;
 }
 
+/* Bytes that matter inside a string, and inside a container outside strings. */
+static const unsigned char senv_string_special[256] = { ['"'] = 1, ['\\'] = 1, [0] = 1 };
+static const unsigned char senv_cont_special[256] = {
+	['"'] = 1, ['\\'] = 1, ['{'] = 1, ['}'] = 1, ['['] = 1, [']'] = 1
+};
+
 static int
 senv_ws(unsigned char c)
 {
@@ -937,6 +943,11 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 			break;
 		case SE_STRING:
 			for (; i < n; i++) {
+				if (!se->esc && !se->uhex)
+					while (i < n && !senv_string_special[(unsigned char)p[i]])
+						i++;
+				if (i == n)
+					break;
 				c = (unsigned char)p[i];
 				if (se->strict && (se->uhex || se->esc)) {
 					if (senv_strict_byte(se, c) != 0)
@@ -973,6 +984,16 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 			break;
 		case SE_CONT:
 			for (; i < n; i++) {
+				/* Most bytes mean nothing here: skip them in a tight loop. */
+				if (!se->esc) {
+					const unsigned char *t = se->in_str ? senv_string_special :
+					    senv_cont_special;
+
+					while (i < n && !t[(unsigned char)p[i]])
+						i++;
+					if (i == n)
+						break;
+				}
 				c = (unsigned char)p[i];
 				if (se->esc) {
 					/* jscan_skip: a backslash escapes a quote or a backslash; a

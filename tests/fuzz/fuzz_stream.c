@@ -5,8 +5,8 @@
  *   0: the program, one of programs[] (modulo their number);
  *   1: the chunking: a seed for where the bytes are cut (0: a byte at a time).
  * Checked on every input:
- *   - the bytes as an SSE stream: the same events cut as in one piece, and every byte passed
- *     on exactly once, in order;
+ *   - the bytes as an SSE stream, as NDJSON and as json-seq: the same events cut as in one
+ *     piece, and every byte passed on exactly once, in order;
  *   - the bytes as a JSON body: stream_envelope gives exactly the buffered engine's bytes
  *     (rewrite_apply), or fails where it fails, or fails for look-ahead only where a later
  *     key decides; it never writes after an error.
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "rewrite.h"
+#include "ndjson.h"
 #include "sse.h"
 #include "stream_envelope.h"
 
@@ -80,6 +81,23 @@ sse_log_cb(void *arg, const struct sse_event *ev)
 	return 0;
 }
 
+static int
+nd_log_cb(void *arg, const struct ndjson_record *rec)
+{
+	struct sse_log *lg = arg;
+	char k = (char)('0' + rec->kind);
+
+	buf_add(&lg->all, rec->raw, rec->raw_len);
+	if (rec->kind == NDJSON_RECORD) {
+		FUZZ_CHECK(rec->json >= rec->raw &&
+		    rec->json + rec->json_len <= rec->raw + rec->raw_len);
+		buf_add(&lg->text, &k, 1);
+		buf_add(&lg->text, rec->raw, rec->raw_len);
+		buf_add(&lg->text, "\0", 1);
+	}
+	return 0;
+}
+
 static size_t
 next_cut(unsigned *seed, size_t at, size_t len)
 {
@@ -96,6 +114,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct rewrite_ctx *ctx;
 	static struct stream_envelope *se;
 	static struct sse_parser *whole, *cut;
+	static struct ndjson_parser *nd[2][2];
 	struct sse_log a = { 0 }, b = { 0 };
 	struct buf want = { 0 }, got = { 0 };
 	struct rewrite_result rr;
@@ -113,6 +132,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		se = stream_envelope_new(1 << 16);
 		whole = sse_parser_new(64);
 		cut = sse_parser_new(64);
+		for (i = 0; i < 2; i++) {
+			nd[i][0] = ndjson_parser_new(i ? NDJSON_SEQ : NDJSON_LINES, 64);
+			nd[i][1] = ndjson_parser_new(i ? NDJSON_SEQ : NDJSON_LINES, 64);
+		}
 	}
 	if (size < 2)
 		return 0;
@@ -134,6 +157,30 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(b.all.len == len && (len == 0 || memcmp(b.all.p, body, len) == 0));
 	FUZZ_CHECK(a.text.len == b.text.len &&
 	    (a.text.len == 0 || memcmp(a.text.p, b.text.p, a.text.len) == 0));
+
+	/* NDJSON and json-seq: the same. */
+	for (i = 0; i < 2; i++) {
+		struct sse_log c = { 0 }, d = { 0 };
+
+		ndjson_parser_reset(nd[i][0]);
+		ndjson_parser_reset(nd[i][1]);
+		FUZZ_CHECK(ndjson_feed(nd[i][0], body, len, nd_log_cb, &c) == 0);
+		FUZZ_CHECK(ndjson_finish(nd[i][0], nd_log_cb, &c) == 0);
+		seed = data[1];
+		for (at = 0; at < len; at = end) {
+			end = next_cut(&seed, at, len);
+			FUZZ_CHECK(ndjson_feed(nd[i][1], body + at, end - at, nd_log_cb, &d) == 0);
+		}
+		FUZZ_CHECK(ndjson_finish(nd[i][1], nd_log_cb, &d) == 0);
+		FUZZ_CHECK(c.all.len == len && (len == 0 || memcmp(c.all.p, body, len) == 0));
+		FUZZ_CHECK(d.all.len == len && (len == 0 || memcmp(d.all.p, body, len) == 0));
+		FUZZ_CHECK(c.text.len == d.text.len &&
+		    (c.text.len == 0 || memcmp(c.text.p, d.text.p, c.text.len) == 0));
+		free(c.text.p);
+		free(c.all.p);
+		free(d.text.p);
+		free(d.all.p);
+	}
 
 	/* The envelope ops: streamed as buffered. */
 	i = data[0] % NPROGRAMS;
