@@ -12,6 +12,7 @@
 #include "stream_envelope.h"
 #include "envelope.h"
 #include "jscan.h"
+#include "jvalid.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,6 +44,244 @@ struct senv_member {
 	int removed;
 };
 
+/* validate: full, as jvalid_check reads a whole body, a byte at a time. */
+enum jv_state {
+	JV_VALUE, JV_VALUE_OR_CLOSE, JV_KEY_OR_CLOSE, JV_KEY, JV_COLON, JV_AFTER, JV_STR,
+	JV_ESC, JV_HEX, JV_UTF8, JV_NUM, JV_LIT
+};
+
+enum jv_num { JN_MINUS, JN_ZERO, JN_INT, JN_DOT, JN_FRAC, JN_E, JN_ESIGN, JN_EXP };
+
+struct jv {
+	enum jv_state state;
+	int key;                        /* the string is a key */
+	unsigned depth, max_depth;
+	uint64_t kinds[JVALID_MAX_DEPTH / 64 + 1];  /* bit set: that level is an object */
+	int hex, need;
+	unsigned char lo, hi;           /* the next UTF-8 continuation byte's range */
+	enum jv_num num;
+	const char *lit;
+	int lit_i;
+};
+
+static void
+jv_init(struct jv *v, unsigned max_depth)
+{
+	v->state = JV_VALUE;
+	v->depth = 0;
+	v->max_depth = max_depth > JVALID_MAX_DEPTH ? JVALID_MAX_DEPTH : max_depth;
+}
+
+/* 1 when a number may end in this state. */
+static int
+jv_num_done(enum jv_num n)
+{
+	return n == JN_ZERO || n == JN_INT || n == JN_FRAC || n == JN_EXP;
+}
+
+/* Take byte c: 0, or a JVALID_ERR_*. */
+static int
+jv_byte(struct jv *v, unsigned char c)
+{
+	int obj;
+
+again:
+	switch (v->state) {
+	case JV_VALUE_OR_CLOSE:
+		if (c == ']') {
+			v->depth--;
+			v->state = JV_AFTER;
+			return 0;
+		}
+		/* fall through */
+	case JV_VALUE:
+		switch (c) {
+		case ' ': case '\t': case '\n': case '\r':
+			return 0;
+		case '{':
+		case '[':
+			obj = c == '{';
+			if (++v->depth > v->max_depth)
+				return JVALID_ERR_DEPTH;
+			if (obj)
+				v->kinds[v->depth >> 6] |= 1ULL << (v->depth & 63);
+			else
+				v->kinds[v->depth >> 6] &= ~(1ULL << (v->depth & 63));
+			v->state = obj ? JV_KEY_OR_CLOSE : JV_VALUE_OR_CLOSE;
+			return 0;
+		case '"':
+			v->key = 0;
+			v->state = JV_STR;
+			return 0;
+		case 't':
+			v->lit = "true";
+			break;
+		case 'f':
+			v->lit = "false";
+			break;
+		case 'n':
+			v->lit = "null";
+			break;
+		case '-':
+			v->num = JN_MINUS;
+			v->state = JV_NUM;
+			return 0;
+		case '0':
+			v->num = JN_ZERO;
+			v->state = JV_NUM;
+			return 0;
+		default:
+			if (c < '1' || c > '9')
+				return JVALID_ERR_SYNTAX;
+			v->num = JN_INT;
+			v->state = JV_NUM;
+			return 0;
+		}
+		v->lit_i = 1;
+		v->state = JV_LIT;
+		return 0;
+	case JV_KEY_OR_CLOSE:
+		if (c == '}') {
+			v->depth--;
+			v->state = JV_AFTER;
+			return 0;
+		}
+		/* fall through */
+	case JV_KEY:
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+			return 0;
+		if (c != '"')
+			return JVALID_ERR_SYNTAX;
+		v->key = 1;
+		v->state = JV_STR;
+		return 0;
+	case JV_COLON:
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+			return 0;
+		if (c != ':')
+			return JVALID_ERR_SYNTAX;
+		v->state = JV_VALUE;
+		return 0;
+	case JV_AFTER:
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+			return 0;
+		if (v->depth == 0)
+			return JVALID_ERR_SYNTAX;
+		obj = (v->kinds[v->depth >> 6] >> (v->depth & 63)) & 1;
+		if (c == ',') {
+			v->state = obj ? JV_KEY : JV_VALUE;
+			return 0;
+		}
+		if (c != (obj ? '}' : ']'))
+			return JVALID_ERR_SYNTAX;
+		v->depth--;
+		return 0;
+	case JV_STR:
+		if (c == '"') {
+			v->state = v->key ? JV_COLON : JV_AFTER;
+			return 0;
+		}
+		if (c == '\\') {
+			v->state = JV_ESC;
+			return 0;
+		}
+		if (c < 0x20)
+			return JVALID_ERR_SYNTAX;
+		if (c < 0x80)
+			return 0;
+		v->lo = 0x80;
+		v->hi = 0xbf;
+		if (c >= 0xc2 && c <= 0xdf)
+			v->need = 1;
+		else if (c >= 0xe0 && c <= 0xef) {
+			v->need = 2;
+			if (c == 0xe0)
+				v->lo = 0xa0;   /* overlong */
+			if (c == 0xed)
+				v->hi = 0x9f;   /* a surrogate */
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			v->need = 3;
+			if (c == 0xf0)
+				v->lo = 0x90;   /* overlong */
+			if (c == 0xf4)
+				v->hi = 0x8f;   /* above U+10FFFF */
+		} else
+			return JVALID_ERR_SYNTAX;
+		v->state = JV_UTF8;
+		return 0;
+	case JV_UTF8:
+		if (c < v->lo || c > v->hi)
+			return JVALID_ERR_SYNTAX;
+		v->lo = 0x80;
+		v->hi = 0xbf;
+		if (--v->need == 0)
+			v->state = JV_STR;
+		return 0;
+	case JV_ESC:
+		switch (c) {
+		case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+			v->state = JV_STR;
+			return 0;
+		case 'u':
+			v->hex = 4;
+			v->state = JV_HEX;
+			return 0;
+		}
+		return JVALID_ERR_SYNTAX;
+	case JV_HEX:
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+			return JVALID_ERR_SYNTAX;
+		if (--v->hex == 0)
+			v->state = JV_STR;
+		return 0;
+	case JV_LIT:
+		if (c != (unsigned char)v->lit[v->lit_i])
+			return JVALID_ERR_SYNTAX;
+		if (v->lit[++v->lit_i] == '\0')
+			v->state = JV_AFTER;
+		return 0;
+	case JV_NUM:
+		if (c >= '0' && c <= '9') {
+			switch (v->num) {
+			case JN_MINUS: v->num = c == '0' ? JN_ZERO : JN_INT; return 0;
+			case JN_ZERO: return JVALID_ERR_SYNTAX;
+			case JN_DOT: v->num = JN_FRAC; return 0;
+			case JN_E: case JN_ESIGN: v->num = JN_EXP; return 0;
+			default: return 0;
+			}
+		}
+		if (c == '.' && (v->num == JN_ZERO || v->num == JN_INT)) {
+			v->num = JN_DOT;
+			return 0;
+		}
+		if ((c == 'e' || c == 'E') && (v->num == JN_ZERO || v->num == JN_INT ||
+		    v->num == JN_FRAC)) {
+			v->num = JN_E;
+			return 0;
+		}
+		if ((c == '+' || c == '-') && v->num == JN_E) {
+			v->num = JN_ESIGN;
+			return 0;
+		}
+		if (!jv_num_done(v->num))
+			return JVALID_ERR_SYNTAX;
+		v->state = JV_AFTER;
+		goto again;
+	}
+	return JVALID_ERR_SYNTAX;
+}
+
+/* The body has ended: 0 when it was one whole JSON text. */
+static int
+jv_finish(const struct jv *v)
+{
+	if (v->depth != 0)
+		return JVALID_ERR_SYNTAX;
+	if (v->state == JV_AFTER || (v->state == JV_NUM && jv_num_done(v->num)))
+		return 0;
+	return JVALID_ERR_SYNTAX;
+}
+
 struct stream_envelope {
 	size_t max_hold;
 	const struct rewrite_program *prog;
@@ -53,6 +292,8 @@ struct stream_envelope {
 	size_t written;
 	const char *error;
 	int err;
+	int full;                       /* validate: full */
+	struct jv jv;
 
 	/* the program, laid out */
 	const struct rewrite_key **useg;    /* unwrap path */
@@ -121,11 +362,8 @@ stream_envelope_can(const struct rewrite_program *prog, enum validate_mode mode,
 	size_t i, j;
 	int phase = 0;                  /* 0 unwraps, 1 member ops, 2 wraps */
 
+	(void)mode;                     /* validate: full is checked as the body streams */
 	*why = NULL;
-	if (mode == VALIDATE_FULL) {
-		*why = "validate: full checks the whole body before any of it is sent";
-		return 0;
-	}
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
 		op = &prog->ops[i];
 		if (op->when != NULL) {
@@ -290,8 +528,8 @@ senv_wrap_close(struct stream_envelope *se)
 
 int
 stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *prog,
-    unsigned max_depth, size_t max_members, const struct rewrite_vars *vars,
-    stream_envelope_write_fn write, void *arg)
+    enum validate_mode mode, unsigned max_depth, size_t max_members,
+    const struct rewrite_vars *vars, stream_envelope_write_fn write, void *arg)
 {
 	const struct rewrite_op *op;
 	size_t i, j, nitems = 0, nset = 0;
@@ -307,6 +545,9 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 	se->error = NULL;
 	se->err = 0;
 	se->state = SE_BEFORE;
+	se->full = mode == VALIDATE_FULL;
+	if (se->full)
+		jv_init(&se->jv, max_depth);
 	se->level = 0;
 	se->target_done = se->committed = se->not_object = 0;
 	se->dirty = se->pending = 0;
@@ -844,7 +1085,14 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 {
 	size_t i = 0, j;
 	unsigned char c;
+	int r;
 
+	if (se->state == SE_ERROR)
+		return se->err;
+	/* validate: full: the chunk is checked before any of it goes out. */
+	for (j = 0; se->full && j < n; j++)
+		if ((r = jv_byte(&se->jv, (unsigned char)p[j])) != 0)
+			return r == JVALID_ERR_DEPTH ? senv_depth_err(se) : senv_invalid(se);
 	se->run = 0;
 	while (i < n) {
 		c = (unsigned char)p[i];
@@ -1042,6 +1290,8 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 int
 stream_envelope_finish(struct stream_envelope *se)
 {
+	if (se->state != SE_ERROR && se->full && jv_finish(&se->jv) != 0)
+		return senv_invalid(se);
 	switch (se->state) {
 	case SE_ERROR:
 		return se->err;

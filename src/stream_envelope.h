@@ -1,7 +1,8 @@
 /*
  * Envelope ops on a JSON body while it streams, for bodies larger than memory.  The ops that
  * can stream are: `unwrap` (first), then `drop`, `rename`, `keep` and `set` of top-level keys,
- * then `wrap` (last), none under `when:`, with `validate: envelope`.  The outer object is
+ * then `wrap` (last), none under `when:`; `validate: full` is checked as the body streams,
+ * each chunk before any of it goes out.  The outer object is
  * scanned as it comes, keeping only the current key and the whitespace before it: inner
  * values pass through as they stream, however large, and the output is exactly the bytes
  * the buffered engine (rewrite_apply) gives for the same body, or an error where it fails.
@@ -35,8 +36,9 @@ struct stream_envelope;
 typedef int (*stream_envelope_write_fn)(void *arg, const char *p, size_t len);
 
 /*
- * 1 when prog can be applied while the body streams in mode; else 0 and *why says which op
- * cannot (a static string).  A NULL or empty program streams (the body passes, checked).
+ * 1 when prog can be applied while the body streams in mode (either); else 0 and *why says
+ * which op cannot (a static string).  A NULL or empty program streams (the body passes,
+ * checked).
  */
 int stream_envelope_can(const struct rewrite_program *prog, enum validate_mode mode,
     const char **why);
@@ -46,13 +48,13 @@ struct stream_envelope *stream_envelope_new(size_t max_hold);
 void stream_envelope_free(struct stream_envelope *se);
 
 /*
- * Start a body: prog (which stream_envelope_can accepts), the limits of the buffered engine,
- * the request's variables for set values (read now) and where the output goes.  Returns 0,
- * or an enum stream_envelope_err.
+ * Start a body: prog (which stream_envelope_can accepts), the route's validate mode and the
+ * limits of the buffered engine, the request's variables for set values (read now) and where
+ * the output goes.  Returns 0, or an enum stream_envelope_err.
  */
 int stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *prog,
-    unsigned max_depth, size_t max_members, const struct rewrite_vars *vars,
-    stream_envelope_write_fn write, void *arg);
+    enum validate_mode mode, unsigned max_depth, size_t max_members,
+    const struct rewrite_vars *vars, stream_envelope_write_fn write, void *arg);
 /*
  * Take p[0..n) of the body.  Returns 0, or an enum stream_envelope_err, after which the
  * body's answer must be aborted if stream_envelope_written says output has gone out (else

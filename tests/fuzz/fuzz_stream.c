@@ -2,7 +2,8 @@
  * libFuzzer target for the streaming parsers and the streaming envelope ops.
  *
  * Input: two control bytes, then the bytes.
- *   0: the program, one of programs[] (modulo their number);
+ *   0: the program, one of programs[] (modulo their number), and the validate mode (full
+ *      when the number's high bit is set);
  *   1: the chunking: a seed for where the bytes are cut (0: a byte at a time).
  * Checked on every input:
  *   - the bytes as an SSE stream, as NDJSON and as json-seq: the same events cut as in one
@@ -119,6 +120,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct buf want = { 0 }, got = { 0 };
 	struct rewrite_result rr;
 	const char *body, *why;
+	enum validate_mode mode;
 	size_t len, at, end, i, written = 0;
 	unsigned seed;
 	int rb, r = 0;
@@ -183,12 +185,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	/* The envelope ops: streamed as buffered. */
-	i = data[0] % NPROGRAMS;
-	FUZZ_CHECK(stream_envelope_can(progs[i], VALIDATE_ENVELOPE, &why));
-	rb = rewrite_apply(ctx, progs[i], VALIDATE_ENVELOPE, body, len, NULL, &rr);
+	i = (data[0] & 0x7f) % NPROGRAMS;
+	mode = data[0] & 0x80 ? VALIDATE_FULL : VALIDATE_ENVELOPE;
+	FUZZ_CHECK(stream_envelope_can(progs[i], mode, &why));
+	rb = rewrite_apply(ctx, progs[i], mode, body, len, NULL, &rr);
 	for (at = 0; rb == 0 && at < rr.nspans; at++)
 		buf_add(&want, rr.spans[at].p, rr.spans[at].len);
-	FUZZ_CHECK(stream_envelope_start(se, progs[i], 32, 256, NULL, buf_add, &got) == 0);
+	FUZZ_CHECK(stream_envelope_start(se, progs[i], mode, 32, 256, NULL, buf_add, &got) == 0);
 	seed = data[1];
 	for (at = 0; at < len && r == 0; at = end) {
 		end = next_cut(&seed, at, len);

@@ -2,7 +2,8 @@
  * Envelope ops while the body streams (stream_envelope.c) against the buffered engine
  * (rewrite_apply): exact bytes for each op, then a differential run over the envelope fuzz
  * corpus, JSONTestSuite (tests/data, read through TESTS_SRCDIR), hand-made bodies and random
- * envelopes, every program that streams, the body cut at every byte (small bodies), fed a
+ * envelopes, every program that streams in both validate modes, the body cut at every byte
+ * (small bodies), fed a
  * byte at a time and cut at random: identical bytes, or both failing.  The one difference
  * allowed is a look-ahead failure where the buffered engine needed a later part of the body
  * (a duplicate of the key unwrap took, a key rename replaces before the one renamed to it),
@@ -60,14 +61,14 @@ static const struct rewrite_vars vars = { .request_id = { S("r-1") }, .route = {
 
 /* The buffered engine: 0 and its bytes in o, or -1. */
 static int
-buffered(struct rewrite_ctx *ctx, const struct rewrite_program *prog, const char *body,
-    size_t len, struct out *o)
+buffered(struct rewrite_ctx *ctx, const struct rewrite_program *prog, enum validate_mode mode,
+    const char *body, size_t len, struct out *o)
 {
 	struct rewrite_result rr;
 	size_t i;
 
 	o->len = 0;
-	if (rewrite_apply(ctx, prog, VALIDATE_ENVELOPE, body, len, &vars, &rr) != 0)
+	if (rewrite_apply(ctx, prog, mode, body, len, &vars, &rr) != 0)
 		return -1;
 	for (i = 0; i < rr.nspans; i++)
 		out_write(o, rr.spans[i].p, rr.spans[i].len);
@@ -76,14 +77,15 @@ buffered(struct rewrite_ctx *ctx, const struct rewrite_program *prog, const char
 
 /* The streaming path, the body cut at cuts[0..ncuts) (sorted): 0 or the error. */
 static int
-streamed(struct stream_envelope *se, const struct rewrite_program *prog, const char *body,
-    size_t len, const size_t *cuts, size_t ncuts, struct out *o)
+streamed(struct stream_envelope *se, const struct rewrite_program *prog, enum validate_mode mode,
+    const char *body, size_t len, const size_t *cuts, size_t ncuts, struct out *o)
 {
 	size_t i, at = 0, end;
 	int r;
 
 	o->len = 0;
-	if ((r = stream_envelope_start(se, prog, MAX_DEPTH, MAX_MEMBERS, &vars, out_write, o)) != 0)
+	if ((r = stream_envelope_start(se, prog, mode, MAX_DEPTH, MAX_MEMBERS, &vars, out_write,
+	    o)) != 0)
 		return r;
 	for (i = 0; i <= ncuts; i++) {
 		end = i < ncuts ? cuts[i] : len;
@@ -152,9 +154,9 @@ START_TEST(test_exact)
 
 	ck_assert_msg(stream_envelope_can(prog, VALIDATE_ENVELOPE, &why), "%s: %s", exact[_i].yaml,
 	    why);
-	rb = buffered(ctx, prog, body, len, &b);
+	rb = buffered(ctx, prog, VALIDATE_ENVELOPE, body, len, &b);
 	for (cut = 0; cut <= len; cut++) {
-		r = streamed(se, prog, body, len, &cut, 1, &o);
+		r = streamed(se, prog, VALIDATE_ENVELOPE, body, len, &cut, 1, &o);
 		if (exact[_i].want == NULL) {
 			ck_assert_msg(r != 0, "%s on %s cut %zu: gave %s", exact[_i].yaml, body, cut, o.s);
 			continue;
@@ -201,7 +203,7 @@ START_TEST(test_can)
 		ck_assert_msg(stream_envelope_can(prog, VALIDATE_ENVELOPE, &why) == cases[i].can,
 		    "%s", cases[i].yaml);
 		ck_assert(cases[i].can ? why == NULL : why != NULL);
-		ck_assert(!stream_envelope_can(prog, VALIDATE_FULL, &why));
+		ck_assert(stream_envelope_can(prog, VALIDATE_FULL, &why) == cases[i].can);
 		rewrite_program_free(prog);
 	}
 }
@@ -217,7 +219,8 @@ START_TEST(test_large_value_not_held)
 	size_t total = 0, i;
 
 	memset(chunk, 'x', sizeof(chunk));
-	ck_assert_int_eq(stream_envelope_start(se, prog, MAX_DEPTH, MAX_MEMBERS, &vars, out_write,
+	ck_assert_int_eq(stream_envelope_start(se, prog, VALIDATE_ENVELOPE, MAX_DEPTH, MAX_MEMBERS,
+	    &vars, out_write,
 	    &o), 0);
 	ck_assert_int_eq(stream_envelope_feed(se, S("{\"debug\":1,\"data\":\"")), 0);
 	ck_assert_uint_eq(o.len, 1);
@@ -248,20 +251,23 @@ START_TEST(test_error_after_output)
 	struct stream_envelope *se = stream_envelope_new(1 << 10);
 	struct out o = { 0 };
 
-	ck_assert_int_eq(stream_envelope_start(se, prog, MAX_DEPTH, MAX_MEMBERS, &vars, out_write,
+	ck_assert_int_eq(stream_envelope_start(se, prog, VALIDATE_ENVELOPE, MAX_DEPTH, MAX_MEMBERS,
+	    &vars, out_write,
 	    &o), 0);
 	ck_assert_int_eq(stream_envelope_feed(se, S("{\"data\":[1,2]")), 0);
 	ck_assert_str_eq(o.s, "[1,2]");
 	ck_assert_int_eq(stream_envelope_feed(se, S(",\"x\" 1}")), STREAM_ENVELOPE_INVALID);
 	ck_assert_uint_eq(stream_envelope_written(se), 5);
 	ck_assert_int_eq(stream_envelope_finish(se), STREAM_ENVELOPE_INVALID);
-	ck_assert_int_eq(stream_envelope_start(se, prog, MAX_DEPTH, MAX_MEMBERS, &vars, out_write,
+	ck_assert_int_eq(stream_envelope_start(se, prog, VALIDATE_ENVELOPE, MAX_DEPTH, MAX_MEMBERS,
+	    &vars, out_write,
 	    &o), 0);
 	ck_assert_int_eq(stream_envelope_feed(se, S("{\"data\":[1,2]}")), 0);
 	ck_assert_int_eq(stream_envelope_finish(se), 0);
 	o.fail_at = 1;
 	o.writes = 0;
-	ck_assert_int_eq(stream_envelope_start(se, prog, MAX_DEPTH, MAX_MEMBERS, &vars, out_write,
+	ck_assert_int_eq(stream_envelope_start(se, prog, VALIDATE_ENVELOPE, MAX_DEPTH, MAX_MEMBERS,
+	    &vars, out_write,
 	    &o), 0);
 	ck_assert_int_eq(stream_envelope_feed(se, S("{\"data\":[1,2]}")), STREAM_ENVELOPE_WRITE);
 	free(o.s);
@@ -281,12 +287,12 @@ START_TEST(test_lookahead_bound)
 	int n;
 
 	n = snprintf(body, sizeof(body), "{\n  \"a\": \"%0100d\",\n  \"debug\": 1\n}\n", 0);
-	ck_assert_int_eq(streamed(se, prog, body, (size_t)n, NULL, 0, &o),
+	ck_assert_int_eq(streamed(se, prog, VALIDATE_ENVELOPE, body, (size_t)n, NULL, 0, &o),
 	    STREAM_ENVELOPE_LOOKAHEAD);
 	ck_assert_uint_eq(stream_envelope_written(se), 0);
 	stream_envelope_free(se);
 	se = stream_envelope_new(1024);
-	ck_assert_int_eq(streamed(se, prog, body, (size_t)n, NULL, 0, &o), 0);
+	ck_assert_int_eq(streamed(se, prog, VALIDATE_ENVELOPE, body, (size_t)n, NULL, 0, &o), 0);
 	ck_assert_uint_eq(o.len, 109);
 	ck_assert(memcmp(o.s, "{\"a\": \"000", 10) == 0);
 	ck_assert(memcmp(o.s + 106, "0\"}", 3) == 0);
@@ -371,8 +377,10 @@ diff_body(struct diff *d, const char *name, const char *body, size_t len)
 
 	ck_assert_ptr_nonnull(cuts = malloc((len + 1) * sizeof(*cuts)));
 	d->bodies++;
-	for (p = 0; p < NPROGRAMS; p++) {
-		rb = buffered(d->ctx, d->prog[p], body, len, &d->b);
+	for (p = 0; p < 2 * NPROGRAMS; p++) {
+		enum validate_mode mode = p < NPROGRAMS ? VALIDATE_ENVELOPE : VALIDATE_FULL;
+
+		rb = buffered(d->ctx, d->prog[p % NPROGRAMS], mode, body, len, &d->b);
 		for (k = 0; k < len + 4; k++) {
 			if (k <= len && len > 256 && k > 0)
 				continue;
@@ -392,24 +400,24 @@ diff_body(struct diff *d, const char *name, const char *body, size_t len)
 					if (random() % 7 == 0)
 						cuts[ncuts++] = c;
 			}
-			r = streamed(d->se, d->prog[p], body, len, cuts, ncuts, &d->o);
+			r = streamed(d->se, d->prog[p % NPROGRAMS], mode, body, len, cuts, ncuts, &d->o);
 			d->runs++;
 			if (rb != 0) {
 				ck_assert_msg(r != 0, "%s, %s: the buffered path fails, streaming gave %s",
-				    name, programs[p], d->o.s);
+				    name, programs[p % NPROGRAMS], d->o.s);
 				continue;
 			}
 			if (r == STREAM_ENVELOPE_LOOKAHEAD) {
 				/* only where a later key decides, never for want of room */
 				ck_assert_msg(strncmp(stream_envelope_error(d->se), "needs more", 10) != 0,
-				    "%s, %s: %s", name, programs[p], stream_envelope_error(d->se));
+				    "%s, %s: %s", name, programs[p % NPROGRAMS], stream_envelope_error(d->se));
 				d->lookahead++;
 				continue;
 			}
 			ck_assert_msg(r == 0, "%s, %s, cuts %zu: streaming fails (%s), buffered gave %.*s",
-			    name, programs[p], ncuts, stream_envelope_error(d->se), (int)d->b.len, d->b.s);
+			    name, programs[p % NPROGRAMS], ncuts, stream_envelope_error(d->se), (int)d->b.len, d->b.s);
 			ck_assert_msg(d->o.len == d->b.len && memcmp(d->o.s, d->b.s, d->b.len) == 0,
-			    "%s, %s, %zu cuts (first %zu): streamed\n%.*s\nbuffered\n%.*s", name, programs[p],
+			    "%s, %s, %zu cuts (first %zu): streamed\n%.*s\nbuffered\n%.*s", name, programs[p % NPROGRAMS],
 			    ncuts, ncuts ? cuts[0] : 0, (int)d->o.len, d->o.s, (int)d->b.len, d->b.s);
 		}
 	}
