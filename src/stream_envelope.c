@@ -341,6 +341,8 @@ struct stream_envelope {
 	/* the target object's output */
 	int dirty;                      /* decided changed */
 	int opened;                     /* the wrap openings and '{' have gone out */
+	int clean_sent;                 /* unchanged past max_hold, it went out as it came: a
+	                                 * change now cannot be written exactly */
 	int pending;                    /* output held back until dirty or not is known */
 	char *pend;                     /* held output: the input's bytes so far */
 	size_t pendlen, pend_cap;
@@ -483,14 +485,42 @@ senv_keep(struct stream_envelope *se, char **buf, size_t *len, size_t *cap, cons
 	return 0;
 }
 
+static int senv_wrap_open(struct stream_envelope *se);
+static int senv_out(struct stream_envelope *se, const char *p, size_t n);
+
+/*
+ * The target, unchanged so far, has more held back than max_hold: it goes out as it came,
+ * betting that it stays unchanged (most bodies a drop or rename finds nothing in do); a
+ * change after this is a look-ahead error, the output then cut short.
+ */
+static int
+senv_send_clean(struct stream_envelope *se)
+{
+	se->pending = 0;
+	se->clean_sent = 1;
+	if (!se->opened) {
+		se->opened = 1;
+		if (senv_wrap_open(se) != 0)
+			return se->err;
+	}
+	if (senv_out(se, se->pend, se->pendlen) != 0)
+		return se->err;
+	se->pendlen = 0;
+	return 0;
+}
+
 /* Output: held back while the target's change is undecided, else written. */
 static int
 senv_out(struct stream_envelope *se, const char *p, size_t n)
 {
 	if (n == 0)
 		return 0;
-	if (se->pending)
-		return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
+	if (se->pending) {
+		if (se->pendlen + n <= se->max_hold)
+			return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
+		if (senv_send_clean(se) != 0)
+			return se->err;
+	}
 	if (se->write(se->arg, p, n) != 0)
 		return senv_fail(se, STREAM_ENVELOPE_WRITE, "cannot write the output");
 	se->written += n;
@@ -550,7 +580,7 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 		jv_init(&se->jv, max_depth);
 	se->level = 0;
 	se->target_done = se->committed = se->not_object = 0;
-	se->dirty = se->pending = 0;
+	se->dirty = se->pending = se->clean_sent = 0;
 	se->pendlen = se->holdlen = se->keylen = se->primlen = 0;
 	se->napp = 0;
 	se->nuseg = 0;
@@ -760,6 +790,9 @@ senv_dirty(struct stream_envelope *se)
 
 	if (se->dirty)
 		return 0;
+	if (se->clean_sent)
+		return senv_fail(se, STREAM_ENVELOPE_LOOKAHEAD,
+		    "the body changed after more than the look-ahead of it went out unchanged");
 	se->dirty = 1;
 	se->pending = 0;
 	if (!se->opened) {
@@ -878,6 +911,11 @@ senv_object(struct stream_envelope *se)
 	se->opened = 0;
 	if (se->always_dirty)
 		return senv_dirty(se);
+	if (se->clean_sent) {
+		/* The body's whitespace went out already (no wrap op then). */
+		se->opened = 1;
+		return senv_out(se, "{", 1);
+	}
 	/* Undecided: held back from here (the body's leading whitespace is there already). */
 	se->pending = 1;
 	return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, "{", 1);
@@ -1077,7 +1115,13 @@ senv_outer_ws(struct stream_envelope *se, const char *p, size_t n)
 		return se->dirty ? 0 : senv_out(se, p, n);
 	if (se->always_dirty)
 		return 0;
-	return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
+	if (se->pendlen + n <= se->max_hold)
+		return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
+	se->clean_sent = 1;
+	if (senv_out(se, se->pend, se->pendlen) != 0)
+		return se->err;
+	se->pendlen = 0;
+	return senv_out(se, p, n);
 }
 
 int

@@ -7,10 +7,11 @@
  * values pass through as they stream, however large, and the output is exactly the bytes
  * the buffered engine (rewrite_apply) gives for the same body, or an error where it fails.
  *
- * What needs a later part of the body is looked ahead for within max_hold bytes: whether a
- * pretty-printed body is changed at all (an unchanged body keeps its outer whitespace), a
- * key that `rename` replaces coming before the one renamed to it.  A duplicate of the key
- * `unwrap` took (the buffered engine takes the last) is an error once output has started.
+ * What needs a later part of the body fails as a look-ahead error: a duplicate of the key
+ * `unwrap` took (the buffered engine takes the last), a key that `rename` replaces coming
+ * before the one renamed to it.  Whether an object with whitespace inside its braces is
+ * changed at all (unchanged, it keeps that whitespace) is looked ahead for within max_hold
+ * bytes; past that it goes out as it came, and a change found later is a look-ahead error.
  */
 #ifndef JG_STREAM_ENVELOPE_H
 #define JG_STREAM_ENVELOPE_H
