@@ -10,7 +10,8 @@
  *     piece, and every byte passed on exactly once, in order;
  *   - the bytes as a JSON body: stream_envelope gives exactly the buffered engine's bytes
  *     (rewrite_apply), or fails where it fails, or fails for look-ahead only where a later
- *     key decides; it never writes after an error.
+ *     key decides; it never writes after an error.  With an 8-byte look-ahead: the same
+ *     bytes, or a look-ahead error.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -113,7 +114,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct rewrite_program *progs[NPROGRAMS];
 	static struct rewrite_ctx *ctx;
-	static struct stream_envelope *se;
+	static struct stream_envelope *se, *small;
 	static struct sse_parser *whole, *cut;
 	static struct ndjson_parser *nd[2][2];
 	struct sse_log a = { 0 }, b = { 0 };
@@ -132,6 +133,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    strlen(programs[i]), err, sizeof(err))) != NULL);
 		ctx = rewrite_ctx_new(32, 256);
 		se = stream_envelope_new(1 << 16);
+		small = stream_envelope_new(8);
 		whole = sse_parser_new(64);
 		cut = sse_parser_new(64);
 		for (i = 0; i < 2; i++) {
@@ -211,6 +213,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(r == 0 && got.len == want.len &&
 		    (want.len == 0 || memcmp(got.p, want.p, want.len) == 0));
 	FUZZ_CHECK(stream_envelope_written(se) == got.len);
+
+	/* An 8-byte look-ahead: the same bytes, or a look-ahead error. */
+	got.len = 0;
+	FUZZ_CHECK(stream_envelope_start(small, progs[i], mode, 32, 256, NULL, buf_add, &got) == 0);
+	r = stream_envelope_feed(small, body, len);
+	if (r == 0)
+		r = stream_envelope_finish(small);
+	if (rb != 0)
+		FUZZ_CHECK(r != 0);
+	else
+		FUZZ_CHECK(r == STREAM_ENVELOPE_LOOKAHEAD || (r == 0 && got.len == want.len &&
+		    (want.len == 0 || memcmp(got.p, want.p, want.len) == 0)));
 	rewrite_ctx_release(ctx);
 	free(a.text.p);
 	free(a.all.p);
