@@ -11,6 +11,7 @@
  */
 #include "stream_envelope.h"
 #include "envelope.h"
+#include "jcond.h"
 #include "jscan.h"
 #include "jvalid.h"
 
@@ -300,6 +301,9 @@ struct stream_envelope {
 	size_t nuseg, useg_cap;
 	size_t ops_from, ops_to;        /* member ops: prog->ops[ops_from..ops_to) */
 	size_t wraps_from;              /* wrap ops: prog->ops[wraps_from..nops) */
+	unsigned char *active;          /* per op: its when: holds (or it has none) */
+	size_t active_cap;
+	int wrapped;                    /* an active wrap op */
 	int always_dirty;               /* a set op: the target always changes */
 	size_t *base;                   /* per op: its first item's index in the flags */
 	size_t base_cap;
@@ -356,6 +360,36 @@ struct stream_envelope {
 	struct senv_member cur;
 };
 
+/* 1 when the condition tests the status only, which is known before the body. */
+static int
+senv_status_only(const struct jcond *c)
+{
+	size_t i;
+
+	if (c->kind == JC_STATUS)
+		return 1;
+	if (c->kind != JC_ALL && c->kind != JC_ANY && c->kind != JC_NOT)
+		return 0;
+	for (i = 0; i < c->nsub; i++)
+		if (!senv_status_only(c->sub[i]))
+			return 0;
+	return 1;
+}
+
+/* A status-only condition never looks a field up. */
+static int
+senv_no_lookup(void *arg, const struct jcond_seg *path, size_t nseg, const char **json,
+    size_t *len, unsigned char *type)
+{
+	(void)arg;
+	(void)path;
+	(void)nseg;
+	(void)json;
+	(void)len;
+	*type = 0;
+	return -1;
+}
+
 int
 stream_envelope_can(const struct rewrite_program *prog, enum validate_mode mode,
     const char **why)
@@ -368,8 +402,8 @@ stream_envelope_can(const struct rewrite_program *prog, enum validate_mode mode,
 	*why = NULL;
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
 		op = &prog->ops[i];
-		if (op->when != NULL) {
-			*why = "when: may test a field that comes later in the body";
+		if (op->when != NULL && !senv_status_only(op->when)) {
+			*why = "when: tests a field that may come later in the body";
 			return 0;
 		}
 		switch (op->kind) {
@@ -423,6 +457,7 @@ stream_envelope_free(struct stream_envelope *se)
 		return;
 	rewrite_ctx_free(se->rw);
 	free(se->useg);
+	free(se->active);
 	free(se->base);
 	free(se->reached);
 	free(se->renamed_any);
@@ -536,6 +571,8 @@ senv_wrap_open(struct stream_envelope *se)
 
 	for (i = se->prog ? se->prog->nops : 0; i-- > se->wraps_from;) {
 		op = &se->prog->ops[i];
+		if (!se->active[i])
+			continue;
 		for (j = 0; j < op->path.nseg; j++)
 			if (senv_out(se, "{", 1) != 0 ||
 			    senv_out(se, op->path.seg[j].json, op->path.seg[j].json_len + 1) != 0)
@@ -550,7 +587,7 @@ senv_wrap_close(struct stream_envelope *se)
 	size_t i, j;
 
 	for (i = se->wraps_from; se->prog != NULL && i < se->prog->nops; i++)
-		for (j = 0; j < se->prog->ops[i].path.nseg; j++)
+		for (j = 0; se->active[i] && j < se->prog->ops[i].path.nseg; j++)
 			if (senv_out(se, "}", 1) != 0)
 				return se->err;
 	return 0;
@@ -588,27 +625,42 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 	se->always_dirty = 0;
 	if (!stream_envelope_can(prog, VALIDATE_ENVELOPE, &why))
 		return senv_fail(se, STREAM_ENVELOPE_OPS, why);
+	if (senv_grow(&se->active, &se->active_cap, (prog ? prog->nops : 0) + 1, 1) != 0)
+		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
+	se->wrapped = 0;
+	se->target_obj = 0;
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
 		op = &prog->ops[i];
+		/* when: on the status is decided now; ops it turns off are left out. */
+		se->active[i] = op->when == NULL ||
+		    jcond_eval_lookup(op->when, senv_no_lookup, NULL, vars ? vars->status : 0) > 0;
+		if (op->kind == REWRITE_UNWRAP)
+			se->ops_from = i + 1;
+		if (!se->active[i])
+			continue;
+		if (op->kind == REWRITE_WRAP)
+			se->wrapped = 1;
 		if (op->kind == REWRITE_UNWRAP) {
 			if (senv_grow(&se->useg, &se->useg_cap, se->nuseg + op->path.nseg,
 			    sizeof(*se->useg)) != 0)
 				return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 			for (j = 0; j < op->path.nseg; j++)
 				se->useg[se->nuseg++] = &op->path.seg[j];
-			se->ops_from = i + 1;
 		}
 		if (op->kind == REWRITE_SET && op->nitems > 0)
 			se->always_dirty = 1;
-		if (op->kind == REWRITE_SET)
-			nset += op->nitems;
-		nitems += op->nitems;
+		if (op->kind != REWRITE_UNWRAP && op->kind != REWRITE_WRAP)
+			se->target_obj = 1;
+	}
+	for (i = 0; prog != NULL && i < prog->nops; i++) {
+		if (prog->ops[i].kind == REWRITE_SET)
+			nset += prog->ops[i].nitems;
+		nitems += prog->ops[i].nitems;
 	}
 	se->ops_to = se->ops_from;
 	while (prog != NULL && se->ops_to < prog->nops && prog->ops[se->ops_to].kind != REWRITE_WRAP)
 		se->ops_to++;
 	se->wraps_from = se->ops_to;
-	se->target_obj = se->ops_to > se->ops_from;
 	if (senv_grow(&se->base, &se->base_cap, (prog ? prog->nops : 0) + 1, sizeof(*se->base)) ||
 	    senv_grow(&se->reached, &se->reached_cap, nitems + 1, 1) ||
 	    senv_grow(&se->renamed_any, &se->renamed_cap, nitems + 1, 1) ||
@@ -712,6 +764,8 @@ senv_pipeline(struct stream_envelope *se, struct senv_member *m)
 
 	for (i = se->ops_from; i < se->ops_to && !m->removed; i++) {
 		op = &se->prog->ops[i];
+		if (!se->active[i])
+			continue;
 		if (op->kind == REWRITE_KEEP) {
 			for (j = 0; j < op->nitems; j++)
 				if (senv_key_is(m, &op->items[j].path.seg[0]))
@@ -739,6 +793,8 @@ senv_appended(struct stream_envelope *se)
 	se->napp = 0;
 	for (i = se->ops_from; i < se->ops_to; i++) {
 		op = &se->prog->ops[i];
+		if (!se->active[i])
+			continue;
 		if (op->kind == REWRITE_KEEP) {
 			for (a = 0; a < se->napp; a++) {
 				m = &se->app[a];
@@ -1105,9 +1161,7 @@ senv_hold(struct stream_envelope *se, const char *p, size_t n)
 static int
 senv_outer_ws(struct stream_envelope *se, const char *p, size_t n)
 {
-	int wrapped = se->prog != NULL && se->wraps_from < se->prog->nops;
-
-	if (wrapped || se->nuseg > 0)
+	if (se->wrapped || se->nuseg > 0)
 		return 0;
 	if (!se->target_obj)
 		return senv_out(se, p, n);

@@ -1,11 +1,12 @@
 /*
  * Envelope ops on a JSON body while it streams, for bodies larger than memory.  The ops that
- * can stream are: `unwrap` (first), then `drop`, `rename`, `keep` and `set` of top-level keys,
- * then `wrap` (last), none under `when:`; `validate: full` is checked as the body streams,
- * each chunk before any of it goes out.  The outer object is
- * scanned as it comes, keeping only the current key and the whitespace before it: inner
- * values pass through as they stream, however large, and the output is exactly the bytes
- * the buffered engine (rewrite_apply) gives for the same body, or an error where it fails.
+ * can stream are: `unwrap` (first), then `drop`, `rename`, `keep` and `set` of top-level
+ * keys, then `wrap` (last), with no `when:` but on the status (decided at the start).
+ * `validate: full` is checked as the body streams, each chunk before any of it goes out.
+ * The outer object is scanned as it comes, keeping only the current key and the whitespace
+ * before it: inner values pass through as they stream, however large, and the output is
+ * exactly the bytes the buffered engine (rewrite_apply) gives for the same body, or an
+ * error where it fails.
  *
  * What needs a later part of the body fails as a look-ahead error: a duplicate of the key
  * `unwrap` took (the buffered engine takes the last), a key that `rename` replaces coming

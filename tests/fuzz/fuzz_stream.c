@@ -40,6 +40,7 @@ static const char *const programs[] = {
 	"[unwrap: data, {drop: [x]}, {set: {ok: true}}, {wrap: r}]",
 	"[{rename: {a: b}}, {set: {b: 2}}, {keep: [b, c]}]",
 	"[{set: {b: 1}}, {rename: {a: b}}, {drop: [c]}]",
+	"[{drop: [a], when: {status: 200}}, {set: {b: 1}, when: {not: {status: 200}}}]",
 };
 #define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
 

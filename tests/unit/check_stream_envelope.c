@@ -57,7 +57,9 @@ load(const char *yaml)
 	return prog;
 }
 
-static const struct rewrite_vars vars = { .request_id = { S("r-1") }, .route = { S("rt") } };
+/* (the random runs change the status, for when: on it) */
+static struct rewrite_vars vars = { .request_id = { S("r-1") }, .route = { S("rt") },
+    .status = 200 };
 
 /* The buffered engine: 0 and its bytes in o, or -1. */
 static int
@@ -192,7 +194,10 @@ START_TEST(test_can)
 		{ "[{drop: [a]}, unwrap: data]", 0 },
 		{ "[{wrap: w}, {drop: [a]}]", 0 },
 		{ "[{status_from: {field: code, map: {0: 200}}}]", 0 },
-		{ "[{drop: [a], when: {status: 200}}]", 0 },
+		{ "[{drop: [a], when: {status: 200}}]", 1 },
+		{ "[{drop: [a], when: {any: [{status: 404}, {not: {status: 2xx}}]}}]", 1 },
+		{ "[{drop: [a], when: {field: a, exists: true}}]", 0 },
+		{ "[{drop: [a], when: {all: [{status: 200}, {field: a, equals: 1}]}}]", 0 },
 	};
 	struct rewrite_program *prog;
 	const char *why;
@@ -337,6 +342,9 @@ static const char *const programs[] = {
 	"[{rename: {a: x}}, {keep: [x, b]}]",
 	"[{keep: [a]}, {set: {z: 0}}]",
 	"[set: {a: 1}, set: {a: 2}]",
+	"[{unwrap: data, when: {status: 200}}, {drop: [x], when: {status: 404}}, "
+	"{set: {s: 1}, when: {not: {status: 200}}}, {wrap: w, when: {status: 2xx}}]",
+	"[{unwrap: data, when: {status: 404}}, {keep: [data], when: {status: 200}}]",
 };
 #define NPROGRAMS (sizeof(programs) / sizeof(programs[0]))
 
@@ -630,6 +638,7 @@ START_TEST(test_diff_random)
 	int iter;
 
 	srandom(2800 + _i);
+	vars.status = _i % 2 ? 404 : 200;
 	diff_init(&d);
 	for (iter = 0; iter < 400; iter++) {
 		p = buf;
@@ -653,6 +662,7 @@ START_TEST(test_diff_random)
 	}
 	printf("random %d: %lu runs, %lu look-ahead failures (%lu with 16 bytes)\n", _i, d.runs,
 	    d.lookahead, d.small_lookahead);
+	vars.status = 200;
 	diff_free(&d);
 }
 END_TEST
