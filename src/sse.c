@@ -8,6 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where the next LF of a chunk is, so that lines ended by CR alone do not search the rest
+ * of the chunk for an LF each. */
+struct sse_lf {
+	const char *p;
+	size_t n, at;
+};
+
 struct sse_parser {
 	size_t max_event;
 	char *buf;                      /* the bytes of an event cut by a chunk end */
@@ -23,6 +30,7 @@ struct sse_parser {
 	int over;                       /* passing an event over the limit */
 	int over_blank;                 /* ... whose current line is still empty */
 	int first_line;                 /* the stream's first line is still to come */
+	struct sse_lf lf;
 };
 
 struct sse_parser *
@@ -54,6 +62,7 @@ sse_parser_reset(struct sse_parser *sp)
 	sp->len = sp->nlines = sp->line_off = 0;
 	sp->cr = sp->cr_event = sp->over = sp->over_blank = 0;
 	sp->first_line = 1;
+	sp->lf.p = NULL;
 }
 
 static int
@@ -181,14 +190,33 @@ sse_raw(sse_cb cb, void *arg, const char *p, size_t len)
 	return len == 0 ? 0 : cb(arg, &ev);
 }
 
-/* Find the first CR or LF in p[i..n), n if none. */
+/* Find the first CR or LF in p[i..n), n if none: LF first, then a CR before it (most
+ * streams end lines with LF alone, and memchr is fast). */
 static size_t
-sse_eol(const char *p, size_t i, size_t n)
+sse_eol_cached(struct sse_lf *c, const char *p, size_t i, size_t n)
 {
-	for (; i < n; i++)
-		if (p[i] == '\n' || p[i] == '\r')
-			return i;
-	return n;
+	const char *lf, *cr;
+	size_t end;
+
+	if (c != NULL && c->p == p && c->n == n && c->at >= i) {
+		end = c->at;
+	} else {
+		lf = memchr(p + i, '\n', n - i);
+		end = lf != NULL ? (size_t)(lf - p) : n;
+		if (c != NULL) {
+			c->p = p;
+			c->n = n;
+			c->at = end;
+		}
+	}
+	cr = memchr(p + i, '\r', end - i);
+	return cr != NULL ? (size_t)(cr - p) : end;
+}
+
+static size_t
+sse_eol(struct sse_parser *sp, const char *p, size_t i, size_t n)
+{
+	return sse_eol_cached(&sp->lf, p, i, n);
 }
 
 /* Go on with an event over the limit from p[i]; returns where the next event starts
@@ -200,7 +228,7 @@ sse_feed_over(struct sse_parser *sp, const char *p, size_t i, size_t n, sse_cb c
 	size_t start = i, j;
 
 	while (i < n) {
-		j = sse_eol(p, i, n);
+		j = sse_eol(sp, p, i, n);
 		if (j == n) {
 			sp->over_blank = 0;
 			break;
@@ -254,6 +282,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 
 	if (n == 0)
 		return 0;
+	sp->lf.p = NULL;                /* a new chunk, maybe in the same memory */
 	if (sp->cr) {
 		sp->cr = 0;
 		if (p[0] == '\n') {
@@ -285,7 +314,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 		}
 		/* The event so far: in buf when it began in an earlier chunk, else in p. */
 		if (sp->len > 0) {
-			j = sse_eol(p, i, n);
+			j = sse_eol(sp, p, i, n);
 			if (j == n) {
 				evlen = sp->len + (n - ev0);
 				if (evlen > sp->max_event) {
@@ -344,7 +373,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 		/* An event that begins in this chunk: its lines are found in place. */
 		ev = p + ev0;
 		while (i < n) {
-			j = sse_eol(p, i, n);
+			j = sse_eol(sp, p, i, n);
 			if (j == n)
 				break;
 			term = 1 + (p[j] == '\r' && j + 1 < n && p[j + 1] == '\n');
@@ -369,7 +398,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 		}
 		if (ev0 == n)
 			return 0;
-		j = sse_eol(p, i, n);
+		j = sse_eol(sp, p, i, n);
 		if (j < n || n - ev0 > sp->max_event) {
 			/* Over the limit: what came of it goes on now, the rest as it comes. */
 			int blank = sp->line_off == j - ev0;
@@ -424,8 +453,7 @@ sse_write_data(const struct rewrite_span *data, size_t n, const char *prefix, si
 				continue;
 			}
 			cr = 0;
-			for (q = p; q < e && *q != '\n' && *q != '\r'; q++)
-				;
+			q = p + sse_eol_cached(NULL, p, 0, (size_t)(e - p));
 			if (q > p && (r = write(arg, p, (size_t)(q - p))) != 0)
 				return r;
 			if (q == e)
