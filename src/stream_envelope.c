@@ -31,6 +31,9 @@ enum senv_state {
 	SE_PRIM,                        /* in a number or literal */
 	SE_CONT,                        /* in an array or object not tokenized */
 	SE_TRAIL,                       /* after the body's value */
+	SE_BOM,                         /* what may be a byte order mark */
+	SE_NOT_OBJECT,                  /* validate: full goes on to the end of a body that is
+	                                 * not an object: invalid JSON is the error it gives */
 	SE_ERROR
 };
 
@@ -294,6 +297,9 @@ struct stream_envelope {
 	const char *error;
 	int err;
 	int full;                       /* validate: full */
+	size_t fed;                     /* bytes of the body before this chunk */
+	char bom[3];
+	size_t bomlen;
 	struct jv jv;
 
 	/* the program, laid out */
@@ -612,6 +618,7 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 	se->error = NULL;
 	se->err = 0;
 	se->state = SE_BEFORE;
+	se->fed = 0;
 	se->full = mode == VALIDATE_FULL;
 	if (se->full)
 		jv_init(&se->jv, max_depth);
@@ -1156,6 +1163,17 @@ senv_hold(struct stream_envelope *se, const char *p, size_t n)
 	return senv_keep(se, &se->hold, &se->holdlen, &se->hold_cap, p, n);
 }
 
+/* The ops need an object and the body is not one.  validate: full reads on: the buffered
+ * engine checks the whole body first, so invalid JSON is the error then. */
+static int
+senv_not_object(struct stream_envelope *se)
+{
+	if (!se->full)
+		return senv_fail(se, STREAM_ENVELOPE_OPS, "body is not an object");
+	se->state = SE_NOT_OBJECT;
+	return 0;
+}
+
 /* The body's own whitespace (before and after its value): kept where the body goes out as
  * it came, held back where that is not known yet, else dropped. */
 static int
@@ -1197,6 +1215,20 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 		switch (se->state) {
 		case SE_ERROR:
 			return se->err;
+		case SE_NOT_OBJECT:
+			i = n;
+			break;
+		case SE_BOM:
+			se->bom[se->bomlen++] = (char)c;
+			i++;
+			if (se->bomlen < 3)
+				break;
+			if (memcmp(se->bom, "\xef\xbb\xbf", 3) == 0)
+				return senv_fail(se, STREAM_ENVELOPE_INVALID,
+				    "body starts with a UTF-8 byte order mark");
+			if (senv_not_object(se) != 0)
+				return se->err;
+			break;
 		case SE_BEFORE:
 		case SE_TRAIL:
 			for (j = i; j < n && senv_ws((unsigned char)p[j]); j++)
@@ -1210,8 +1242,18 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 				return senv_invalid(se);
 			c = (unsigned char)p[i];
 			if (se->nuseg > 0 || se->target_obj) {
-				if (c != '{')
-					return senv_fail(se, STREAM_ENVELOPE_OPS, "body is not an object");
+				if (c == 0xef && se->fed + i == 0) {
+					/* A byte order mark is invalid JSON, not a body that is not an
+					 * object, as the buffered engine tells them apart. */
+					se->state = SE_BOM;
+					se->bomlen = 0;
+					break;
+				}
+				if (c != '{') {
+					if (senv_not_object(se) != 0)
+						return se->err;
+					break;
+				}
 				se->level = 0;
 				if (senv_object(se) != 0)
 					return se->err;
@@ -1378,6 +1420,7 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 	}
 	if (se->state == SE_ERROR)
 		return se->err;
+	se->fed += n;
 	/* A value that goes on in the next chunk: what came of it goes out now. */
 	if ((se->state == SE_STRING || se->state == SE_CONT) && se->emit &&
 	    senv_out(se, p + se->run, n - se->run) != 0)
@@ -1395,6 +1438,9 @@ stream_envelope_finish(struct stream_envelope *se)
 		return se->err;
 	case SE_BEFORE:
 		return senv_fail(se, STREAM_ENVELOPE_INVALID, "empty body");
+	case SE_BOM:
+	case SE_NOT_OBJECT:
+		return senv_fail(se, STREAM_ENVELOPE_OPS, "body is not an object");
 	case SE_PRIM:
 		if (se->value_kind != 1 || se->primlen == 0 ||
 		    !envelope_is_primitive(se->prim, se->primlen))
