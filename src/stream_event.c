@@ -27,6 +27,36 @@ stream_event_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 	return 1;
 }
 
+int
+stream_events_format_of(const char *ct, size_t len, enum stream_events_format *format)
+{
+	static const struct {
+		const char *type;
+		enum stream_events_format format;
+	} types[] = {
+		{ "text/event-stream", STREAM_EVENTS_SSE },
+		{ "application/x-ndjson", STREAM_EVENTS_NDJSON },
+		{ "application/jsonl", STREAM_EVENTS_NDJSON },
+		{ "application/json-seq", STREAM_EVENTS_JSON_SEQ },
+	};
+	size_t i, j, n = 0;
+
+	while (n < len && ct[n] != ';' && ct[n] != ' ' && ct[n] != '\t')
+		n++;
+	for (i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		if (strlen(types[i].type) != n)
+			continue;
+		for (j = 0; j < n; j++)
+			if ((ct[j] >= 'A' && ct[j] <= 'Z' ? ct[j] + 32 : ct[j]) != types[i].type[j])
+				break;
+		if (j == n) {
+			*format = types[i].format;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 struct stream_events {
 	enum stream_events_format format;
 	struct rewrite_ctx *rw;

@@ -29,6 +29,14 @@ enum stream_events_format {
 	STREAM_EVENTS_JSON_SEQ          /* application/json-seq */
 };
 
+/*
+ * The format of an answer by its Content-Type value (case and parameters aside):
+ * text/event-stream, application/x-ndjson or application/jsonl, application/json-seq.
+ * Returns 1 and sets *format, or 0 for any other type.
+ */
+int stream_events_format_of(const char *content_type, size_t len,
+    enum stream_events_format *format);
+
 struct stream_events_counts {
 	uint64_t rewritten;             /* events the ops changed */
 	uint64_t passed;                /* events that went on as they came */

@@ -229,6 +229,25 @@ START_TEST(test_events_json_seq)
 }
 END_TEST
 
+START_TEST(test_format_of)
+{
+	enum stream_events_format f = STREAM_EVENTS_SSE;
+
+	ck_assert(stream_events_format_of(S("text/event-stream; charset=utf-8"), &f));
+	ck_assert_int_eq(f, STREAM_EVENTS_SSE);
+	ck_assert(stream_events_format_of(S("Application/X-NDJSON"), &f));
+	ck_assert_int_eq(f, STREAM_EVENTS_NDJSON);
+	ck_assert(stream_events_format_of(S("application/jsonl"), &f));
+	ck_assert_int_eq(f, STREAM_EVENTS_NDJSON);
+	ck_assert(stream_events_format_of(S("application/json-seq"), &f));
+	ck_assert_int_eq(f, STREAM_EVENTS_JSON_SEQ);
+	ck_assert(!stream_events_format_of(S("application/json"), &f));
+	ck_assert(!stream_events_format_of(S("application/jsonlines"), &f));
+	ck_assert(!stream_events_format_of(S("text/event-stream-x"), &f));
+	ck_assert(!stream_events_format_of(S(""), &f));
+}
+END_TEST
+
 static Suite *
 ndjson_suite(void)
 {
@@ -239,6 +258,7 @@ ndjson_suite(void)
 	tcase_add_test(tc, test_over_not_held);
 	tcase_add_test(tc, test_events_ndjson);
 	tcase_add_test(tc, test_events_json_seq);
+	tcase_add_test(tc, test_format_of);
 	suite_add_tcase(s, tc);
 	return s;
 }
