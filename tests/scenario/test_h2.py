@@ -369,7 +369,10 @@ def hpack_bomb_and_continuation_flood(env):
     h.close()
 
     # A header block that never ends: HEADERS without END_HEADERS, then CONTINUATIONs.
-    s = socket.create_connection(('127.0.0.1', gw.port), timeout=IO_TIMEOUT)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    s.settimeout(IO_TIMEOUT)
+    s.connect(('127.0.0.1', gw.port))
     s.sendall(b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\x00\x00\x00\x04\x00\x00\x00\x00\x00')
     block = b'\x40\x05x-aaa\x03bbb' * 100
     frame = lambda t, f, sid, p: len(p).to_bytes(3, 'big') + bytes([t, f]) + \
@@ -382,7 +385,9 @@ def hpack_bomb_and_continuation_flood(env):
             sent += len(block) + 9
     except (ConnectionError, OSError):
         closed = True
-    env.check('a CONTINUATION flood is cut within 1 MB (%d bytes sent)' % sent,
+    # What was sent counts the socket buffers both ways too: nghttp2 stops at its eighth
+    # CONTINUATION frame, about 10 KB into the header block.
+    env.check('a CONTINUATION flood is cut (%d bytes sent, socket buffers included)' % sent,
               closed and sent < (1 << 20))
     s.close()
     body, tail, _ = curl(env, 'http://127.0.0.1:%d/api/orders/1' % gw.port)
