@@ -299,6 +299,7 @@ h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 	if ((st = h2_stream_new(s, frame->hd.stream_id)) == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	nghttp2_session_set_stream_user_data(ng, frame->hd.stream_id, st);
+	metrics_h2(s->w, METRICS_H2_STREAM);
 	return 0;
 }
 
@@ -401,9 +402,13 @@ h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *
 static int
 h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 {
+	struct h2_session *s = arg;
 	struct h2_stream *st;
 
-	(void)arg;
+	if (frame->hd.type == NGHTTP2_RST_STREAM)
+		metrics_h2(s->w, METRICS_H2_RESET_RECEIVED);
+	else if (frame->hd.type == NGHTTP2_GOAWAY)
+		metrics_h2(s->w, METRICS_H2_GOAWAY_RECEIVED);
 	if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
 		return 0;
 	if ((st = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id)) == NULL)
@@ -420,6 +425,21 @@ h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 		if (st->reading)
 			h2_queue(st);
 	}
+	return 0;
+}
+
+/* Every reset and GOAWAY we send is counted, the ones nghttp2 decides on too (a client that
+ * provokes resets is seen, MadeYouReset). */
+static int
+h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
+{
+	struct h2_session *s = arg;
+
+	(void)ng;
+	if (frame->hd.type == NGHTTP2_RST_STREAM)
+		metrics_h2(s->w, METRICS_H2_RESET_SENT);
+	else if (frame->hd.type == NGHTTP2_GOAWAY)
+		metrics_h2(s->w, METRICS_H2_GOAWAY_SENT);
 	return 0;
 }
 
@@ -883,6 +903,7 @@ h2_start(struct client *c)
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2_on_frame_recv);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data_chunk);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_on_stream_close);
+	nghttp2_session_callbacks_set_on_frame_send_callback(cb, h2_on_frame_send);
 	/* Windows are given back as requests take the bytes, not as they arrive. */
 	nghttp2_option_set_no_auto_window_update(opt, 1);
 	if (nghttp2_session_server_new2(&s->ng, cb, s, opt) != 0)
@@ -897,6 +918,7 @@ h2_start(struct client *c)
 		goto fail;
 	c->h2 = s;
 	s->close_why = CLIENT_CLOSE_NONE;
+	metrics_h2(s->w, METRICS_H2_CONNECTION);
 	client_idle(c, 1);
 	return 0;
 fail:

@@ -67,6 +67,7 @@ struct metrics_worker {
 	int64_t clients;                /* open client connections */
 	uint64_t accepted;              /* client connections accepted */
 	uint64_t closes[CLIENT_CLOSE__COUNT];   /* client connections closed, by reason */
+	uint64_t h2[METRICS_H2__COUNT];
 	int64_t clients_active;         /* of those, serving a request */
 	uint64_t bytes_spliced, bytes_copied;
 	struct metrics_route *routes[MAX_BLOCKS];
@@ -566,6 +567,15 @@ metrics_client_closed(struct worker *w, int why)
 
 	if (mw != NULL && why >= 0 && why < CLIENT_CLOSE__COUNT)
 		COUNT(&mw->closes[why], 1);
+}
+
+void
+metrics_h2(struct worker *w, enum metrics_h2 what)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL)
+		COUNT(&mw->h2[what], 1);
 }
 
 void
@@ -1105,6 +1115,30 @@ metrics_write(struct evbuffer *out)
 		evbuffer_add_printf(out, "%s{reason=\"%s\"} %llu\n",
 		    metric_names[METRIC_CLIENT_CLOSES], client_closes[why].label,
 		    (unsigned long long)n);
+	}
+	{
+		uint64_t h2[METRICS_H2__COUNT] = { 0 };
+		int k;
+
+		for (k = 0; k < METRICS_H2__COUNT; k++)
+			for (i = 0; i < nworkers; i++)
+				h2[k] += READ(&workers[i].h2[k]);
+		metrics_head(out, METRIC_HTTP2_CONNECTIONS);
+		evbuffer_add_printf(out, "%s %llu\n", metric_names[METRIC_HTTP2_CONNECTIONS],
+		    (unsigned long long)h2[METRICS_H2_CONNECTION]);
+		metrics_head(out, METRIC_HTTP2_STREAMS);
+		evbuffer_add_printf(out, "%s %llu\n", metric_names[METRIC_HTTP2_STREAMS],
+		    (unsigned long long)h2[METRICS_H2_STREAM]);
+		metrics_head(out, METRIC_HTTP2_RESETS);
+		evbuffer_add_printf(out, "%s{direction=\"sent\"} %llu\n%s{direction=\"received\"} "
+		    "%llu\n", metric_names[METRIC_HTTP2_RESETS],
+		    (unsigned long long)h2[METRICS_H2_RESET_SENT], metric_names[METRIC_HTTP2_RESETS],
+		    (unsigned long long)h2[METRICS_H2_RESET_RECEIVED]);
+		metrics_head(out, METRIC_HTTP2_GOAWAYS);
+		evbuffer_add_printf(out, "%s{direction=\"sent\"} %llu\n%s{direction=\"received\"} "
+		    "%llu\n", metric_names[METRIC_HTTP2_GOAWAYS],
+		    (unsigned long long)h2[METRICS_H2_GOAWAY_SENT], metric_names[METRIC_HTTP2_GOAWAYS],
+		    (unsigned long long)h2[METRICS_H2_GOAWAY_RECEIVED]);
 	}
 	metrics_head(out, METRIC_CONFIG_RELOADS);
 	evbuffer_add_printf(out, "%s{result=\"success\"} %llu\n",

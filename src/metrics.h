@@ -73,6 +73,15 @@ struct worker;
 	    "Client connections accepted, by worker thread.", "worker") \
 	X(CLIENT_CLOSES, "jsongate_client_closes_total", "counter", \
 	    "Client connections closed, by the reason they closed.", "reason") \
+	X(HTTP2_CONNECTIONS, "jsongate_http2_connections_total", "counter", \
+	    "Client connections that chose HTTP/2 (ALPN h2, or the h2c preface).", "") \
+	X(HTTP2_STREAMS, "jsongate_http2_streams_total", "counter", \
+	    "Requests over HTTP/2: the streams clients opened.", "") \
+	X(HTTP2_RESETS, "jsongate_http2_resets_total", "counter", \
+	    "RST_STREAM frames, by direction (sent by jsongate, received from clients).", \
+	    "direction") \
+	X(HTTP2_GOAWAYS, "jsongate_http2_goaways_total", "counter", \
+	    "GOAWAY frames, by direction.", "direction") \
 	X(CONFIG_RELOADS, "jsongate_config_reloads_total", "counter", \
 	    "Configuration reloads, by result.", "result") \
 	X(RESOLVER_LOOKUPS, "jsongate_resolver_lookups_total", "counter", \
@@ -222,6 +231,13 @@ void metrics_upstream_conns(struct worker *w, const struct config_server *server
 void metrics_client(struct worker *w, int delta);
 /* A client connection closed, for why (an enum client_close). */
 void metrics_client_closed(struct worker *w, int why);
+
+/* What HTTP/2 counts. */
+enum metrics_h2 {
+	METRICS_H2_CONNECTION, METRICS_H2_STREAM, METRICS_H2_RESET_SENT, METRICS_H2_RESET_RECEIVED,
+	METRICS_H2_GOAWAY_SENT, METRICS_H2_GOAWAY_RECEIVED, METRICS_H2__COUNT
+};
+void metrics_h2(struct worker *w, enum metrics_h2 what);
 /* A client connection starts (+1) or ends (-1) serving a request; the rest are idle. */
 void metrics_client_active(struct worker *w, int delta);
 /* A body on a route with envelope ops: applied (reason NONE), or passed or failed and why. */

@@ -447,6 +447,34 @@ def sigterm_goaway(env):
 
 
 @T.case
+def metrics(env):
+    up = env.scripted(default=answer(lambda req: http_response(200, b'{}'), delay=0.3))
+    admin = free_port()
+    gw = h2_daemon(env, h2_conf(up.address, admin={'listen': '127.0.0.1:%d' % admin}))
+    h = H2(gw.port)
+    a, b = h.request('/a'), h.request('/b')
+    h.pump(lambda h: h.ended(a) and h.ended(b))
+    c = h.request('/c')
+    h.conn.reset_stream(c)
+    h.flush()
+    env.check('the reset stream\'s request reached the upstream', wait_until(
+        lambda: len(up.requests) == 3, 5))
+    h.sock.sendall(b'\x00\x80\x00\x00\x00\x00\x00\x00\x01' + b'\x00' * 32768)
+    h.pump(lambda h: h.closed or h.goaway() is not None, timeout=5)
+    r = env.client(gw.port).request('GET', '/h1', [('Host', 'h')])
+    env.eq('an HTTP/1.1 request beside', r.status, 200)
+    text = env.client(admin).request('GET', '/metrics', [('Host', 'h')]).body.decode()
+    got = re.findall(r'^(jsongate_http2_\w+(?:\{[^}]*\})?) (\d+)$', text, re.M)
+    env.eq('the HTTP/2 families, exactly', got, [
+        ('jsongate_http2_connections_total', '1'),
+        ('jsongate_http2_streams_total', '3'),
+        ('jsongate_http2_resets_total{direction="sent"}', '0'),
+        ('jsongate_http2_resets_total{direction="received"}', '1'),
+        ('jsongate_http2_goaways_total{direction="sent"}', '1'),
+        ('jsongate_http2_goaways_total{direction="received"}', '0')])
+
+
+@T.case
 def idle_connection_closed(env):
     demo = env.demo()
     conf = h2_conf(demo.address)
