@@ -36,6 +36,7 @@ struct h2_stream {
 	char *authority;
 	size_t field_bytes;             /* decoded fields + 32 each, against limits.max_header */
 	uint64_t unconsumed;            /* DATA bytes received not yet given back as window */
+	uint64_t progress;              /* ms (monotonic) its answer last moved, or began to wait */
 	unsigned queued : 1;            /* in s->work */
 	unsigned reading : 1;           /* its request takes body bytes now */
 	unsigned chunked_in : 1;        /* the body goes into the input chunked (no length) */
@@ -61,6 +62,7 @@ struct h2_session {
 	struct h2_stream_list dead;     /* closed, freed from the loop */
 	struct h2_stream_queue work;
 	struct event *kick;             /* runs s->work and frees s->dead from the loop */
+	struct event *tick;             /* once a second: answers stuck at a shut window */
 	size_t nstreams;
 	enum client_close close_why;    /* the connection is to close, from the loop */
 	unsigned sending : 1;
@@ -79,6 +81,15 @@ static struct h2_stream *
 h2_stream_of(struct client *c)
 {
 	return (struct h2_stream *)c;
+}
+
+static uint64_t
+h2_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 int
@@ -514,6 +525,7 @@ h2_send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd,
 		return NGHTTP2_ERR_WOULDBLOCK;
 	evbuffer_add(out, framehd, 9);
 	evbuffer_remove_buffer(st->out, out, length);
+	st->progress = h2_now_ms();
 	if (st->drained && evbuffer_get_length(st->out) <= FLOW_LOW)
 		h2_queue(st);
 	return 0;
@@ -623,6 +635,8 @@ h2_answer_body(struct client *c, struct evbuffer *from, size_t n)
 		evbuffer_drain(from, n);        /* a HEAD's, or after the end */
 		return;
 	}
+	if (evbuffer_get_length(st->out) == 0)
+		st->progress = h2_now_ms();
 	if ((moved = evbuffer_remove_buffer(from, st->out, n)) > 0)
 		c->rq->bytes_sent += (uint64_t)moved;
 	if (st->deferred && moved > 0) {
@@ -800,6 +814,32 @@ h2_send(struct h2_session *s)
 		h2_close(s, s->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_CLIENT_CLOSED);
 }
 
+/* An answer that could not move for timeouts.client_body (its client opens no window) ends
+ * its stream: what the client makes us hold is bounded in time as in size. */
+static void
+h2_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct h2_session *s = arg;
+	uint64_t limit = s->w->cur->rt->cfg->timeouts.client_body, now = h2_now_ms();
+	struct h2_stream *st;
+	int reset = 0;
+
+	(void)fd;
+	(void)what;
+	LIST_FOREACH(st, &s->streams, entry) {
+		if (st->closed || st->aborted || evbuffer_get_length(st->out) == 0 ||
+		    now - st->progress < limit)
+			continue;
+		log_debug("client %s: HTTP/2 stream %d reset: no window for its answer in %llu ms",
+		    s->c->addr, st->id, (unsigned long long)limit);
+		st->aborted = 1;
+		nghttp2_submit_rst_stream(s->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+		reset = 1;
+	}
+	if (reset)
+		h2_send(s);
+}
+
 /* The streams' deferred work, from the loop: input to their requests, drained answers, and
  * the memory of the closed ones. */
 static void
@@ -894,6 +934,7 @@ h2_start(struct client *c)
 	LIST_INIT(&s->dead);
 	TAILQ_INIT(&s->work);
 	if ((s->kick = event_new(c->w->base, -1, 0, h2_kick_cb, s)) == NULL ||
+	    (s->tick = event_new(c->w->base, -1, EV_PERSIST, h2_tick_cb, s)) == NULL ||
 	    nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0)
 		goto fail;
 	nghttp2_session_callbacks_set_send_callback(cb, h2_send_cb);
@@ -918,6 +959,10 @@ h2_start(struct client *c)
 		goto fail;
 	c->h2 = s;
 	s->close_why = CLIENT_CLOSE_NONE;
+	{
+		static const struct timeval second = { 1, 0 };
+		evtimer_add(s->tick, &second);
+	}
 	metrics_h2(s->w, METRICS_H2_CONNECTION);
 	client_idle(c, 1);
 	return 0;
@@ -930,6 +975,8 @@ fail:
 		nghttp2_session_del(s->ng);
 	if (s->kick != NULL)
 		event_free(s->kick);
+	if (s->tick != NULL)
+		event_free(s->tick);
 	free(s);
 	return -1;
 }
@@ -974,6 +1021,7 @@ h2_free(struct h2_session *s)
 	}
 	nghttp2_session_del(s->ng);
 	event_free(s->kick);
+	event_free(s->tick);
 	s->c->h2 = NULL;
 	free(s);
 }

@@ -190,7 +190,9 @@ def same_bytes_as_http11(env):
 @T.case
 def uploads_byte_for_byte(env):
     up = env.scripted(default=answer(echo))
-    gw = h2_daemon(env, h2_conf(up.address))
+    # The scripted upstream reads 10 MB of chunks in Python: slow on a loaded machine.
+    gw = h2_daemon(env, h2_conf(up.address, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '120s', 'shutdown_grace': '5s'}))
     url = 'http://127.0.0.1:%d/up' % gw.port
     data = os.urandom(10 * 1024 * 1024)
     path = os.path.join(env.tmp, 'ten')
@@ -301,9 +303,12 @@ def concurrent_streams_use_several_upstream_connections(env):
 @T.case
 def window_never_opened(env):
     """A stream whose window stays shut: the daemon holds about FLOW_HIGH of its answer and
-    stops reading the upstream; another stream of the connection is answered meanwhile."""
+    stops reading the upstream; another stream of the connection is answered meanwhile; after
+    timeouts.client_body without progress the stream is reset."""
     demo = env.demo()
-    gw = h2_daemon(env, h2_conf(demo.address))
+    conf = h2_conf(demo.address)
+    conf['timeouts'] = dict(conf['timeouts'], client_body='4s')
+    gw = h2_daemon(env, conf)
     idle = gw.rss()['VmRSS']
     h = H2(gw.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     h.pump(lambda h: any(isinstance(e, h2.events.SettingsAcknowledged) for e in h.events), 5)
@@ -320,6 +325,15 @@ def window_never_opened(env):
     grown = gw.rss()['VmRSS'] - idle
     env.check('the unread 256 MB answer costs < 64 MB (%d KB)' % grown, grown < 64 * 1024)
     env.eq('not a byte of it sent', len(h.answer(big)[2]), 0)
+    t0 = time.time()
+    env.check('the stuck stream is reset after timeouts.client_body',
+              h.pump(lambda h: h.ended(big), timeout=8, window=False))
+    env.eq('with CANCEL, about 4 s after its answer stopped (%.1fs later)' % (time.time() - t0),
+           (h.answer(big)[3], time.time() - t0 < 4), (h2.errors.ErrorCodes.CANCEL, True))
+    sid = h.request('/api/orders/1')
+    h.conn.increment_flow_control_window(1 << 20, stream_id=sid)
+    h.flush()
+    env.check('and the connection goes on', h.pump(lambda h: h.ended(sid), window=False))
     h.close()
 
 
