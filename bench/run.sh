@@ -121,6 +121,12 @@ VARIANTS=(
 	"jsongate-rpc        jsongate  jsongate-rpc.yaml.in     rpc"
 	"jsongate-rpc-batch  jsongate  jsongate-rpc.yaml.in     rpc-batch"
 	"go-rpc              gorpc     -                        rpc-batch  pass  json"
+	"nginx-h2c           nginx     nginx-proxy-h2c.conf.in  h2c"
+	"jsongate-h2c        jsongate  jsongate-h2c.yaml.in     h2c"
+	"haproxy-h2c         haproxy   haproxy-proxy-h2c.cfg.in h2c"
+	"nginx-h2            nginx     nginx-proxy-h2.conf.in   h2"
+	"jsongate-h2         jsongate  jsongate-h2.yaml.in      h2"
+	"haproxy-h2          haproxy   haproxy-proxy-h2.cfg.in  h2"
 )
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
@@ -145,6 +151,10 @@ RATIOS=(
 	"jsongate-rpc/jsongate-rpc-pass"
 	"jsongate-rpc-batch/jsongate-rpc*100"
 	"go-rpc/jsongate-rpc-batch"
+	"jsongate-h2c/nginx-h2c"
+	"jsongate-h2c/haproxy-h2c"
+	"jsongate-h2/nginx-h2"
+	"jsongate-h2/haproxy-h2"
 )
 JSONGATE_BASE=${JSONGATE_BASE:-}
 # Every variant by default; the jsongate-base rows only when there is a second build to run.
@@ -163,6 +173,7 @@ render() {
 		-e "s|@UPSTREAM_PORT2@|$UPSTREAM_PORT2|g" -e "s|@UPSTREAM_PORT3@|$UPSTREAM_PORT3|g" \
 		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
 		-e "s|@CERT@|$RUNDIR/tls.crt|g" -e "s|@KEY@|$RUNDIR/tls.key|g" \
+		-e "s|@CERTKEY@|$RUNDIR/tls.pem|g" \
 		-e "s|@NGINX_MODULES@|$NGINX_MODULES|g" \
 		"$BENCH_DIR/conf/$template" >"$out"
 }
@@ -352,7 +363,16 @@ command -v python3 >/dev/null || missing+=("python3 (Debian: python3)")
 command -v timeout >/dev/null || missing+=("timeout (Debian: coreutils)")
 for name in $PROXIES; do
 	case $(variant_field "$name" 3) in
-	tls*)
+	h2*)
+		command -v h2load >/dev/null || missing+=("h2load (Debian: nghttp2-client)")
+		command -v curl >/dev/null || missing+=("curl (Debian: curl)")
+		break
+		;;
+	esac
+done
+for name in $PROXIES; do
+	case $(variant_field "$name" 3) in
+	tls* | h2)
 		command -v openssl >/dev/null || missing+=("openssl (Debian: openssl)")
 		command -v curl >/dev/null || missing+=("curl (Debian: curl)")
 		break
@@ -434,7 +454,8 @@ if command -v openssl >/dev/null; then
 		-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
 		-keyout "$RUNDIR/tls.key" -out "$RUNDIR/tls.crt" >"$RUNDIR/openssl.log" 2>&1 ||
 		die "openssl cannot make a certificate: $(cat "$RUNDIR/openssl.log")"
-	chmod 644 "$RUNDIR/tls.key" "$RUNDIR/tls.crt"
+	cat "$RUNDIR/tls.crt" "$RUNDIR/tls.key" >"$RUNDIR/tls.pem"  # HAProxy's crt: both in one
+	chmod 644 "$RUNDIR/tls.key" "$RUNDIR/tls.crt" "$RUNDIR/tls.pem"
 fi
 
 UPSTREAM_PORT=$(pick_port)
@@ -459,10 +480,28 @@ declare -A CPU_US USER_US RPS P50 P99 HWM NOTE SPREAD SYSCALLS MALLOCS
 declare -A RUN_CPU RUN_USER RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
 
 CLIENT_MODE=http
+# HTTP/2 rows: h2load, CONNECTIONS connections of 10 streams each, its figures written as the
+# lines of wrk's output this script reads (no latency percentiles: h2load gives none).
+run_h2load() { # run_h2load SECONDS PORT SIZE OUTPUT
+	local secs=$1 port=$2 size=$3 out=$4 scheme=http
+	[ "$CLIENT_MODE" = h2 ] && scheme=https
+	timeout $((secs + 60)) taskset -c "$LOAD_CPU" \
+		h2load -t1 -c"$CONNECTIONS" -m10 -D "$secs" "$scheme://127.0.0.1:$port/$size.json" \
+		>"$out.h2load" 2>&1 || die "h2load failed against port $port: $(cat "$out.h2load")"
+	awk -v secs="$secs" '
+		/^requests: / { done = $6; ok = $8 }
+		/^finished in / { rps = $4 }
+		END {
+			printf "  %d requests in %ss\nRequests/sec: %s\n", ok, secs, rps
+			if (done != ok) printf "  Non-2xx or 3xx responses: %d\n", done - ok
+		}' "$out.h2load" >"$out"
+}
+
 run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
 	local secs=$1 port=$2 size=$3 out=$4 scheme=http path=$3.json
 	shift 4
 	case $CLIENT_MODE in
+	h2c | h2) run_h2load "$secs" "$port" "$size" "$out" && return 0 ;;
 	tls) scheme=https ;;
 	tls-close) scheme=https && set -- "$@" -H "Connection: close" ;;
 	rpc) path=rpc-$size.json && set -- "$@" -s "$RUNDIR/wrk-rpc-$size.lua" ;;
@@ -484,6 +523,12 @@ verify_proxy() { # verify_proxy NAME SIZE
 		[ "$kind" = rpc ] || expected=$DATADIR/$kind-$2.expected
 		python3 "$BENCH_DIR/client.py" post "$PROXY_PORT" "/$kind-$2.json" \
 			"$DATADIR/$kind-call-$2.json" "$expected" "$(variant_field "$1" 5 bytes)"
+	elif [ "$CLIENT_MODE" = h2c ]; then
+		curl -sS --http2-prior-knowledge "http://127.0.0.1:$PROXY_PORT/$2.json" |
+			cmp -s - "$DATADIR/$2.json"
+	elif [ "$CLIENT_MODE" = h2 ]; then
+		curl -sS --http2 --cacert "$RUNDIR/tls.crt" "https://127.0.0.1:$PROXY_PORT/$2.json" |
+			cmp -s - "$DATADIR/$2.json"
 	elif [ "$CLIENT_MODE" = http ]; then
 		python3 "$BENCH_DIR/client.py" verify "$PROXY_PORT" "/$2.json" "$DATADIR/$2.json" \
 			"$(variant_field "$1" 4 pass)" "$(variant_field "$1" 5 bytes)"

@@ -25,6 +25,7 @@
 struct h2_stream {
 	struct client c;                /* first: the request core's view of the stream */
 	struct h2_session *s;
+	struct h2_stream *next_kept;    /* in the thread's streams kept for reuse */
 	int32_t id;
 	LIST_ENTRY(h2_stream) entry;    /* in s->streams, or s->dead */
 	TAILQ_ENTRY(h2_stream) pending; /* in s->work: input to hand on, or an answer drained */
@@ -135,13 +136,54 @@ h2_input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg
 		h2_consume(arg, info->n_deleted);
 }
 
+/* Streams a worker thread keeps for the next ones, their buffers with them: a stream costs
+ * no allocation once the worker is warm. */
+#define H2_STREAMS_KEPT 256
+static _Thread_local struct h2_stream *h2_kept;
+static _Thread_local unsigned h2_nkept;
+
+static void
+h2_stream_release(struct h2_stream *st)
+{
+	if (st->c.conn.in != NULL)
+		evbuffer_free(st->c.conn.in);
+	if (st->out != NULL)
+		evbuffer_free(st->out);
+	if (st->fields != NULL)
+		evbuffer_free(st->fields);
+	if (st->cookie != NULL)
+		evbuffer_free(st->cookie);
+	free(st);
+}
+
 static struct h2_stream *
 h2_stream_new(struct h2_session *s, int32_t id)
 {
-	struct h2_stream *st = calloc(1, sizeof(*st));
+	struct h2_stream *st = h2_kept;
+	struct evbuffer *in, *out, *fields, *cookie;
 
-	if (st == NULL)
-		return NULL;
+	if (st != NULL) {
+		h2_kept = st->next_kept;
+		h2_nkept--;
+		in = st->c.conn.in;
+		out = st->out;
+		fields = st->fields;
+		cookie = st->cookie;
+		memset(st, 0, sizeof(*st));
+		st->c.conn.in = in;
+		st->out = out;
+		st->fields = fields;
+		st->cookie = cookie;
+	} else {
+		if ((st = calloc(1, sizeof(*st))) == NULL)
+			return NULL;
+		if ((st->c.conn.in = evbuffer_new()) == NULL || (st->out = evbuffer_new()) == NULL ||
+		    (st->fields = evbuffer_new()) == NULL ||
+		    evbuffer_add_cb(st->c.conn.in, h2_input_cb, st) == NULL) {
+			h2_stream_release(st);
+			return NULL;
+		}
+	}
 	st->c.w = s->w;
 	st->c.down = &h2_downstream;
 	st->c.close_reason = CLIENT_CLOSE_NONE;
@@ -150,18 +192,6 @@ h2_stream_new(struct h2_session *s, int32_t id)
 	st->c.state = CLIENT_IDLE;
 	memcpy(st->c.addr, s->c->addr, sizeof(st->c.addr));
 	st->c.conn.fd = -1;
-	if ((st->c.conn.in = evbuffer_new()) == NULL || (st->out = evbuffer_new()) == NULL ||
-	    (st->fields = evbuffer_new()) == NULL ||
-	    evbuffer_add_cb(st->c.conn.in, h2_input_cb, st) == NULL) {
-		if (st->c.conn.in != NULL)
-			evbuffer_free(st->c.conn.in);
-		if (st->out != NULL)
-			evbuffer_free(st->out);
-		if (st->fields != NULL)
-			evbuffer_free(st->fields);
-		free(st);
-		return NULL;
-	}
 	st->s = s;
 	st->id = id;
 	st->reading = 1;
@@ -174,14 +204,34 @@ h2_stream_new(struct h2_session *s, int32_t id)
 static void
 h2_stream_free(struct h2_stream *st)
 {
-	evbuffer_free(st->c.conn.in);
-	evbuffer_free(st->out);
-	evbuffer_free(st->fields);
-	if (st->cookie != NULL)
-		evbuffer_free(st->cookie);
 	free(st->path);
 	free(st->authority);
-	free(st);
+	st->path = st->authority = NULL;
+	st->unconsumed = 0;     /* what the buffers still hold is no window any more */
+	if (h2_nkept >= H2_STREAMS_KEPT) {
+		h2_stream_release(st);
+		return;
+	}
+	evbuffer_drain(st->c.conn.in, evbuffer_get_length(st->c.conn.in));
+	evbuffer_drain(st->out, evbuffer_get_length(st->out));
+	evbuffer_drain(st->fields, evbuffer_get_length(st->fields));
+	if (st->cookie != NULL)
+		evbuffer_drain(st->cookie, evbuffer_get_length(st->cookie));
+	st->next_kept = h2_kept;
+	h2_kept = st;
+	h2_nkept++;
+}
+
+void
+h2_worker_end(void)
+{
+	struct h2_stream *st;
+
+	while ((st = h2_kept) != NULL) {
+		h2_kept = st->next_kept;
+		h2_stream_release(st);
+	}
+	h2_nkept = 0;
 }
 
 /* Hand the stream's new input, or the news that its answer drained, to its request from the
@@ -280,7 +330,7 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	if (st->authority != NULL && !st->has_host)
 		evbuffer_add_printf(in, "Host: %s\r\n", st->authority);
 	evbuffer_add_buffer(in, st->fields);
-	if (st->cookie != NULL) {
+	if (st->cookie != NULL && evbuffer_get_length(st->cookie) != 0) {
 		evbuffer_add(in, "Cookie: ", 8);
 		evbuffer_add_buffer(in, st->cookie);
 		evbuffer_add(in, "\r\n", 2);
@@ -744,10 +794,12 @@ h2_transport(struct client *c)
 	return &h2_stream_of(c)->s->c->conn;
 }
 
+/* The frames of every stream that had something to say in this turn of the loop go out
+ * together, from the loop: one send for many answers. */
 static void
 h2_flush(struct client *c)
 {
-	h2_send(h2_stream_of(c)->s);
+	h2_kick(h2_stream_of(c)->s);
 }
 
 const struct downstream h2_downstream = {

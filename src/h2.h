@@ -24,6 +24,8 @@ enum client_close h2_conn_event(struct h2_session *s, int what);
 void h2_drain(struct h2_session *s);
 /* The connection closes: every stream's request is cut short and freed, then the session. */
 void h2_free(struct h2_session *s);
+/* The worker thread ends: the streams it kept for reuse go. */
+void h2_worker_end(void);
 /* Streams open. */
 size_t h2_streams(const struct h2_session *s);
 

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "request.h"
 
+#include "h2.h"
 #include "path_norm.h"
 
 /*
@@ -135,6 +136,7 @@ proxy_worker_end(void)
 {
 	size_t i;
 
+	h2_worker_end();
 	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]); i++)
 		if (route_kinds[i]->worker_end != NULL)
 			route_kinds[i]->worker_end();
