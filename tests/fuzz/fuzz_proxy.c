@@ -4,6 +4,8 @@
  * socketpair: leading empty lines, limits.max_header, pipelined requests, Content-Length and
  * chunked bodies (de-chunked for request ops, streamed otherwise), the window of match.json,
  * a path template's captures (percent-decoded into ops, header ops and the access log).
+ * The listener takes HTTP/2 too: an input that opens with the connection preface is an h2c
+ * client, its frames going through nghttp2 to the same request core.
  * The upstream is in this process too, served on the same loop: it reads each request the
  * proxy sends with the project's own parser and answers it.
  *
@@ -14,7 +16,8 @@
  * Checked on every input:
  *   - every request the upstream receives parses, head and chunked framing (the proxy never
  *     forwards a request it could not frame);
- *   - what the client receives starts with a complete response head.
+ *   - what the client receives starts with a complete response head (HTTP/1.1), or with the
+ *     server's SETTINGS frame (HTTP/2).
  * FUZZ_PROXY_SHOW=1 in the environment prints what the client received, to see what an input
  * does.
  */
@@ -272,12 +275,20 @@ fuzz_run(int fd, struct evbuffer *got, int *eof)
 
 /* What the client got starts with a complete response head (interim ones included). */
 static void
-fuzz_check_answer(struct evbuffer *got)
+fuzz_check_answer(struct evbuffer *got, int h2)
 {
 	static struct http_response resp;
 	size_t len = evbuffer_get_length(got);
 	ssize_t r;
 
+	if (h2) {
+		/* The server's SETTINGS go first, whatever the client sends after its preface. */
+		const unsigned char *p = evbuffer_pullup(got, len < 9 ? (ev_ssize_t)len : 9);
+
+		FUZZ_CHECK(len >= 9 && p[3] == 0x04 && p[5] == 0 && p[6] == 0 && p[7] == 0 &&
+		    p[8] == 0);
+		return;
+	}
 	if (len == 0)
 		return;
 	r = http_parse_response((const char *)evbuffer_pullup(got, (ev_ssize_t)len), len, &resp);
@@ -303,7 +314,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
 	peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	FUZZ_CHECK(worker_slot_take(&worker));
-	FUZZ_CHECK(proxy_accept(&worker, sv[0], (struct sockaddr *)&peer, sizeof(peer), NULL) == 0);
+	FUZZ_CHECK(proxy_accept(&worker, sv[0], (struct sockaddr *)&peer, sizeof(peer), NULL,
+	    1) == 0);
 	FUZZ_CHECK((got = evbuffer_new()) != NULL);
 	piece = (size + pieces - 1) / pieces;
 	for (at = 0; at < size; at += n) {
@@ -322,7 +334,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (getenv("FUZZ_PROXY_SHOW") != NULL)
 		fprintf(stderr, "--- the client got:\n%.*s\n", (int)evbuffer_get_length(got),
 		    (const char *)evbuffer_pullup(got, -1));
-	fuzz_check_answer(got);
+	fuzz_check_answer(got, size >= 24 &&
+	    memcmp(data, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24) == 0);
 	/* Whatever is still open goes, as at the end of a grace period. */
 	proxy_close_all(&worker);
 	proxy_reap_cb(-1, 0, &worker);
