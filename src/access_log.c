@@ -330,6 +330,9 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		} else if (e->rpc_batch >= 0) {
 			access_printf(&l, ",\"rpc_batch\":%ld", e->rpc_batch);
 		}
+		if (e->tunnel_outcome != NULL)
+			access_printf(&l, ",\"tunnel\":\"%s\",\"bytes_received\":%llu",
+			    e->tunnel_outcome, (unsigned long long)e->tunnel_received);
 		if (e->njson != 0)
 			access_fields(&l, ",\"json\":{", e->json, e->njson);
 		if (e->npath != 0)
@@ -361,6 +364,9 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		} else if (e->rpc_batch >= 0) {
 			access_printf(&l, " \"rpc_batch:%ld\"", e->rpc_batch);
 		}
+		if (e->tunnel_outcome != NULL)
+			access_printf(&l, " \"tunnel:%s received:%llu\"", e->tunnel_outcome,
+			    (unsigned long long)e->tunnel_received);
 		if (e->backends != NULL)
 			access_backends(&l, e, 0);
 	}

@@ -51,6 +51,9 @@ struct access_entry {
 	const char *rpc_method;         /* a JSON-RPC route's single call: its method, or NULL */
 	size_t rpc_method_len;
 	long rpc_batch;                 /* a JSON-RPC batch: its elements; -1 for none */
+	const char *tunnel_outcome;     /* a tunnel's end (its outcome label), or NULL: then
+	                                 * bytes_sent counts what went to the client through it */
+	uint64_t tunnel_received;       /* a tunnel's bytes from the client */
 };
 
 /* Open per cfg->access_log; 0 or -1 with errno. */

@@ -445,6 +445,11 @@ client_conn_cb(struct conn *conn, int what, void *arg)
 			client_free(c, why);
 		return;
 	}
+	if (c->state == CLIENT_BUSY && c->rq->tunnel != NULL) {
+		tunnel_event(c->rq->tunnel, TUNNEL_CLIENT, what);
+		proxy_flush(c);
+		return;
+	}
 	if (what & CONN_READ)
 		client_on_input(c);
 	if ((what & CONN_DRAINED) && c->state != CLIENT_DEAD)
@@ -703,11 +708,56 @@ client_request_over(struct client *c)
 	client_process(c);
 }
 
+/* --- a tunnel over the connection --------------------------------------------------- */
+
+/* The tunnel is over: the connection closes once what is queued for the client went. */
+static void
+client_tunnel_close(void *arg, enum tunnel_close why)
+{
+	struct client *c = (struct client *)((char *)arg - offsetof(struct client, conn));
+
+	tunnel_conn_close(arg, why);
+	client_closing_for(c, CLIENT_CLOSE_TUNNEL_ENDED);
+	c->keepalive = 0;
+}
+
+static const struct tunnel_end_ops client_tunnel_ops = {
+	tunnel_conn_input, tunnel_conn_write, tunnel_conn_unsent, tunnel_conn_reading,
+	tunnel_conn_drained, tunnel_conn_shutdown, tunnel_conn_ended, client_tunnel_close
+};
+
+/* The 101 with the protocol's Upgrade and Connection: upgrade (the session's own
+ * hop-by-hop lines), then the connection's bytes are the tunnel's. */
+static int
+client_upgrade(struct client *c, const struct answer_head *h, struct http_str protocol,
+    struct tunnel *t)
+{
+	struct evbuffer *out = c->conn.out;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	size_t before = evbuffer_get_length(out);
+
+	if (c->http_minor != 1 ||
+	    headers_response_out(out, h->resp, id, h->ops, h->vars, h->extra) < 0)
+		return -1;
+	if (c->rq->answer_headers_len != 0)
+		evbuffer_add(out, c->rq->answer_headers, c->rq->answer_headers_len);
+	evbuffer_add_printf(out, "Upgrade: %.*s\r\nConnection: upgrade\r\n\r\n", (int)protocol.len,
+	    protocol.p);
+	c->rq->head_sent = evbuffer_get_length(out) - before;
+	c->rq->bytes_sent += c->rq->head_sent;
+	c->keepalive = 0;
+	conn_set_timeouts(&c->conn, 0, 0);
+	conn_set_read_max(&c->conn, FLOW_HIGH);
+	tunnel_attach(t, TUNNEL_CLIENT, &client_tunnel_ops, &c->conn);
+	conn_read_start(&c->conn);
+	return 0;
+}
+
 const struct downstream client_downstream = {
 	/* in the order of struct downstream (request.h) */
 	client_read_body, client_input_room, client_transport, client_takes_chunks, client_continue, client_answer_head, client_answer_body,
 	client_answer_finish, client_answer_error, client_answer_abort, client_answer_backlogged,
-	client_request_over, client_flush
+	client_request_over, client_flush, client_upgrade
 };
 
 /* --- accept, drain ---------------------------------------------------------------------- */

@@ -367,6 +367,7 @@ struct config {
 		uint64_t upstream_try;      /* 0 (off): one try's limit until the answer's head */
 		uint64_t queue;             /* 5s: longest wait for a server under max_connections */
 		uint64_t shutdown_grace;    /* 30s */
+		uint64_t tunnel;            /* 1h: a tunnel idle both ways is closed */
 	} timeouts;
 
 	struct config_http2 {           /* HTTP/2 connections from clients */

@@ -94,6 +94,8 @@ static const struct config_field config_timeouts_fields[] = {
 	    "longest wait for a server when every one is at max_connections"),
 	F_DURATION("shutdown_grace", struct config, timeouts.shutdown_grace, "30s", 0,
 	    "time in-flight requests get to finish on SIGTERM"),
+	F_DURATION("tunnel", struct config, timeouts.tunnel, "1h", 1,
+	    "idle time (no byte either way) after which a tunnel (WebSocket) is closed"),
 };
 static const struct config_section config_timeouts_section =
     CONFIG_SECTION_OF(config_timeouts_fields);

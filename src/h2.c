@@ -805,7 +805,8 @@ h2_flush(struct client *c)
 const struct downstream h2_downstream = {
 	h2_read_body, h2_input_room, h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
 	h2_answer_body, h2_answer_finish, h2_answer_error, h2_answer_abort, h2_answer_backlogged,
-	h2_request_over, h2_flush
+	h2_request_over, h2_flush,
+	NULL    /* no upgrade over HTTP/2: extended CONNECT (RFC 8441) would be its tunnel */
 };
 
 /* --- the session ------------------------------------------------------------------------- */

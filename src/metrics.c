@@ -69,6 +69,9 @@ struct metrics_worker {
 	uint64_t closes[CLIENT_CLOSE__COUNT];   /* client connections closed, by reason */
 	uint64_t h2[METRICS_H2__COUNT];
 	int64_t clients_active;         /* of those, serving a request */
+	int64_t tunnels;                /* open tunnels */
+	uint64_t tunnel_closes[TUNNEL_CLOSE__COUNT];
+	uint64_t tunnel_bytes[2];       /* to the upstream, to the client */
 	uint64_t bytes_spliced, bytes_copied;
 	struct metrics_route *routes[MAX_BLOCKS];
 	struct metrics_server *servers[MAX_BLOCKS];
@@ -579,6 +582,33 @@ metrics_h2(struct worker *w, enum metrics_h2 what)
 }
 
 void
+metrics_tunnel(struct worker *w, int delta)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL)
+		COUNT(&mw->tunnels, delta);
+}
+
+void
+metrics_tunnel_closed(struct worker *w, int why)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL && why >= 0 && why < TUNNEL_CLOSE__COUNT)
+		COUNT(&mw->tunnel_closes[why], 1);
+}
+
+void
+metrics_tunnel_bytes(struct worker *w, int to_client, uint64_t n)
+{
+	struct metrics_worker *mw = metrics_of(w);
+
+	if (mw != NULL)
+		COUNT(&mw->tunnel_bytes[to_client != 0], n);
+}
+
+void
 metrics_client_active(struct worker *w, int delta)
 {
 	struct metrics_worker *mw = metrics_of(w);
@@ -1076,6 +1106,37 @@ metrics_write_process(struct evbuffer *out)
 	evbuffer_add_printf(out, "%s %.3f\n", metric_names[METRIC_PROCESS_START], start_time);
 }
 
+/* Open tunnels, tunnels by outcome, bytes each way. */
+static void
+metrics_write_tunnels(struct evbuffer *out)
+{
+	static const char *const directions[2] = { "to_upstream", "to_client" };
+	int64_t open = 0;
+	unsigned i, k;
+
+	for (i = 0; i < nworkers; i++)
+		open += READ(&workers[i].tunnels);
+	metrics_head(out, METRIC_TUNNELS_ACTIVE);
+	evbuffer_add_printf(out, "%s %lld\n", metric_names[METRIC_TUNNELS_ACTIVE],
+	    (long long)open);
+	metrics_head(out, METRIC_TUNNELS);
+	for (k = 0; k < TUNNEL_CLOSE__COUNT; k++) {
+		uint64_t n = 0;
+		for (i = 0; i < nworkers; i++)
+			n += READ(&workers[i].tunnel_closes[k]);
+		evbuffer_add_printf(out, "%s{outcome=\"%s\"} %llu\n", metric_names[METRIC_TUNNELS],
+		    tunnel_closes[k].label, (unsigned long long)n);
+	}
+	metrics_head(out, METRIC_TUNNEL_BYTES);
+	for (k = 0; k < 2; k++) {
+		uint64_t n = 0;
+		for (i = 0; i < nworkers; i++)
+			n += READ(&workers[i].tunnel_bytes[k]);
+		evbuffer_add_printf(out, "%s{direction=\"%s\"} %llu\n",
+		    metric_names[METRIC_TUNNEL_BYTES], directions[k], (unsigned long long)n);
+	}
+}
+
 void
 metrics_write(struct evbuffer *out)
 {
@@ -1140,6 +1201,7 @@ metrics_write(struct evbuffer *out)
 		    (unsigned long long)h2[METRICS_H2_GOAWAY_SENT], metric_names[METRIC_HTTP2_GOAWAYS],
 		    (unsigned long long)h2[METRICS_H2_GOAWAY_RECEIVED]);
 	}
+	metrics_write_tunnels(out);
 	metrics_head(out, METRIC_CONFIG_RELOADS);
 	evbuffer_add_printf(out, "%s{result=\"success\"} %llu\n",
 	    metric_names[METRIC_CONFIG_RELOADS], (unsigned long long)reloads[1]);

@@ -82,6 +82,13 @@ struct worker;
 	    "direction") \
 	X(HTTP2_GOAWAYS, "jsongate_http2_goaways_total", "counter", \
 	    "GOAWAY frames, by direction.", "direction") \
+	X(TUNNELS_ACTIVE, "jsongate_tunnels_active", "gauge", \
+	    "Tunnels open: upgraded connections (WebSocket) passing bytes both ways.", "") \
+	X(TUNNELS, "jsongate_tunnels_total", "counter", \
+	    "Tunnels ended, by outcome.", "outcome") \
+	X(TUNNEL_BYTES, "jsongate_tunnel_bytes_total", "counter", \
+	    "Bytes passed through tunnels, by direction: to_upstream (from clients) or " \
+	    "to_client.", "direction") \
 	X(CONFIG_RELOADS, "jsongate_config_reloads_total", "counter", \
 	    "Configuration reloads, by result.", "result") \
 	X(RESOLVER_LOOKUPS, "jsongate_resolver_lookups_total", "counter", \
@@ -238,6 +245,12 @@ enum metrics_h2 {
 	METRICS_H2_GOAWAY_SENT, METRICS_H2_GOAWAY_RECEIVED, METRICS_H2__COUNT
 };
 void metrics_h2(struct worker *w, enum metrics_h2 what);
+/* A tunnel opened (+1) or closed (-1). */
+void metrics_tunnel(struct worker *w, int delta);
+/* A tunnel ended with why (an enum tunnel_close). */
+void metrics_tunnel_closed(struct worker *w, int why);
+/* n bytes went through a tunnel, to its client or (0) to its upstream. */
+void metrics_tunnel_bytes(struct worker *w, int to_client, uint64_t n);
 /* A client connection starts (+1) or ends (-1) serving a request; the rest are idle. */
 void metrics_client_active(struct worker *w, int delta);
 /* A body on a route with envelope ops: applied (reason NONE), or passed or failed and why. */

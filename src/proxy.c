@@ -36,26 +36,39 @@ const struct tries_ops proxy_tries_ops = { proxy_try_begin, NULL, proxy_tries_fa
 /* Write our response head for resp: its headers with the route's header ops, and the
  * framing of the body that follows. */
 void
-proxy_write_response_head(struct client *c, struct http_response *resp,
-    enum answer_framing framing, uint64_t length, const char *extra)
+proxy_answer_head(struct client *c, struct http_response *resp, enum answer_framing framing,
+    uint64_t length, const char *extra, struct answer_head *h, struct rewrite_vars *vars,
+    struct body_tls_text *tls_text)
 {
-	struct answer_head h = { resp, c->rq->route->response_headers, NULL, extra, framing,
-		length };
-	struct rewrite_vars vars;
-	struct body_tls_text tls_text;
-
+	h->resp = resp;
+	h->ops = c->rq->route->response_headers;
+	h->vars = NULL;
+	h->extra = extra;
+	h->framing = framing;
+	h->length = length;
 	if (c->rq->answer_headers_len != 0) {
 		/* The route's CORS says it, not the upstream. */
 		proxy_remove_header(resp->headers, &resp->nheaders, "access-control-allow-origin");
 		proxy_remove_header(resp->headers, &resp->nheaders,
 		    "access-control-allow-credentials");
 	}
-	if (h.ops != NULL) {
-		proxy_vars(c, h.ops->vars, &vars, &tls_text);
-		if (h.ops->vars & (1u << REWRITE_VAR_HEADER))
-			proxy_kept_request_headers(c, &vars);
-		h.vars = &vars;
+	if (h->ops != NULL) {
+		proxy_vars(c, h->ops->vars, vars, tls_text);
+		if (h->ops->vars & (1u << REWRITE_VAR_HEADER))
+			proxy_kept_request_headers(c, vars);
+		h->vars = vars;
 	}
+}
+
+void
+proxy_write_response_head(struct client *c, struct http_response *resp,
+    enum answer_framing framing, uint64_t length, const char *extra)
+{
+	struct answer_head h;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+
+	proxy_answer_head(c, resp, framing, length, extra, &h, &vars, &tls_text);
 	c->down->head(c, &h);
 	c->rq->status = resp->status;
 	c->rq->ans.started = 1;
@@ -148,6 +161,10 @@ proxy_read_response_head(struct client *c)
 				upconn(c)->read_max = UPSTREAM_MAX_HEAD;
 			return -1;
 		}
+		/* A 101 answers only an upgrade asked for: its connection becomes a tunnel. */
+		if (r > 0 && resp->status == 101 && c->rq->upgrade &&
+		    tunnel_start(c, resp, (size_t)r) == 0)
+			return -1;
 		if (r <= 0 || resp->status == 101) {
 			proxy_invalid_response(c);
 			return -1;
@@ -178,8 +195,9 @@ proxy_read_response_head(struct client *c)
 	} else {
 		c->rq->ans.mode = BODY_UNTIL_CLOSE;
 	}
+	/* An upgrade's connection is never used again: the upstream may have switched. */
 	c->rq->ans.up_close = resp->framing.conn_close || c->rq->ans.mode == BODY_UNTIL_CLOSE ||
-	    (resp->version_minor == 0 && !resp->framing.conn_keepalive);
+	    (resp->version_minor == 0 && !resp->framing.conn_keepalive) || c->rq->upgrade;
 	c->rq->ans.dechunk = c->rq->ans.mode == BODY_CHUNKED && !c->down->takes_chunks(c);
 
 	/* A forwarded JSON-RPC call: a 2xx JSON answer streams, any other is judged whole. */
@@ -555,6 +573,11 @@ proxy_exchange_cb(struct exchange *ex, int what, void *arg)
 	struct upconn *uc;
 
 	(void)ex;
+	if (c->rq->tunnel != NULL) {
+		tunnel_event(c->rq->tunnel, TUNNEL_UPSTREAM, what);
+		proxy_flush(c);
+		return;
+	}
 	tries_note_server(&c->rq->t);
 	if (what & EXCHANGE_FAILED) {
 		tries_connect_failed(&c->rq->t);
@@ -568,6 +591,13 @@ proxy_exchange_cb(struct exchange *ex, int what, void *arg)
 	uc = c->rq->t.ex.uc;
 	if ((what & CONN_READ) && c->state == CLIENT_BUSY && uc != NULL)
 		upstream_on_input(c);
+	/* The answer was 101: a close that came with it is the tunnel's. */
+	if (c->state == CLIENT_BUSY && c->rq->tunnel != NULL) {
+		if (what & ~CONN_READ)
+			tunnel_event(c->rq->tunnel, TUNNEL_UPSTREAM, what & ~CONN_READ);
+		proxy_flush(c);
+		return;
+	}
 	if ((what & CONN_DRAINED) && c->state == CLIENT_BUSY && uc != NULL && c->rq->t.ex.uc == uc)
 		upstream_on_drained(c);
 	if ((what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT)) && c->state == CLIENT_BUSY &&

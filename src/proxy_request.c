@@ -63,6 +63,8 @@ proxy_build_upstream_head(struct client *c, struct http_request *req)
 	}
 	if (headers_request_out(c->rq->up_head, req, &fw) < 0)
 		return -1;
+	if (c->rq->upgrade && tunnel_upstream_headers(c->rq->up_head, req) < 0)
+		return -1;
 	if (c->rq->up.keep_chunked)
 		return 0;       /* proxy_head_framing, once the body decides */
 	p = framing;
@@ -651,6 +653,8 @@ proxy_start(struct client *c, struct http_request *req, size_t head_len)
 			return;
 		}
 	}
+	/* An upgrade on a route with body ops goes as a plain request, Upgrade dropped. */
+	c->rq->upgrade = tunnel_wanted(c, req);
 	c->rq->up.keep_chunked = c->rq->up.mode == BODY_CHUNKED && c->rq->t.idempotent &&
 	    c->rq->upool->cfg->retry_body != 0 &&
 	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
@@ -693,7 +697,8 @@ proxy_body_in(struct client *c)
 	}
 }
 
-/* A route with an upstream: requests go to it, answers come back through the ops. */
+/* A route with an upstream: requests go to it, answers come back through the ops; an
+ * upgrade answered 101 becomes a tunnel (tunnel.c), which its end lets go. */
 const struct route_kind kind_proxy = {
-	proxy_takes, proxy_start, proxy_body_in, NULL, NULL, NULL
+	proxy_takes, proxy_start, proxy_body_in, tunnel_free, tunnel_log, NULL
 };

@@ -120,6 +120,9 @@ request_body_in(struct client *c)
 void
 request_abort(struct client *c)
 {
+	/* A tunnel cut short writes its line while its tries are still known. */
+	if (c->rq->tunnel != NULL)
+		tunnel_free(c);
 	proxy_drop_block(c);
 	exchange_end(&c->rq->t.ex, 0);
 	tries_forget(&c->rq->t);
@@ -268,6 +271,8 @@ client_log(struct client *c)
 	e.rpc_batch = -1;
 	e.backends = NULL;
 	e.nbackends = 0;
+	e.tunnel_outcome = NULL;
+	e.tunnel_received = 0;
 	if (c->rq->kind != NULL && c->rq->kind->log != NULL)
 		c->rq->kind->log(c, &e);
 	if (rt->access.fd < 0) {

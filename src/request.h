@@ -1,7 +1,7 @@
 /*
  * A request on a client connection, and the connection: what the files of a request's
  * life share (client.c, request.c, proxy_request.c, proxy.c, kind_aggregate.c,
- * kind_jsonrpc.c).  Private to them.
+ * kind_jsonrpc.c, tunnel.c).  Private to them.
  */
 #ifndef JG_REQUEST_H
 #define JG_REQUEST_H
@@ -41,6 +41,7 @@
 #include "http_body.h"
 #include "config.h"
 #include "proxy.h"
+#include "tunnel.h"
 
 /* Bytes queued towards a slow peer before we stop reading from the other side. */
 #define FLOW_HIGH (256 * 1024)
@@ -108,6 +109,9 @@ struct request {
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
+	unsigned upgrade : 1;           /* an upgrade that a 101 turns into a tunnel (tunnel.h):
+	                                 * Upgrade and Connection go upstream */
+	struct tunnel *tunnel;          /* from its 101 answer to its end, or NULL */
 	struct aggregate *agg;          /* an aggregated route's backends and merge, or NULL */
 	struct jsonrpc_route *rpc;      /* a JSON-RPC route's calls and answers, or NULL */
 	unsigned allow;                 /* a 405's Allow: METHOD_* bits */
@@ -299,6 +303,15 @@ struct downstream {
 	void (*end)(struct client *c);
 	/* Send what the session has queued (at the end of every event). */
 	void (*flush)(struct client *c);
+	/*
+	 * The answer is 101 (Switching Protocols) to protocol: write its head h and hand the
+	 * tunnel t the client's side from now on (tunnel_attach with the ops that read, write,
+	 * pause and shut it; its events go to tunnel_event), so that no further request is read
+	 * from it.  The request's end closes it.  0, or -1 when the session cannot (then the
+	 * answer is invalid).  NULL: the session tunnels nothing (upgrades are then dropped).
+	 */
+	int (*upgrade)(struct client *c, const struct answer_head *h, struct http_str protocol,
+	    struct tunnel *t);
 };
 
 extern const struct downstream h2_downstream;
@@ -488,6 +501,11 @@ void proxy_forward_request_body(struct client *c);
 void proxy_body_in(struct client *c);
 
 /* proxy.c */
+/* The head of an answer with resp's status and headers and the route's header ops (their
+ * variables in vars and tls_text), for c->down->head or c->down->upgrade. */
+void proxy_answer_head(struct client *c, struct http_response *resp,
+    enum answer_framing framing, uint64_t length, const char *extra, struct answer_head *h,
+    struct rewrite_vars *vars, struct body_tls_text *tls_text);
 /* Write our response head for resp: its headers, our framing and connection handling. */
 void proxy_write_response_head(struct client *c, struct http_response *resp,
     enum answer_framing framing, uint64_t length, const char *extra);

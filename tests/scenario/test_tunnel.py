@@ -1,0 +1,553 @@
+"""Upgrade tunnels (WebSocket): an HTTP/1.1 Upgrade on a route without body ops goes upstream
+with Upgrade and Connection: upgrade, a 101 turns both connections into a byte tunnel both ways
+(exact bytes through ws:// and wss:// with a real WebSocket server, half-closes passed on), an
+answer other than 101 is an ordinary one on a connection that goes on, a route with body ops
+drops the upgrade; the tunnel's bounds (200 MB pushed at an upstream that never reads, RSS
+bounded), timeouts.tunnel (idle closed, busy kept), SIGHUP and SIGTERM, limits.max_connections,
+/metrics and the access log line."""
+
+import asyncio
+import http.client
+import random
+import ssl
+import sys
+
+from harness import *
+
+try:
+    import websockets
+except ImportError:
+    sys.path.append('/usr/lib/python3/dist-packages')
+    import websockets
+
+T = Suite(__file__)
+
+PKI = tempfile_dir = None
+
+
+def make_pki():
+    """A self-signed certificate for 127.0.0.1, made with the openssl command."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix='jsongate-tunnel-pki-')
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
+                    'ec_paramgen_curve:P-256', '-nodes', '-keyout', 'gw.key', '-out', 'gw.crt',
+                    '-days', '30', '-subj', '/CN=127.0.0.1',
+                    '-addext', 'subjectAltName=IP:127.0.0.1'],
+                   cwd=d, check=True, capture_output=True, timeout=60)
+    return os.path.join(d, 'gw.crt'), os.path.join(d, 'gw.key')
+
+
+# --------------------------------------------------------------------- upstreams
+
+class WsServer:
+    """A websockets server in a thread of its own: echoes every message (or runs handler)."""
+
+    def __init__(self, handler=None):
+        self.handler = handler or self.echo
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.requests = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        if not self.ready.wait(10):
+            raise RuntimeError('websocket server did not start')
+        self.address = '127.0.0.1:%d' % self.port
+
+    @staticmethod
+    async def echo(ws, path=None):
+        async for m in ws:
+            await ws.send(m)
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+
+        async def start():
+            async def handler(ws, path=None):
+                self.requests.append(ws.request_headers)
+                await self.handler(ws)
+            self.server = await websockets.serve(handler, '127.0.0.1', 0, max_size=None,
+                                                 ping_interval=None)
+            self.port = self.server.sockets[0].getsockname()[1]
+            self.ready.set()
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    def stop(self):
+        async def close():
+            self.server.close()
+            await self.server.wait_closed()
+        try:
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class RawUpstream:
+    """A TCP server whose connections each run script(sock, head): head is the request head
+    it read (bytes up to and including the blank line)."""
+
+    def __init__(self, script):
+        self.script = script
+        self.sock = socket.socket()
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.address = '127.0.0.1:%d' % self.port
+        self.heads = []
+        self.conns = []
+        self.errors = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        buf = b''
+        try:
+            while b'\r\n\r\n' not in buf:
+                d = conn.recv(65536)
+                if not d:
+                    return
+                buf += d
+            head, rest = buf.split(b'\r\n\r\n', 1)
+            self.heads.append(head + b'\r\n\r\n')
+            self.script(conn, head + b'\r\n\r\n', rest)
+        except Exception as e:      # recorded for the case to see
+            self.errors.append(repr(e))
+
+    def stop(self):
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+def recv_exact(sock, n, timeout=IO_TIMEOUT):
+    sock.settimeout(timeout)
+    out = b''
+    while len(out) < n:
+        d = sock.recv(n - len(out))
+        if not d:
+            break
+        out += d
+    return out
+
+
+def recv_until_eof(sock, timeout=IO_TIMEOUT):
+    sock.settimeout(timeout)
+    out = b''
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            return out
+        out += d
+
+
+def read_head(sock, timeout=IO_TIMEOUT):
+    """The response head (through the blank line) and what came after it."""
+    sock.settimeout(timeout)
+    buf = b''
+    while b'\r\n\r\n' not in buf:
+        d = sock.recv(65536)
+        if not d:
+            return buf, None
+        buf += d
+    head, rest = buf.split(b'\r\n\r\n', 1)
+    return head + b'\r\n\r\n', rest
+
+
+UPGRADE_REQ = (b'GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+               b'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n'
+               b'X-Request-Id: tunnel-1\r\n\r\n')
+SWITCH = (b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
+          b'Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
+          b'Sec-WebSocket-Protocol: chat\r\n\r\n')
+
+
+def echo_script(conn, head, rest):
+    """101, then every byte back until the client's half-close; then 'bye' and a close."""
+    conn.sendall(SWITCH + b'early')
+    if rest:
+        conn.sendall(rest)
+    while True:
+        d = conn.recv(65536)
+        if not d:
+            break
+        conn.sendall(d)
+    conn.sendall(b'bye')
+    conn.close()
+
+
+def mixed_script(conn, head, rest):
+    """An upgrade as echo_script; any other request a 200 and a close."""
+    if b'Upgrade:' in head:
+        echo_script(conn, head, rest)
+    else:
+        conn.sendall(http_response(200, b'{}', headers=[('Connection', 'close')]))
+        conn.close()
+
+
+def tunnel_conf(upstream, **top):
+    return upstream_config(upstream.address, **top)
+
+
+def with_admin(conf):
+    port = free_port()
+    conf['admin'] = {'listen': '127.0.0.1:%d' % port}
+    return conf, port
+
+
+def metrics(port):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
+    try:
+        c.request('GET', '/metrics')
+        return c.getresponse().read().decode()
+    finally:
+        c.close()
+
+
+def metric(text, name, labels=''):
+    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def open_tunnel(env, gw, sock=None):
+    s = sock or socket.create_connection(('127.0.0.1', gw.port), timeout=IO_TIMEOUT)
+    s.sendall(UPGRADE_REQ)
+    head, rest = read_head(s)
+    return s, head, rest
+
+
+# ------------------------------------------------------------------------- cases
+
+@T.case
+def handshake_and_bytes(env):
+    up = RawUpstream(echo_script)
+    conf, aport = with_admin(tunnel_conf(up, log={'level': 'info', 'access': os.path.join(
+        env.tmp, 'access.log'), 'format': 'json'}))
+    gw = env.daemon(conf)
+    s, head, rest = open_tunnel(env, gw)
+    env.eq('the 101 head, its Upgrade, Connection and Sec-WebSocket-* intact',
+           re.sub(rb'Date: [^\r]*\r\n', b'', head),
+           b'HTTP/1.1 101 Switching Protocols\r\n'
+           b'Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
+           b'Sec-WebSocket-Protocol: chat\r\nX-Request-Id: tunnel-1\r\n'
+           b'Upgrade: websocket\r\nConnection: upgrade\r\n\r\n')
+    env.eq('the upstream asked with Upgrade and Connection: upgrade', up.heads[0],
+           b'GET /chat HTTP/1.1\r\nHost: a\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n'
+           b'Sec-WebSocket-Version: 13\r\nX-Forwarded-For: 127.0.0.1\r\n'
+           b'X-Forwarded-Proto: http\r\nX-Request-Id: tunnel-1\r\n'
+           b'Upgrade: websocket\r\nConnection: upgrade\r\n\r\n')
+    got = rest + recv_exact(s, 5 - len(rest))
+    env.eq('bytes the upstream sent with its 101 reach the client', got, b'early')
+    m = metrics(aport)
+    env.eq('jsongate_tunnels_active while open', metric(m, 'jsongate_tunnels_active'), 1)
+    payload = bytes(random.Random(7).getrandbits(8) for _ in range(300000))
+    s.sendall(payload)
+    env.eq('300,000 bytes echoed exactly', recv_exact(s, len(payload)), payload)
+    s.shutdown(socket.SHUT_WR)
+    env.eq('the half-close reached the upstream, which answered and closed',
+           recv_until_eof(s), b'bye')
+    s.close()
+    ok = wait_until(lambda: metric(metrics(aport), 'jsongate_tunnels_active') == 0, 5)
+    env.check('jsongate_tunnels_active back to 0', ok)
+    m = metrics(aport)
+    env.eq('tunnels by outcome', [metric(m, 'jsongate_tunnels_total', '{outcome="%s"}' % o)
+                                  for o in ('client_closed', 'upstream_closed',
+                                            'idle_timeout')], [1, 0, 0])
+    env.eq('bytes to the upstream', metric(m, 'jsongate_tunnel_bytes_total',
+                                           '{direction="to_upstream"}'), 300000)
+    env.eq('bytes to the client', metric(m, 'jsongate_tunnel_bytes_total',
+                                         '{direction="to_client"}'), 300008)
+    env.eq('the client connection closed as a tunnel end',
+           metric(m, 'jsongate_client_closes_total', '{reason="tunnel_ended"}'), 1)
+    env.eq('the 101 counted', metric(m, 'jsongate_requests_total', '{route="all",code="101"}'),
+           1)
+    wait_until(lambda: os.path.getsize(os.path.join(env.tmp, 'access.log')) > 0, 5)
+    with open(os.path.join(env.tmp, 'access.log')) as f:
+        lines = f.read().splitlines()
+    env.eq('one access log line', len(lines), 1)
+    e = json.loads(lines[0]) if lines else {}
+    env.eq('its status, bytes both ways and outcome',
+           (e.get('status'), e.get('method'), e.get('path'), e.get('bytes_sent') - len(head)
+            if 'bytes_sent' in e else None, e.get('body_bytes_sent'), e.get('bytes_received'),
+            e.get('tunnel'), e.get('request_id')),
+           (101, 'GET', '/chat', 300008, 300008, 300000, 'client_closed', 'tunnel-1'))
+    env.check('its duration', isinstance(e.get('duration_ms'), float) and
+              e['duration_ms'] > 0, repr(e))
+    up.stop()
+
+
+def sizes_1b_to_1mb(n=1000):
+    return [max(1, int(round(2 ** (20 * i / (n - 1))))) for i in range(n)]
+
+
+async def ws_echo_run(uri, ssl_ctx=None):
+    """1,000 messages from 1 B to 1 MB, text and binary, each echoed exactly."""
+    rnd = random.Random(26)
+    bad = []
+    async with websockets.connect(uri, max_size=None, ssl=ssl_ctx, ping_interval=None) as ws:
+        ext = ws.response_headers.get('Sec-WebSocket-Extensions')
+        for i, n in enumerate(sizes_1b_to_1mb()):
+            if i % 2:
+                msg = rnd.randbytes(n)
+            else:
+                msg = ''.join(chr(0x20 + rnd.randrange(0x5f)) for _ in range(min(n, 64)))
+                msg = (msg * (n // len(msg) + 1))[:n]
+            await ws.send(msg)
+            back = await ws.recv()
+            if back != msg:
+                bad.append(i)
+    return bad, ext
+
+
+@T.case
+def websocket_echo_ws(env):
+    ws = WsServer()
+    gw = env.daemon(upstream_config(ws.address))
+    bad, ext = asyncio.run(ws_echo_run('ws://127.0.0.1:%d/echo' % gw.port))
+    env.eq('1,000 messages (1 B to 1 MB) echoed exactly through ws://', bad, [])
+    env.eq('permessage-deflate negotiated end to end',
+           (ext or '').split(';')[0], 'permessage-deflate')
+    env.eq('the server saw the path and the Upgrade',
+           (ws.requests[0].get('Upgrade'), ws.requests[0].get('Connection')) if ws.requests
+           else None, ('websocket', 'upgrade'))
+    ws.stop()
+
+
+@T.case
+def websocket_echo_wss(env):
+    ws = WsServer()
+    cert, key = make_pki()
+    port = free_port()
+    conf = upstream_config(ws.address)
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % port,
+                          'tls': {'certificates': [{'cert': cert, 'key': key}]}}]
+    gw = env.daemon(conf, port=port)
+    ctx = ssl.create_default_context(cafile=cert)
+    bad, _ = asyncio.run(ws_echo_run('wss://127.0.0.1:%d/echo' % gw.port, ctx))
+    env.eq('1,000 messages (1 B to 1 MB) echoed exactly through wss://', bad, [])
+    ws.stop()
+
+
+@T.case
+def upgrade_refused_is_an_answer(env):
+    for status, body in ((426, b'{"error":"upgrade required"}'), (200, b'{"plain":true}')):
+        def script(conn, head, rest, status=status, body=body):
+            conn.sendall(http_response(status, body))
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
+            conn.close()
+        up = RawUpstream(script)
+        gw = env.daemon(tunnel_conf(up))
+        c = env.client(gw.port)
+        c.send(UPGRADE_REQ)
+        r = c.read_response()
+        env.eq('%d: an ordinary answer' % status, (r.status, r.body, r.header('Connection')),
+               (status, body, None))
+        env.eq('%d: the upstream was asked for the upgrade' % status,
+               b'Upgrade: websocket\r\nConnection: upgrade\r\n' in up.heads[0], True)
+        r = c.request('GET', '/next', [('Host', 'a')])
+        env.eq('%d: the client connection serves the next request' % status, r.status, status)
+        env.eq('%d: on a new upstream connection (the first one not reused)' % status,
+               len(up.heads), 2)
+        up.stop()
+
+
+@T.case
+def body_ops_route_not_tunnelled(env):
+    def script(conn, head, rest):
+        conn.sendall(http_response(200, b'{"data":{"x":1}}',
+                                   headers=[('Content-Type', 'application/json')]))
+        conn.close()
+    up = RawUpstream(script)
+    routes = [{'name': 'ops', 'match': {'path_prefix': '/'}, 'upstream': 'app',
+               'response': [{'unwrap': 'data'}]}]
+    gw = env.daemon(upstream_config(up.address, routes=routes))
+    c = env.client(gw.port)
+    c.send(UPGRADE_REQ)
+    r = c.read_response()
+    env.eq('served as a plain request through the ops', (r.status, r.body), (200, b'{"x":1}'))
+    env.eq('Upgrade and Connection dropped on the way up',
+           (b'Upgrade' in up.heads[0], b'Connection' in up.heads[0]), (False, False))
+    env.eq('the connection goes on', c.request('GET', '/2', [('Host', 'a')]).status, 200)
+    up.stop()
+
+
+@T.case
+def bounded_against_a_never_reading_upstream(env):
+    hold = threading.Event()
+
+    def script(conn, head, rest):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        conn.sendall(SWITCH)
+        hold.wait(120)              # never reads
+        conn.close()
+    up = RawUpstream(script)
+    conf, aport = with_admin(tunnel_conf(up))
+    gw = env.daemon(conf)
+    idle = gw.rss()['VmRSS']
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    s.setblocking(False)
+    chunk = b'x' * (1 << 20)
+    sent, stalled_since = 0, None
+    deadline = time.monotonic() + 60 * SLOW
+    while sent < 200 << 20 and time.monotonic() < deadline:
+        try:
+            sent += s.send(chunk)
+            stalled_since = None
+        except BlockingIOError:
+            stalled_since = stalled_since or time.monotonic()
+            if time.monotonic() - stalled_since > 2:
+                break
+            time.sleep(0.05)
+    peak = gw.rss()['VmHWM']
+    env.check('the client could not push 200 MB: reading it stopped (%d bytes taken)' % sent,
+              sent < 32 << 20, 'sent %d' % sent)
+    bound = 512 * 1024 if instrumented() else 64 * 1024
+    env.check('RSS within idle + 64 MB (idle %d KB, now %d KB)' % (idle, peak),
+              peak - idle <= bound, 'grew %d KB' % (peak - idle))
+    env.eq('the tunnel is still open', metric(metrics(aport), 'jsongate_tunnels_active'), 1)
+    hold.set()
+    recv_until_eof(s)
+    s.close()
+    up.stop()
+
+
+@T.case
+def idle_timeout_closes(env):
+    up = RawUpstream(echo_script)
+    conf, aport = with_admin(tunnel_conf(up, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '10s', 'shutdown_grace': '5s',
+        'tunnel': '1s'}))
+    gw = env.daemon(conf)
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    t0 = time.monotonic()
+    got = rest + recv_until_eof(s, timeout=10)
+    took = time.monotonic() - t0
+    env.eq('the idle tunnel closed, its bytes delivered', got, b'early')
+    env.check('after timeouts.tunnel (1s): took %.2fs' % took, 0.9 <= took <= 3 * SLOW)
+    m = metrics(aport)
+    env.eq('counted as idle_timeout',
+           metric(m, 'jsongate_tunnels_total', '{outcome="idle_timeout"}'), 1)
+    up.stop()
+
+
+@T.case
+def busy_tunnel_lives_on(env):
+    up = RawUpstream(echo_script)
+    gw = env.daemon(tunnel_conf(up, timeouts={
+        'upstream_connect': '2s', 'upstream_response': '10s', 'shutdown_grace': '5s',
+        'tunnel': '1s'}))
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    recv_exact(s, 5 - len(rest))
+    ok = True
+    for i in range(10):             # 3 s, a byte every 0.3 s
+        s.sendall(b'%d' % i)
+        if recv_exact(s, 1) != b'%d' % i:
+            ok = False
+        time.sleep(0.3)
+    env.check('a byte every 0.3s keeps a tunnel with timeouts.tunnel 1s open for 3s', ok)
+    s.shutdown(socket.SHUT_WR)
+    env.eq('and it ends as it should', recv_until_eof(s), b'bye')
+    up.stop()
+
+
+@T.case
+def sighup_keeps_tunnels(env):
+    up = RawUpstream(echo_script)
+    conf = tunnel_conf(up, timeouts={'upstream_connect': '2s', 'upstream_response': '10s',
+                                     'shutdown_grace': '5s', 'tunnel': '60s'})
+    gw = env.daemon(conf)
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    recv_exact(s, 5 - len(rest))
+    new = dict(conf, timeouts=dict(conf['timeouts'], tunnel='300ms'),
+               routes=[{'name': 'other', 'match': {'path_prefix': '/other'}, 'upstream': 'app'}])
+    new['listeners'] = [{'listen': '127.0.0.1:%d' % gw.port}]
+    gw.write_config(new)
+    gw.signal(signal.SIGHUP)
+    env.require('reloaded', gw.wait_log('configuration reloaded|reload', 10))
+    c = env.client(gw.port)
+    r = c.request('GET', '/chat', [('Host', 'a')])
+    env.eq('the new configuration serves new requests (no route for /chat)', r.status, 404)
+    time.sleep(1)                   # idle past the new tunnel timeout, within the old one
+    s.sendall(b'still here')
+    env.eq('the open tunnel kept its configuration and works', recv_exact(s, 10), b'still here')
+    s.shutdown(socket.SHUT_WR)
+    env.eq('and ends as it should', recv_until_eof(s), b'bye')
+    up.stop()
+
+
+@T.case
+def sigterm_ends_tunnels(env):
+    up = RawUpstream(echo_script)
+    log = os.path.join(env.tmp, 'access.log')
+    gw = env.daemon(tunnel_conf(up, log={'level': 'info', 'access': log, 'format': 'json'},
+                                timeouts={'upstream_connect': '2s', 'upstream_response': '10s',
+                                          'shutdown_grace': '1s'}))
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    recv_exact(s, 5 - len(rest))
+    t0 = time.monotonic()
+    gw.signal(signal.SIGTERM)
+    gw.signalled = True
+    got = recv_until_eof(s, timeout=10)
+    took = time.monotonic() - t0
+    env.eq('the tunnel ended, nothing more sent', got, b'')
+    env.check('within shutdown_grace (1s): %.2fs' % took, took <= 2.5 * SLOW)
+    try:
+        code = gw.proc.wait(10 * SLOW)
+    except subprocess.TimeoutExpired:
+        code = None
+    env.eq('the daemon exits 0', code, 0)
+    with open(log) as f:
+        lines = [json.loads(l) for l in f.read().splitlines()]
+    env.eq('the tunnel logged as ended by the shutdown',
+           [(e['status'], e.get('tunnel')) for e in lines], [(101, 'shutdown')])
+    up.stop()
+
+
+@T.case
+def max_connections_counts_tunnels(env):
+    up = RawUpstream(mixed_script)
+    gw = env.daemon(tunnel_conf(up, limits={'max_connections': 1}))
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    c = env.client(gw.port)          # completes in the kernel backlog
+    c.send(build_request('GET', '/x', [('Host', 'a')]))
+    try:
+        early = c.read_response(timeout=1.5)
+    except socket.timeout:
+        early = 'waiting'
+    env.eq('no other connection is served while the tunnel holds the only slot', early,
+           'waiting')
+    s.shutdown(socket.SHUT_WR)
+    recv_until_eof(s)
+    s.close()
+    try:
+        r = c.read_response(timeout=5 * SLOW)
+    except socket.timeout:
+        r = None
+    env.eq('served once the tunnel ended', r.status if r else None, 200)
+    up.stop()
+
+
+T.run()
