@@ -42,8 +42,9 @@ def make_pki():
 class WsServer:
     """A websockets server in a thread of its own: echoes every message (or runs handler)."""
 
-    def __init__(self, handler=None):
+    def __init__(self, handler=None, ssl_ctx=None):
         self.handler = handler or self.echo
+        self.ssl_ctx = ssl_ctx
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.requests = []
@@ -66,7 +67,7 @@ class WsServer:
                 self.requests.append(ws.request_headers)
                 await self.handler(ws)
             self.server = await websockets.serve(handler, '127.0.0.1', 0, max_size=None,
-                                                 ping_interval=None)
+                                                 ping_interval=None, ssl=self.ssl_ctx)
             self.port = self.server.sockets[0].getsockname()[1]
             self.ready.set()
         self.loop.run_until_complete(start())
@@ -293,13 +294,13 @@ def sizes_1b_to_1mb(n=1000):
     return [max(1, int(round(2 ** (20 * i / (n - 1))))) for i in range(n)]
 
 
-async def ws_echo_run(uri, ssl_ctx=None):
-    """1,000 messages from 1 B to 1 MB, text and binary, each echoed exactly."""
+async def ws_echo_run(uri, ssl_ctx=None, n=1000):
+    """n messages from 1 B to 1 MB, text and binary, each echoed exactly."""
     rnd = random.Random(26)
     bad = []
     async with websockets.connect(uri, max_size=None, ssl=ssl_ctx, ping_interval=None) as ws:
         ext = ws.response_headers.get('Sec-WebSocket-Extensions')
-        for i, n in enumerate(sizes_1b_to_1mb()):
+        for i, n in enumerate(sizes_1b_to_1mb(n)):
             if i % 2:
                 msg = rnd.randbytes(n)
             else:
@@ -338,6 +339,20 @@ def websocket_echo_wss(env):
     ctx = ssl.create_default_context(cafile=cert)
     bad, _ = asyncio.run(ws_echo_run('wss://127.0.0.1:%d/echo' % gw.port, ctx))
     env.eq('1,000 messages (1 B to 1 MB) echoed exactly through wss://', bad, [])
+    ws.stop()
+
+
+@T.case
+def websocket_over_a_tls_upstream(env):
+    cert, key = make_pki()
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(cert, key)
+    ws = WsServer(ssl_ctx=sctx)
+    conf = upstream_config(ws.address)
+    conf['upstreams']['app']['tls'] = {'verify': True, 'ca': cert}
+    gw = env.daemon(conf)
+    bad, _ = asyncio.run(ws_echo_run('ws://127.0.0.1:%d/echo' % gw.port, n=200))
+    env.eq('200 messages (1 B to 1 MB) echoed exactly through a TLS upstream', bad, [])
     ws.stop()
 
 
