@@ -290,6 +290,7 @@ tunnel_start(struct client *c, struct http_response *resp, size_t head_len)
 	tunnel_attach(t, TUNNEL_UPSTREAM, &tunnel_conn_ops, upconn(c));
 	exchange_head_received(&c->rq->t.ex);
 	proxy_drop_replay(c);
+	request_drain(c->rq);           /* nothing is sent again: an idle tunnel holds no head */
 	c->rq->ans.up_close = 1;
 	c->rq->ans.head_seen = 1;
 	upconn(c)->read_max = CONN_READ_MAX;
