@@ -290,7 +290,6 @@ tunnel_start(struct client *c, struct http_response *resp, size_t head_len)
 	tunnel_attach(t, TUNNEL_UPSTREAM, &tunnel_conn_ops, upconn(c));
 	exchange_head_received(&c->rq->t.ex);
 	proxy_drop_replay(c);
-	request_drain(c->rq);           /* nothing is sent again: an idle tunnel holds no head */
 	c->rq->ans.up_close = 1;
 	c->rq->ans.head_seen = 1;
 	upconn(c)->read_max = CONN_READ_MAX;
@@ -303,6 +302,7 @@ tunnel_start(struct client *c, struct http_response *resp, size_t head_len)
 	c->rq->status = resp->status;
 	c->rq->ans.started = 1;
 	c->rq->tunnel = t;
+	request_drain(c->rq);           /* nothing is sent again: an idle tunnel holds no head */
 	evbuffer_drain(upconn(c)->in, head_len);
 	metrics_tunnel(c->w, 1);
 	deadline_start(&t->idle, t->idle_ms);
