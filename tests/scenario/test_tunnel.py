@@ -10,6 +10,7 @@ import asyncio
 import http.client
 import random
 import ssl
+import struct
 import sys
 
 from harness import *
@@ -562,6 +563,76 @@ def max_connections_counts_tunnels(env):
     except socket.timeout:
         r = None
     env.eq('served once the tunnel ended', r.status if r else None, 200)
+    up.stop()
+
+
+@T.case
+def upstream_closes_first(env):
+    def script(conn, head, rest):
+        conn.sendall(SWITCH + b'hello')
+        conn.close()
+    up = RawUpstream(script)
+    log = os.path.join(env.tmp, 'access.log')
+    conf, aport = with_admin(tunnel_conf(up, log={'level': 'info', 'access': log,
+                                                  'format': 'combined'}))
+    gw = env.daemon(conf)
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    env.eq('the upstream\'s bytes, then its close, reach the client',
+           rest + recv_until_eof(s), b'hello')
+    s.close()
+    ok = wait_until(lambda: metric(metrics(aport), 'jsongate_tunnels_active') == 0, 5)
+    env.check('the tunnel ended', ok)
+    env.eq('counted as upstream_closed', metric(metrics(aport), 'jsongate_tunnels_total',
+                                                 '{outcome="upstream_closed"}'), 1)
+    wait_until(lambda: os.path.getsize(log) > 0, 5)
+    with open(log) as f:
+        line = f.read()
+    env.check('the combined line: status 101, the bytes to the client, the outcome',
+              re.fullmatch(r'127\.0\.0\.1 - - \[[^]]+\] "GET /chat HTTP/1\.1" 101 5 "-" "-" '
+                           r'"tunnel:upstream_closed received:0"\n', line), line)
+    up.stop()
+
+
+@T.case
+def client_reset(env):
+    seen = []
+
+    def script(conn, head, rest):
+        conn.sendall(SWITCH)
+        seen.append(recv_until_eof(conn))
+        conn.close()
+    up = RawUpstream(script)
+    conf, aport = with_admin(tunnel_conf(up))
+    gw = env.daemon(conf)
+    s, head, rest = open_tunnel(env, gw)
+    env.require('101', head.startswith(b'HTTP/1.1 101 '), head)
+    s.sendall(b'abc')
+    wait_until(lambda: metric(metrics(aport), 'jsongate_tunnel_bytes_total',
+                              '{direction="to_upstream"}') == 3, 5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    s.close()                       # a reset
+    ok = wait_until(lambda: seen, 5)
+    env.eq('the upstream got the bytes, then its connection closed', seen, [b'abc'])
+    wait_until(lambda: metric(metrics(aport), 'jsongate_tunnels_active') == 0, 5)
+    env.eq('counted as client_error', metric(metrics(aport), 'jsongate_tunnels_total',
+                                              '{outcome="client_error"}'), 1)
+    up.stop()
+
+
+@T.case
+def switch_without_upgrade_is_invalid(env):
+    def script(conn, head, rest):
+        conn.sendall(b'HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n')
+        conn.close()
+    up = RawUpstream(script)
+    gw = env.daemon(tunnel_conf(up))
+    c = env.client(gw.port)
+    c.send(UPGRADE_REQ)
+    r = c.read_response()
+    env.gateway_error('a 101 naming no protocol', r, 502, 'upstream_invalid', None, False,
+                      request_id='tunnel-1')
+    env.eq('the connection goes on', c.request('GET', '/2', [('Host', 'a')]).status, 502)
     up.stop()
 
 
