@@ -550,8 +550,9 @@ upstream_on_input(struct client *c)
 		else if (c->rq->ans.started)
 			proxy_forward_response_body(c);
 	}
-	/* Still waiting for the rest of this answer: a reset may have come with the data. */
-	if (c->state == CLIENT_BUSY && c->rq->t.ex.uc == uc && uc != NULL)
+	/* Still waiting for the rest of this answer: a reset may have come with the data.  A
+	 * tunnel waits for nothing: a read now would only leave room reserved in its input. */
+	if (c->state == CLIENT_BUSY && c->rq->t.ex.uc == uc && uc != NULL && c->rq->tunnel == NULL)
 		conn_read_again(upconn(c));
 }
 
