@@ -14,7 +14,8 @@ top=$(pwd)
 
 packages="build-essential autoconf automake libtool pkg-config libevent-dev libssl-dev
 libyaml-dev libjsmn-dev check zlib1g-dev python3 curl openssl python3-prometheus-client mandoc
-redis-server libnghttp2-dev nghttp2-client python3-h2 python3-websockets"
+redis-server libnghttp2-dev nghttp2-client python3-h2 python3-websockets
+python3-jwt"
 missing=""
 for p in $packages; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

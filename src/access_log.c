@@ -322,6 +322,11 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		access_printf(&l, "\",\"duration_ms\":%.3f,\"request_id\":\"", e->duration_ms);
 		access_json(&l, e->request_id, ACCESS_FIELD_MAX);
 		access_lit(&l, "\"");
+		if (e->principal != NULL) {
+			access_lit(&l, ",\"principal\":\"");
+			access_json_n(&l, e->principal, e->principal_len, ACCESS_FIELD_MAX);
+			access_lit(&l, "\"");
+		}
 		/* Before the lists, which may grow the line. */
 		if (e->rpc_method != NULL) {
 			access_lit(&l, ",\"rpc_method\":\"");
@@ -344,7 +349,13 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 		localtime_r(&ts.tv_sec, &tm);
 		strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S %z", &tm);
 		access_combined(&l, e->remote_addr, ACCESS_FIELD_MAX);
-		access_printf(&l, " - - [%s] \"", when);
+		/* nginx's $remote_user: the principal */
+		access_lit(&l, " - ");
+		if (e->principal != NULL)
+			access_combined_n(&l, e->principal, e->principal_len, ACCESS_FIELD_MAX);
+		else
+			access_lit(&l, "-");
+		access_printf(&l, " [%s] \"", when);
 		access_combined(&l, e->method, ACCESS_FIELD_MAX);
 		access_lit(&l, " ");
 		access_combined(&l, e->path, ACCESS_TARGET_MAX);

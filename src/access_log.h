@@ -54,6 +54,9 @@ struct access_entry {
 	const char *tunnel_outcome;     /* a tunnel's end (its outcome label), or NULL: then
 	                                 * bytes_sent counts what went to the client through it */
 	uint64_t tunnel_received;       /* a tunnel's bytes from the client */
+	const char *principal;          /* who the auth phase admitted ($jwt.sub, $api_key), or
+	                                 * NULL */
+	size_t principal_len;
 };
 
 /* Open per cfg->access_log; 0 or -1 with errno. */

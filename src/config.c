@@ -647,6 +647,7 @@ config_route_free(struct config_route *route)
 	free(route->json_match);
 	config_json_types_free(route->json_types);
 	cors_policy_free(&route->cors);
+	config_route_auth_free(route);
 	rewrite_program_free(route->request);
 	rewrite_program_free(route->response);
 	rewrite_program_free(route->error_response);
@@ -686,6 +687,7 @@ config_free(struct config *cfg)
 	for (i = 0; i < cfg->nroutes; i++)
 		config_route_free(&cfg->routes[i]);
 	free(cfg->routes);
+	config_auth_free(cfg);
 	free(cfg);
 }
 
@@ -773,6 +775,7 @@ config_load_doc(struct config_parse *ctx, FILE *fp)
 	else {
 		config_parse_map(ctx, root, &config_top_section, ctx->cfg);
 		config_check_top(ctx, root);
+		config_auth_finish(ctx);
 		config_resolve_names(ctx, root);
 	}
 

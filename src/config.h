@@ -21,6 +21,9 @@ struct jcond;                           /* jcond.h: a compiled condition on JSON
 struct route_pattern;                   /* route.h: a path template */
 struct tls_server;                      /* tls.h: a listener's TLS contexts */
 struct tls_client;                      /* tls.h: an upstream's TLS context */
+struct auth_policy;                     /* auth.h: a named authentication policy */
+struct auth_counter;                    /* auth.h */
+struct route_rate_limit;                /* auth.h */
 
 enum access_format { ACCESS_JSON, ACCESS_COMBINED };
 enum balance { BALANCE_ROUND_ROBIN, BALANCE_LEAST_CONN, BALANCE_HASH };
@@ -317,6 +320,11 @@ struct config_route {
 		size_t max_request_body;    /* 0: none */
 	} limits;
 	struct cors_policy cors;        /* origins NULL: no CORS */
+	const struct auth_policy **auth;    /* any one admits; NULL: none */
+	struct auth_counter **auth_counters;    /* one per policy of auth */
+	size_t nauth;
+	struct route_rate_limit *rate_limit;    /* NULL: none */
+	struct auth_counter *rate_counter;
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
 };
 
@@ -382,6 +390,23 @@ struct config {
 	size_t nupstreams;
 	struct config_route *routes;    /* in file order: the first match wins */
 	size_t nroutes;
+
+	struct auth_policy *auth;       /* auth: named policies */
+	size_t nauth;
+	struct {
+		char *redis;            /* address of the Redis server of shared limits, or NULL */
+		uint64_t redis_timeout; /* ms a decision waits */
+		int redis_on_error;     /* 0: allow, 1: deny */
+	} rate_limits;
+	struct config_cidr *trusted_proxies;    /* peers whose X-Forwarded-For is believed */
+	size_t ntrusted_proxies;
+};
+
+/* An address block of trusted_proxies. */
+struct config_cidr {
+	int family;                     /* AF_INET or AF_INET6 */
+	unsigned char addr[16];
+	unsigned bits;
 };
 
 /*

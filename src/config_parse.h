@@ -228,6 +228,20 @@ void config_jsonrpc_free(struct config_jsonrpc *jc);
 void config_json_types_free(char **types);
 void config_parse_json_types(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 
+/* config_auth.c: auth:, rate_limits:, trusted_proxies:, a route's auth: and rate_limit: */
+extern const struct config_section config_auth_policy_section;
+extern const struct config_section config_auth_jwt_section;
+extern const struct config_section config_auth_keys_section;
+extern const struct config_section config_route_rate_limit_section;
+extern const struct config_section config_rate_limits_section;
+void config_parse_auth(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_route_auth(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_route_rate_limit(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_trusted_proxies(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_auth_finish(struct config_parse *ctx);
+void config_auth_free(struct config *cfg);
+void config_route_auth_free(struct config_route *route);
+
 /* config_cors.c: a route's cors: key */
 void config_parse_cors_origins(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_cors_methods(struct config_parse *ctx, const yaml_node_t *node, void *obj);

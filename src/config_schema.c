@@ -359,6 +359,10 @@ static const struct config_field config_route_fields[] = {
 	    "headers set, added or removed on upstream answers: { set, add, remove }"),
 	F_SECTION("cors", config_route_cors_section,
 	    "cross-origin requests from browsers: preflights answered, answers marked"),
+	F_CUSTOM("auth", config_parse_route_auth, "string|list", NULL, 0,
+	    "the auth policy requests must satisfy, or a list of them (any one admits)"),
+	F_CUSTOM("rate_limit", config_parse_route_rate_limit, "mapping", NULL, 0,
+	    "requests admitted per key: { key, rate, burst, shared }; the rest get 429"),
 };
 const struct config_section config_route_section = CONFIG_SECTION_OF(config_route_fields);
 
@@ -444,6 +448,12 @@ static const struct config_field config_top_fields[] = {
 	    "nameserver for server names, IPv4:PORT or [IPv6]:PORT; default /etc/resolv.conf's"),
 	F_CUSTOM("listeners", config_parse_listeners, "list", NULL, CONFIG_REQUIRED,
 	    "list of { listen: ADDRESS }"),
+	F_CUSTOM("trusted_proxies", config_parse_trusted_proxies, "list", NULL, 0,
+	    "peers (ADDRESS or ADDRESS/BITS) whose X-Forwarded-For gives $client_addr"),
+	/* auth and rate_limits before routes: routes refer to them */
+	F_CUSTOM("auth", config_parse_auth, "mapping", NULL, 0,
+	    "map of name -> authentication policy: { jwt: {...} } or { keys: {...} }"),
+	F_SECTION("rate_limits", config_rate_limits_section, "what rate limits share"),
 	/* upstreams before routes: routes refer to them by name */
 	F_CUSTOM("upstreams", config_parse_upstreams, "mapping", NULL, 0, "map of name -> upstream"),
 	F_CUSTOM("routes", config_parse_routes, "list", NULL, 0, "list of routes; the first match wins"),
@@ -500,6 +510,14 @@ config_schema_write_section(FILE *fp, const char *prefix, const struct config_se
 		else if (strcmp(path, "routes[].backends.") == 0)
 			config_schema_write_section(fp, "routes[].backends.NAME.",
 			    &config_backend_section);
+		else if (strcmp(path, "auth.") == 0)
+			config_schema_write_section(fp, "auth.NAME.", &config_auth_policy_section);
+		else if (strcmp(path, "auth.NAME.jwt.") == 0)
+			config_schema_write_section(fp, path, &config_auth_jwt_section);
+		else if (strcmp(path, "auth.NAME.keys.") == 0)
+			config_schema_write_section(fp, path, &config_auth_keys_section);
+		else if (strcmp(path, "routes[].rate_limit.") == 0)
+			config_schema_write_section(fp, path, &config_route_rate_limit_section);
 		else if (strcmp(path, "routes[].jsonrpc.") == 0)
 			config_schema_write_section(fp, path, &config_jsonrpc_section);
 		else if (strcmp(path, "routes[].jsonrpc.methods.") == 0)

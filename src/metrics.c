@@ -11,6 +11,7 @@
 
 #include <event2/buffer.h>
 
+#include "auth.h"
 #include "close_reason.h"
 #include "errors.h"
 #include "server.h"
@@ -1220,5 +1221,24 @@ metrics_write(struct evbuffer *out)
 			    (unsigned long long)names[i].lookups[k]);
 		}
 	}
+	auth_metrics_write(out);
 	metrics_write_process(out);
+}
+
+void
+metrics_write_head(struct evbuffer *out, enum metrics_id id)
+{
+	metrics_head(out, id);
+}
+
+const char *
+metrics_name(enum metrics_id id)
+{
+	return metric_names[id];
+}
+
+void
+metrics_write_label(struct evbuffer *out, const char *s)
+{
+	metrics_label(out, s);
 }

@@ -94,6 +94,16 @@ struct worker;
 	X(RESOLVER_LOOKUPS, "jsongate_resolver_lookups_total", "counter", \
 	    "Lookups of upstream server names after the load, by name and result.", \
 	    "name,result") \
+	X(AUTH_REQUESTS, "jsongate_auth_requests_total", "counter", \
+	    "Requests of routes with auth, by route, policy and what the policy decided.", \
+	    "route,policy,outcome") \
+	X(RATELIMIT_REQUESTS, "jsongate_ratelimit_requests_total", "counter", \
+	    "Requests of routes with a rate_limit, by route and decision (error: Redis out).", \
+	    "route,outcome") \
+	X(JWKS_FETCHES, "jsongate_jwks_fetches_total", "counter", \
+	    "Fetches of JSON Web Key Sets, by outcome.", "outcome") \
+	X(REDIS_ERRORS, "jsongate_redis_errors_total", "counter", \
+	    "Shared rate limit decisions Redis did not give in time (down, late, an error).", "") \
 	X(PROCESS_CPU, "process_cpu_seconds_total", "counter", \
 	    "Total user and system CPU time spent in seconds.", "") \
 	X(PROCESS_RSS, "process_resident_memory_bytes", "gauge", \
@@ -264,6 +274,11 @@ void metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied);
 void metrics_reload(int ok);
 /* A lookup of a configured server name ended (ok: a good answer, else a failure). */
 void metrics_resolver_lookup(const char *name, int ok);
+/* For the counters kept elsewhere (auth.c): a metric's HELP and TYPE lines, its name, a label
+ * value escaped. */
+void metrics_write_head(struct evbuffer *out, enum metrics_id id);
+const char *metrics_name(enum metrics_id id);
+void metrics_write_label(struct evbuffer *out, const char *s);
 /* Append every metric in Prometheus text format 0.0.4. */
 void metrics_write(struct evbuffer *out);
 

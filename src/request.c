@@ -81,8 +81,11 @@ proxy_free_buffer(struct evbuffer *b)
 /* --- route kinds ------------------------------------------------------------------------- */
 
 /* Every route kind, asked in turn whether a route is its own. */
-/* A preflight comes before any credentials: CORS goes first. */
-static const struct request_phase *const request_phases[] = { &phase_cors };
+/* A preflight comes before any credentials: CORS goes first; a rate limit may count by
+ * who the credentials say the client is. */
+static const struct request_phase *const request_phases[] = {
+	&phase_cors, &phase_auth, &phase_ratelimit
+};
 
 static const struct route_kind *const route_kinds[] = {
 	&kind_aggregate, &kind_jsonrpc, &kind_proxy
@@ -128,6 +131,7 @@ request_abort(struct client *c)
 	tries_forget(&c->rq->t);
 	request_kind_end(c);
 	request_drain(c->rq);
+	phase_auth_end(c->rq);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;
@@ -273,6 +277,8 @@ client_log(struct client *c)
 	e.nbackends = 0;
 	e.tunnel_outcome = NULL;
 	e.tunnel_received = 0;
+	e.principal = c->rq->principal_len != 0 ? c->rq->principal : NULL;
+	e.principal_len = c->rq->principal_len;
 	if (c->rq->kind != NULL && c->rq->kind->log != NULL)
 		c->rq->kind->log(c, &e);
 	if (rt->access.fd < 0) {
@@ -348,6 +354,7 @@ client_request_end(struct client *c)
 	proxy_drop_replay(c);
 	tries_forget(&c->rq->t);
 	request_kind_end(c);
+	phase_auth_end(c->rq);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;

@@ -96,8 +96,9 @@ struct request {
 	char request_id[130];
 	char user_agent[128];
 	char referer[128];
-	char answer_headers[CORS_ORIGIN_MAX + 128];  /* header lines the request's phases add
+	char answer_headers[CORS_ORIGIN_MAX + 384];  /* header lines the request's phases add
 	                                             * to its answer, whatever answers it */
+	char principal[128];            /* who the auth phase admitted: $jwt.sub or $api_key */
 
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
@@ -106,6 +107,9 @@ struct request {
 	struct upstream_pool *upool;
 	size_t hash_key_len;
 	size_t answer_headers_len;
+	size_t principal_len;
+	struct jwt_claims *claims;      /* the verified token's claims (auth phase), or NULL */
+	const char *api_key;            /* the API key's NAME (auth phase), or NULL */
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
@@ -384,7 +388,11 @@ struct request_phase {
 	enum phase_result (*run)(struct client *c, struct http_request *req, size_t head_len);
 };
 
-extern const struct request_phase phase_cors;
+extern const struct request_phase phase_cors, phase_auth, phase_ratelimit;
+/* The request ends: what the auth phase holds for it goes. */
+void phase_auth_end(struct request *rq);
+/* $client_addr: the peer, or the client a trusted proxy says it forwards for. */
+void request_client_addr(struct client *c, const struct http_request *req, struct http_str *out);
 
 /* The kind of route (the proxy's unless another takes it). */
 const struct route_kind *route_kind_of(const struct config_route *route);

@@ -77,6 +77,10 @@ AGGREGATED = ('  -\n    match: { path: "/users/{id}" }\n'
               '      user: { upstream: users, path: /users/1 }\n')
 JSONRPC = '  -\n    match: { path: /rpc }\n    jsonrpc:\n      default: nodes\n'
 
+# Routes whose examples name policies or shared limits get these at the top level.
+AUTH_TOP = ('auth:\n  users: { jwt: { jwks_file: /etc/jsongate/jwks.json } }\n'
+            '  partners: { keys: { keys_file: /etc/jsongate/api-keys.txt } }\n'
+            'rate_limits: { redis: { address: 127.0.0.1:6379 } }\n')
 # Place -> skeletons; "#>" marks where the fragment goes (at that indentation).
 SKELETONS = {
     '': [BASE + '#>\n'],
@@ -128,7 +132,20 @@ SKELETONS = {
     'routes[].request_headers': [route_with('    request_headers:\n      #>\n')],
     'routes[].response_headers': [route_with('    response_headers:\n      #>\n')],
     'routes[].cors': [route_with('    cors:\n      origins: [https://app.example]\n      #>\n')],
+    'auth': [BASE + 'auth:\n  #>\n'],
+    'auth.NAME': [BASE + 'auth:\n  users:\n    #>\n'],
+    'auth.NAME.jwt': [BASE + 'auth:\n  users:\n    jwt:\n' + j + '      #>\n'
+                      for j in ('      jwks_file: /etc/jsongate/jwks.json\n',
+                                '      jwks: https://idp.example/jwks.json\n')],
+    'auth.NAME.keys': [BASE + 'auth:\n  partners:\n    keys:\n'
+                       '      keys_file: /etc/jsongate/api-keys.txt\n      #>\n'],
+    'rate_limits': [BASE + 'rate_limits:\n  #>\n'],
+    'rate_limits.redis': [BASE + 'rate_limits:\n  redis:\n    address: 127.0.0.1:6379\n'
+                          '    #>\n'],
+    'routes[].rate_limit': [AUTH_TOP + route_with('    rate_limit:\n      rate: 10/s\n'
+                                                  '      #>\n')],
 }
+SKELETONS['routes[]'].append(AUTH_TOP + route_with('    #>\n'))
 
 # ------------------------------------------------------------------ extraction
 
@@ -286,6 +303,13 @@ def setup(tmp):
         src = os.path.join(certs, 'api.key' if name.endswith('.key') else 'api.crt')
         shutil.copy(src, os.path.join(tmp, name))
         shutil.copy(src, os.path.join(tmp, 'root', 'etc', 'jsongate', 'tls', name))
+    # A key set (one P-256 key) and an API keys file, for the auth examples.
+    with open(os.path.join(tmp, 'root', 'etc', 'jsongate', 'jwks.json'), 'w') as f:
+        f.write('{"keys":[{"kty":"EC","crv":"P-256","kid":"k1",'
+                '"x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",'
+                '"y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}\n')
+    with open(os.path.join(tmp, 'root', 'etc', 'jsongate', 'api-keys.txt'), 'w') as f:
+        f.write('partner %s\n' % ('0' * 64))
     hosts = os.path.join(tmp, 'hosts')
     with open(hosts, 'w') as f:
         f.write('127.0.0.1 %s\n' % ' '.join(HOST_NAMES))

@@ -1,0 +1,228 @@
+/* The authentication phase: a route's policies (any one admits) check the request's API key
+ * or JSON Web Token; a request none admits is answered 401 (403 when a valid token lacked a
+ * scope) with WWW-Authenticate, and never reaches the upstream. */
+#include "config.h"
+#include "request.h"
+
+#include <ctype.h>
+#include <strings.h>
+
+#include "api_keys.h"
+#include "auth.h"
+#include "jwt.h"
+#include "jwt_cache.h"
+
+#define AUTH_CHALLENGE "WWW-Authenticate: Bearer realm=\"jsongate\""
+
+static int
+phase_auth_applies(const struct config_route *route)
+{
+	return route->nauth != 0;
+}
+
+static struct http_str
+phase_auth_trim(struct http_str s)
+{
+	while (s.len > 0 && (s.p[0] == ' ' || s.p[0] == '\t')) {
+		s.p++;
+		s.len--;
+	}
+	while (s.len > 0 && (s.p[s.len - 1] == ' ' || s.p[s.len - 1] == '\t'))
+		s.len--;
+	return s;
+}
+
+/* name=value in a list split by sep (a Cookie header, a query). */
+static struct http_str
+phase_auth_pair(struct http_str list, char sep, const char *name)
+{
+	struct http_str none = { NULL, 0 }, item;
+	size_t nlen = strlen(name), i, start = 0;
+
+	for (i = 0; i <= list.len; i++) {
+		if (i < list.len && list.p[i] != sep)
+			continue;
+		item.p = list.p + start;
+		item.len = i - start;
+		item = phase_auth_trim(item);
+		if (item.len > nlen && memcmp(item.p, name, nlen) == 0 && item.p[nlen] == '=') {
+			item.p += nlen + 1;
+			item.len -= nlen + 1;
+			return item;
+		}
+		start = i + 1;
+	}
+	return none;
+}
+
+/* The token of the first source that has one; *given: a source carried something. */
+static struct http_str
+phase_auth_token(const struct auth_jwt *jwt, const struct http_request *req, size_t *which)
+{
+	struct http_str v, none = { NULL, 0 };
+
+	for (size_t i = 0; i < jwt->ntokens; i++) {
+		const struct auth_token_source *s = &jwt->tokens[i];
+
+		*which = i;
+		if (s->where == AUTH_TOKEN_HEADER) {
+			v = phase_auth_trim(http_find_header(req->headers, req->nheaders, s->name));
+			if (v.len >= 7 && strncasecmp(v.p, "bearer ", 7) == 0) {
+				v.p += 7;
+				v.len -= 7;
+				v = phase_auth_trim(v);
+			} else if (strcmp(s->name, "authorization") == 0)
+				v.len = 0;      /* another scheme is not ours */
+		} else if (s->where == AUTH_TOKEN_COOKIE)
+			v = phase_auth_pair(http_find_header(req->headers, req->nheaders, "cookie"),
+			    ';', s->name);
+		else {
+			v = req->query;
+			if (v.len > 0) {
+				v.p++;
+				v.len--;
+			}
+			v = phase_auth_pair(v, '&', s->name);
+		}
+		if (v.len != 0)
+			return v;
+	}
+	return none;
+}
+
+static enum auth_outcome
+phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_policy *p)
+{
+	const struct auth_jwt *jwt = &p->jwt;
+	struct jwt_policy pol;
+	struct jwt_cache_key key;
+	struct jwt_claims *claims;
+	struct jwk_set *keys;
+	enum jwt_outcome o;
+	struct http_str tok;
+	size_t which = 0;
+	int n;
+	int64_t now = (int64_t)time(NULL);
+
+	tok = phase_auth_token(jwt, req, &which);
+	if (tok.len == 0)
+		return AUTH_MISSING;
+	memset(&pol, 0, sizeof(pol));
+	pol.issuers = (const char *const *)jwt->issuers;
+	pol.n_issuers = jwt->n_issuers;
+	pol.audiences = (const char *const *)jwt->audiences;
+	pol.n_audiences = jwt->n_audiences;
+	pol.scopes = (const char *const *)jwt->scopes;
+	pol.n_scopes = jwt->n_scopes;
+	pol.algs = jwt->algs;
+	pol.leeway = (int64_t)(jwt->leeway / 1000);
+	pol.now = now;
+	if (tok.len > JWT_MAX_TOKEN) {
+		o = JWT_TOO_LARGE;
+		goto refused;
+	}
+	jwt_cache_key(tok.p, tok.len, &key);
+	if ((claims = jwt_cache_get(jwt->cache, &key, now)) == NULL) {
+		keys = jwt->keys;
+		if (keys == NULL) {
+			o = JWT_UNKNOWN_KID;
+			goto refused;
+		}
+		o = jwt_verify_signature(tok.p, tok.len, keys, &pol, &claims);
+		if (o != JWT_OK)
+			goto refused;
+		jwt_cache_put(jwt->cache, &key, claims, now);
+	}
+	if ((o = jwt_check_claims(claims, &pol)) != JWT_OK) {
+		jwt_claims_unref(claims);
+		goto refused;
+	}
+	if (c->rq->claims != NULL)
+		jwt_claims_unref(c->rq->claims);
+	c->rq->claims = claims;
+	n = jwt_claim_str(claims, "sub", c->rq->principal, sizeof(c->rq->principal));
+	c->rq->principal_len = n > 0 ? (size_t)n : 0;
+	if (!p->forward_credentials && jwt->tokens[which].where == AUTH_TOKEN_HEADER)
+		proxy_remove_header(req->headers, &req->nheaders, jwt->tokens[which].name);
+	return AUTH_OK;
+refused:
+	log_debug("route %s: auth %s: token refused: %s (request %s)", c->rq->route->name,
+	    p->name, jwt_outcome_name(o), c->rq->request_id);
+	return o == JWT_INSUFFICIENT_SCOPE ? AUTH_FORBIDDEN : AUTH_INVALID;
+}
+
+static enum auth_outcome
+phase_auth_keys(struct client *c, struct http_request *req, const struct auth_policy *p)
+{
+	struct http_str v = phase_auth_trim(http_find_header(req->headers, req->nheaders,
+	    p->keys.header));
+	const char *name;
+	size_t n;
+
+	if (v.len == 0)
+		return AUTH_MISSING;
+	if ((name = api_keys_lookup(p->keys.keys, v.p, v.len)) == NULL)
+		return AUTH_INVALID;
+	c->rq->api_key = name;
+	n = strlen(name) < sizeof(c->rq->principal) ? strlen(name) : sizeof(c->rq->principal);
+	memcpy(c->rq->principal, name, n);
+	c->rq->principal_len = n;
+	if (!p->forward_credentials)
+		proxy_remove_header(req->headers, &req->nheaders, p->keys.header);
+	return AUTH_OK;
+}
+
+/* Header lines for the answer: room permitting (the buffer holds the longest of them all). */
+static void
+phase_auth_line(struct client *c, const char *line)
+{
+	size_t n = strlen(line);
+
+	if (c->rq->answer_headers_len + n <= sizeof(c->rq->answer_headers)) {
+		memcpy(c->rq->answer_headers + c->rq->answer_headers_len, line, n);
+		c->rq->answer_headers_len += n;
+	}
+}
+
+static enum phase_result
+phase_auth_run(struct client *c, struct http_request *req, size_t head_len)
+{
+	const struct config_route *route = c->rq->route;
+	enum auth_outcome o, worst = AUTH_MISSING;
+	size_t i;
+
+	for (i = 0; i < route->nauth; i++) {
+		const struct auth_policy *p = route->auth[i];
+
+		o = p->kind == AUTH_KIND_JWT ? phase_auth_jwt(c, req, p) :
+		    phase_auth_keys(c, req, p);
+		atomic_fetch_add_explicit(&route->auth_counters[i]->n[o], 1, memory_order_relaxed);
+		if (o == AUTH_OK)
+			return PHASE_NEXT;
+		/* forbidden over invalid over missing */
+		if (o == AUTH_FORBIDDEN || (o == AUTH_INVALID && worst == AUTH_MISSING))
+			worst = o;
+	}
+	evbuffer_drain(client_input(c), head_len);
+	if (worst == AUTH_FORBIDDEN) {
+		phase_auth_line(c, AUTH_CHALLENGE ", error=\"insufficient_scope\"\r\n");
+		client_error(c, GW_FORBIDDEN, NULL, 0);
+	} else {
+		phase_auth_line(c, worst == AUTH_INVALID ? AUTH_CHALLENGE
+		    ", error=\"invalid_token\"\r\n" : AUTH_CHALLENGE "\r\n");
+		client_error(c, GW_UNAUTHORIZED, NULL, 0);
+	}
+	return PHASE_ANSWERED;
+}
+
+/* The request ends: its claims go. */
+void
+phase_auth_end(struct request *rq)
+{
+	if (rq->claims != NULL) {
+		jwt_claims_unref(rq->claims);
+		rq->claims = NULL;
+	}
+}
+
+const struct request_phase phase_auth = { phase_auth_applies, phase_auth_run };

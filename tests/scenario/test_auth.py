@@ -1,0 +1,370 @@
+"""Authentication (auth: policies, a route's auth:): API keys known by their SHA-256
+(missing: 401 with the bare challenge; wrong: 401 invalid_token; right: admitted, the key
+still sent upstream unless forward_credentials: false); JSON Web Tokens made by python3-jwt
+with RSA, P-256 and Ed25519 keys of a key set file (alg none, HMAC with the RSA public key as
+secret, a tampered payload, a wrong iss or aud, exp past and nbf ahead of the leeway, a token
+over 8 KB: 401; a missing scope: 403 insufficient_scope; cookie and query sources), a list of
+policies (any one admits; 403 over 401), the key set file read again on SIGHUP (rotation),
+the counters of /metrics, and configuration errors at FILE:LINE:COL."""
+
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import *  # noqa: E402,F403
+from harness import REASONS  # noqa: E402
+
+try:
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+except ImportError:     # Debian's python3-jwt under another python3
+    sys.path.append('/usr/lib/python3/dist-packages')
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+T = Suite(__file__)
+REASONS.update({401: 'Unauthorized', 403: 'Forbidden', 429: 'Too Many Requests'})
+
+CHALLENGE = 'Bearer realm="jsongate"'
+ISS = 'https://idp.example/'
+
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+RSA_KEY2 = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EC_KEY = ec.generate_private_key(ec.SECP256R1())
+ED_KEY = ed25519.Ed25519PrivateKey.generate()
+
+
+def jwk_of(key, kid, alg=None):
+    pub = key.public_key()
+    if isinstance(key, rsa.RSAPrivateKey):
+        d = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(pub))
+    elif isinstance(key, ec.EllipticCurvePrivateKey):
+        d = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(pub))
+    else:
+        d = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(pub))
+    d['kid'] = kid
+    if alg:
+        d['alg'] = alg
+    return d
+
+
+def jwks(*keys):
+    return json.dumps({'keys': list(keys)})
+
+
+def token(key, alg, kid, **claims):
+    payload = {'iss': ISS, 'aud': 'api', 'sub': 'alice', 'exp': int(time.time()) + 300}
+    payload.update(claims)
+    for k in [k for k, v in payload.items() if v is None]:
+        del payload[k]
+    return jwt.encode(payload, key, algorithm=alg, headers={'kid': kid})
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b'=').decode()
+
+
+def unsigned(header, payload, sig=b''):
+    return '%s.%s.%s' % (b64(json.dumps(header).encode()), b64(json.dumps(payload).encode()),
+                         b64(sig))
+
+
+def upstream_ok():
+    return answer(lambda req: http_response(200, b'{"ok":true}'))
+
+
+def auth_config(env, up, policies, route_auth, route_extra=None, **top):
+    route = {'name': 'api', 'match': {'path_prefix': '/api/'}, 'upstream': 'app',
+             'auth': route_auth}
+    route.update(route_extra or {})
+    return upstream_config(up.address, routes=[
+        route, {'name': 'open', 'match': {'path_prefix': '/'}, 'upstream': 'app'}],
+        auth=policies, **top)
+
+
+def keys_file(env, entries, name='keys.txt'):
+    path = os.path.join(env.tmp, name)
+    with open(path, 'w') as f:
+        f.write('# name sha256\n')
+        for who, key in entries:
+            f.write('%s %s\n' % (who, hashlib.sha256(key.encode()).hexdigest()))
+    return path
+
+
+def jwks_file(env, text, name='jwks.json'):
+    path = os.path.join(env.tmp, name)
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+def get(c, target, rid, headers=()):
+    return c.request('GET', target, [('Host', 'h'), ('X-Request-Id', rid)] + list(headers))
+
+
+def metrics(port):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
+    c.request('GET', '/metrics')
+    body = c.getresponse().read().decode()
+    c.close()
+    return body
+
+
+def sample(text, line_start):
+    for line in text.splitlines():
+        if line.startswith(line_start + ' '):
+            return float(line.split()[-1])
+    return None
+
+
+@T.case
+def api_keys(env):
+    up = env.scripted(default=upstream_ok())
+    kf = keys_file(env, [('mobile-app', 'k-123456'), ('partner', 'p-999')])
+    aport = free_port()
+    log = os.path.join(env.tmp, 'access.log')
+    conf = auth_config(env, up, {'keys': {'keys': {'keys_file': kf}}}, 'keys',
+                       admin={'listen': '127.0.0.1:%d' % aport},
+                       log={'level': 'info', 'access': log, 'format': 'json'})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+
+    r = get(c, '/api/orders', 'k-1')
+    env.gateway_error('no key', r, 401, 'unauthorized', 'no valid credentials', close=False,
+                      request_id='k-1', headers=[('WWW-Authenticate', CHALLENGE)])
+    r = get(c, '/api/orders', 'k-2', [('X-API-Key', 'k-12345')])
+    env.gateway_error('a wrong key', r, 401, 'unauthorized', 'no valid credentials',
+                      close=False, request_id='k-2', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="invalid_token"')])
+    env.eq('no refused request reached the upstream', len(up.requests), 0)
+    r = get(c, '/api/orders', 'k-3', [('X-API-Key', 'k-123456')])
+    env.eq('the right key: the upstream answer', (r.status, r.body), (200, b'{"ok":true}'))
+    env.eq('the key still goes upstream', up.requests[-1].header('X-API-Key'), 'k-123456')
+    r = get(c, '/api/orders', 'k-4', [('x-api-key', 'p-999')])
+    env.eq('the other key (header name in any case)', r.status, 200)
+    r = get(c, '/other', 'k-5')
+    env.eq('a route without auth: open', r.status, 200)
+
+    wait_until(lambda: open(log).read().count('\n') >= 5, 5)
+    lines = {j['request_id']: j for j in map(json.loads, open(log).read().splitlines())}
+    env.eq('the access log: the key\'s name as the principal, never the key',
+           [lines[r].get('principal') for r in ('k-1', 'k-2', 'k-3', 'k-4', 'k-5')],
+           [None, None, 'mobile-app', 'partner', None])
+    m = metrics(aport)
+    for outcome, n in [('ok', 2), ('missing', 1), ('invalid', 1), ('forbidden', 0)]:
+        env.eq('jsongate_auth_requests_total %s' % outcome, sample(
+            m, 'jsongate_auth_requests_total{route="api",policy="keys",outcome="%s"}'
+            % outcome), n)
+
+
+@T.case
+def api_keys_not_forwarded(env):
+    up = env.scripted(default=upstream_ok())
+    kf = keys_file(env, [('mobile-app', 'k-123456')])
+    conf = auth_config(env, up, {'keys': {'keys': {
+        'keys_file': kf, 'header': 'Api-Token', 'forward_credentials': False}}}, 'keys')
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = get(c, '/api/x', 'nf-1', [('Api-Token', 'k-123456'), ('X-Other', 'kept')])
+    env.eq('admitted', r.status, 200)
+    env.eq('the key header is not sent upstream', up.requests[0].header('Api-Token'), None)
+    env.eq('the other headers are', up.requests[0].header('X-Other'), 'kept')
+
+
+def jwt_policy(path, **more):
+    p = {'jwks_file': path, 'issuer': ISS, 'audience': 'api', 'leeway': '30s'}
+    p.update(more)
+    return {'users': {'jwt': p}}
+
+
+@T.case
+def jwt_algorithms(env):
+    up = env.scripted(default=upstream_ok())
+    path = jwks_file(env, jwks(jwk_of(RSA_KEY, 'rsa1'), jwk_of(EC_KEY, 'ec1'),
+                               jwk_of(ED_KEY, 'ed1')))
+    gw = env.daemon(auth_config(env, up, jwt_policy(path), 'users'))
+    c = env.client(gw.port)
+    for n, (key, alg, kid) in enumerate([(RSA_KEY, 'RS256', 'rsa1'), (RSA_KEY, 'PS256', 'rsa1'),
+                                         (EC_KEY, 'ES256', 'ec1'), (ED_KEY, 'EdDSA', 'ed1')]):
+        t = token(key, alg, kid)
+        r = get(c, '/api/orders', 'a-%d' % n, [('Authorization', 'Bearer ' + t)])
+        env.eq('%s admitted' % alg, r.status, 200)
+        env.eq('%s: Authorization goes upstream' % alg, up.requests[-1].header('Authorization'),
+               'Bearer ' + t)
+    # The same token again: from the cache, still admitted.
+    r = get(c, '/api/orders', 'a-again', [('Authorization', 'Bearer ' + t)])
+    env.eq('a repeated token admitted', r.status, 200)
+
+    r = get(c, '/api/orders', 'a-none')
+    env.gateway_error('no token', r, 401, 'unauthorized', 'no valid credentials', close=False,
+                      request_id='a-none', headers=[('WWW-Authenticate', CHALLENGE)])
+    r = get(c, '/api/orders', 'a-basic', [('Authorization', 'Basic YTpi')])
+    env.gateway_error('another scheme is no token', r, 401, 'unauthorized',
+                      'no valid credentials', close=False, request_id='a-basic',
+                      headers=[('WWW-Authenticate', CHALLENGE)])
+
+    now = int(time.time())
+    good = {'iss': ISS, 'aud': 'api', 'sub': 'alice', 'exp': now + 300}
+    pem = RSA_KEY.public_key().public_bytes(serialization.Encoding.PEM,
+                                            serialization.PublicFormat.SubjectPublicKeyInfo)
+    confused = unsigned({'alg': 'HS256', 'kid': 'rsa1', 'typ': 'JWT'}, good)
+    h, p, _ = confused.split('.')
+    confused = '%s.%s.%s' % (h, p, b64(hmac.new(pem, ('%s.%s' % (h, p)).encode(),
+                                                hashlib.sha256).digest()))
+    rs = token(RSA_KEY, 'RS256', 'rsa1')
+    h, p, s = rs.split('.')
+    tampered = '%s.%s.%s' % (h, b64(json.dumps(dict(good, sub='admin')).encode()), s)
+    bad = [
+        ('alg none', unsigned({'alg': 'none', 'kid': 'rsa1'}, good)),
+        ('HS256 with the RSA public key as secret', confused),
+        ('a tampered payload', tampered),
+        ('a wrong iss', token(RSA_KEY, 'RS256', 'rsa1', iss='https://evil.example/')),
+        ('a wrong aud', token(RSA_KEY, 'RS256', 'rsa1', aud='other')),
+        ('exp past the leeway', token(RSA_KEY, 'RS256', 'rsa1', exp=now - 60)),
+        ('nbf ahead of the leeway', token(RSA_KEY, 'RS256', 'rsa1', nbf=now + 120)),
+        ('a key not in the set', token(RSA_KEY2, 'RS256', 'rsa2')),
+        ('signed by another key with a known kid', token(RSA_KEY2, 'RS256', 'rsa1')),
+        ('ES256 claimed for an RSA key', token(EC_KEY, 'ES256', 'rsa1')),
+        ('a token over 8 KB', token(RSA_KEY, 'RS256', 'rsa1', pad='x' * 9000)),
+        ('not a token', 'abc.def'),
+    ]
+    for n, (what, t) in enumerate(bad):
+        r = get(c, '/api/orders', 'bad-%d' % n, [('Authorization', 'Bearer ' + t)])
+        env.gateway_error(what, r, 401, 'unauthorized', 'no valid credentials', close=False,
+                          request_id='bad-%d' % n, headers=[
+                              ('WWW-Authenticate', CHALLENGE + ', error="invalid_token"')])
+    # Within the leeway: still good.
+    r = get(c, '/api/orders', 'lee', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', exp=now - 5, nbf=now + 5))])
+    env.eq('exp and nbf within the leeway', r.status, 200)
+    env.eq('only the admitted requests reached the upstream', len(up.requests), 6)
+
+
+@T.case
+def jwt_scopes_sources_and_lists(env):
+    up = env.scripted(default=upstream_ok())
+    path = jwks_file(env, jwks(jwk_of(RSA_KEY, 'rsa1', 'RS256')))
+    kf = keys_file(env, [('svc', 'svc-key')])
+    policies = jwt_policy(path, scopes=['orders:read'], algorithms=['RS256'],
+                          token=['header:Authorization', 'cookie:session', 'query:access_token'],
+                          forward_credentials=False)
+    policies['keys'] = {'keys': {'keys_file': kf}}
+    gw = env.daemon(auth_config(env, up, policies, ['users', 'keys']))
+    c = env.client(gw.port)
+
+    r = get(c, '/api/o', 's-1', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scope='profile orders:read'))])
+    env.eq('the scope in scope', r.status, 200)
+    env.eq('forward_credentials: false: no Authorization upstream',
+           up.requests[-1].header('Authorization'), None)
+    r = get(c, '/api/o', 's-2', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scp=['orders:read']))])
+    env.eq('the scope in scp', r.status, 200)
+    r = get(c, '/api/o', 's-3', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scope='orders:write'))])
+    env.gateway_error('a missing scope', r, 403, 'forbidden',
+                      'the credentials do not allow this request', close=False,
+                      request_id='s-3', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="insufficient_scope"')])
+    r = get(c, '/api/o', 's-4', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scope='orders:write')), ('X-API-Key', 'wrong')])
+    env.eq('403 over 401 in a list', r.status, 403)
+    r = get(c, '/api/o', 's-5', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scope='orders:write')), ('X-API-Key', 'svc-key')])
+    env.eq('another policy of the list admits', r.status, 200)
+    r = get(c, '/api/o', 's-6', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'PS256', 'rsa1', scope='orders:read'))])
+    env.eq('an algorithm the key (alg RS256) does not allow', r.status, 401)
+
+    t = token(RSA_KEY, 'RS256', 'rsa1', scope='orders:read')
+    r = get(c, '/api/o', 's-7', [('Cookie', 'theme=dark; session=%s; x=y' % t)])
+    env.eq('a token in a cookie', r.status, 200)
+    r = get(c, '/api/o?a=1&access_token=%s' % t, 's-8')
+    env.eq('a token in the query', r.status, 200)
+    r = get(c, '/api/o?access_token=nope', 's-9')
+    env.gateway_error('a bad token in the query', r, 401, 'unauthorized',
+                      'no valid credentials', close=False, request_id='s-9', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="invalid_token"')])
+
+
+@T.case
+def jwks_file_rotation(env):
+    up = env.scripted(default=upstream_ok())
+    path = jwks_file(env, jwks(jwk_of(RSA_KEY, 'old')))
+    gw = env.daemon(auth_config(env, up, jwt_policy(path), 'users'))
+    c = env.client(gw.port)
+    old = token(RSA_KEY, 'RS256', 'old')
+    new = token(EC_KEY, 'ES256', 'new')
+    env.eq('the old key admits', get(c, '/api/x', 'r-1', [
+        ('Authorization', 'Bearer ' + old)]).status, 200)
+    env.eq('the new key is not known yet', get(c, '/api/x', 'r-2', [
+        ('Authorization', 'Bearer ' + new)]).status, 401)
+    jwks_file(env, jwks(jwk_of(EC_KEY, 'new')))
+    mark = len(gw.log())
+    gw.signal(signal.SIGHUP)
+    gw.wait_log('reload', start=mark)
+    c = env.client(gw.port)
+    deadline = time.time() + 5 * SLOW
+    status = None
+    while time.time() < deadline:
+        status = get(c, '/api/x', 'r-3', [('Authorization', 'Bearer ' + new)]).status
+        if status == 200:
+            break
+        time.sleep(0.05)
+    env.eq('after SIGHUP the new key admits', status, 200)
+    env.eq('and the old one no longer (a cached token too)', get(c, '/api/x', 'r-4', [
+        ('Authorization', 'Bearer ' + old)]).status, 401)
+
+
+BAD = """\
+listeners: [{ listen: "127.0.0.1:%(port)d" }]
+auth:
+  users:
+    jwt: { jwks: "https://idp.example/jwks.json", jwks_file: /nonexistent, issuer: x }
+  algs:
+    jwt: { jwks: "https://idp.example/jwks.json", algorithms: [RS256, HS256] }
+upstreams: { app: { servers: ["127.0.0.1:%(up)d"] } }
+routes:
+  - { upstream: app, auth: nobody }
+  - { upstream: app, auth: [algs, ghost], rate_limit: { rate: 10/x } }
+"""
+
+
+@T.case
+def config_errors(env):
+    path = os.path.join(env.tmp, 'bad.yaml')
+    with open(path, 'w') as f:
+        f.write(BAD % {'port': free_port(), 'up': free_port()})
+    p = env.run([JSONGATE, '-t', '-c', path])
+    env.eq('-t exit status', p.returncode, 1)
+    err = p.stderr.decode()
+    for where, words in [('4:62', 'jwks and jwks_file are exclusive'),
+                         ('6:71', 'unknown algorithm "HS256"'),
+                         ('9:28', "unknown auth policy 'nobody'"),
+                         ('10:35', "unknown auth policy 'ghost'"),
+                         ('10:63', 'expected COUNT/s')]:
+        env.check('%s: %s' % (where, words), ('%s:%s: ' % (path, where)) in err and words in err,
+                  err)
+
+    # -t does not need the JWKS server (nothing listens at its address).
+    good = os.path.join(env.tmp, 'good.yaml')
+    with open(good, 'w') as f:
+        f.write(to_yaml(dict(upstream_config('127.0.0.1:%d' % free_port(), routes=[
+            {'upstream': 'app', 'auth': 'users'}],
+            auth={'users': {'jwt': {'jwks': 'https://127.0.0.1:%d/jwks' % free_port()}}}),
+            listeners=[{'listen': '127.0.0.1:%d' % free_port()}])))
+    p = env.run([JSONGATE, '-t', '-c', good])
+    env.eq('-t with an unreachable JWKS server', (p.returncode, p.stdout + p.stderr),
+           (0, b'configuration ok\n'))
+
+
+T.run()
