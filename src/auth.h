@@ -58,6 +58,7 @@ struct auth_jwt {
 	struct jwk_set *keys;           /* jwks_file: the set read at load */
 	struct jwt_cache *cache;        /* tokens verified against keys */
 	struct auth_jwks *remote;       /* jwks: the set fetched, shared by every load */
+	atomic_uint cache_gen;          /* jwks: the generation of the set cache holds tokens of */
 };
 
 struct auth_keys_policy {

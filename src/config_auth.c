@@ -11,6 +11,7 @@
 
 #include "api_keys.h"
 #include "auth.h"
+#include "auth_jwks.h"
 #include "jwk.h"
 #include "jwt_cache.h"
 
@@ -246,6 +247,7 @@ config_parse_auth_jwt(struct config_parse *ctx, const yaml_node_t *node, void *o
 {
 	struct auth_policy *p = obj;
 	const yaml_node_t *at;
+	const char *why = NULL;
 	size_t before = ctx->nerrs;
 
 	if (node == NULL)
@@ -273,6 +275,11 @@ config_parse_auth_jwt(struct config_parse *ctx, const yaml_node_t *node, void *o
 		return;
 	}
 	config_resolve_path(ctx, &p->jwt.ca);
+	if (p->jwt.jwks != NULL &&
+	    (p->jwt.remote = auth_jwks_get(p->jwt.jwks, p->jwt.ca, &why)) == NULL) {
+		config_error(ctx, config_map_get(ctx, node, "jwks"), "%s: %s", p->jwt.jwks, why);
+		return;
+	}
 	if (p->jwt.jwks_file != NULL) {
 		at = config_map_get(ctx, node, "jwks_file");
 		config_resolve_path(ctx, &p->jwt.jwks_file);

@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "admin.h"
+#include "auth_jwks.h"
 #include "health.h"
 #include "log.h"
 #include "mempool.h"
@@ -208,6 +209,7 @@ reload(void)
 	server_swap(rt);
 	health_stop(health);
 	health = health_start(main_base, cfg);
+	auth_jwks_start(main_base, cfg);
 	resolver_watches_free(names);
 	/* A listener the new file removes refuses clients now, not when the last request
 	 * on the old configuration ends. */
@@ -434,6 +436,7 @@ main(int argc, char **argv)
 	if (admin_start(main_base) < 0)
 		fatalx("cannot serve the admin endpoint");
 	health = health_start(main_base, cfg);
+	auth_jwks_start(main_base, cfg);
 	names = resolver_watch_config(main_base, cfg, names_changed_cb, NULL);
 	exit_ev = event_new(main_base, server_exit_fd(), EV_READ | EV_PERSIST, worker_exit_cb, NULL);
 	event_add(exit_ev, NULL);
@@ -455,6 +458,7 @@ main(int argc, char **argv)
 	if (grace_timer != NULL)
 		event_free(grace_timer);
 	resolver_watches_free(names);
+	auth_jwks_stop_all();
 	event_base_loop(main_base, EVLOOP_NONBLOCK);    /* the last lookups end */
 	runtime_release(current);
 	metrics_free();

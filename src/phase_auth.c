@@ -9,10 +9,15 @@
 
 #include "api_keys.h"
 #include "auth.h"
+#include "auth_jwks.h"
 #include "jwt.h"
 #include "jwt_cache.h"
 
 #define AUTH_CHALLENGE "WWW-Authenticate: Bearer realm=\"jsongate\""
+/* Not an outcome: the token waits for its key set to be fetched again. */
+#define AUTH_WAITING AUTH_OUTCOME_N
+/* How often a waiting token looks whether its fetch ended. */
+#define AUTH_WAIT_POLL_MS 20
 
 static int
 phase_auth_applies(const struct config_route *route)
@@ -90,10 +95,12 @@ phase_auth_token(const struct auth_jwt *jwt, const struct http_request *req, siz
 	return none;
 }
 
-static enum auth_outcome
+static unsigned
 phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_policy *p)
 {
 	const struct auth_jwt *jwt = &p->jwt;
+	struct auth_jwt *pjwt = (struct auth_jwt *)&p->jwt;    /* its cache's generation */
+	unsigned gen = 0;
 	struct jwt_policy pol;
 	struct jwt_cache_key key;
 	struct jwt_claims *claims;
@@ -121,18 +128,32 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 		o = JWT_TOO_LARGE;
 		goto refused;
 	}
+	keys = jwt->keys;
+	if (jwt->remote != NULL) {
+		/* A new key set: the tokens verified with the old one are verified again. */
+		keys = auth_jwks_keys(jwt->remote, &gen);
+		if (atomic_load(&pjwt->cache_gen) != gen) {
+			jwt_cache_clear(jwt->cache);
+			atomic_store(&pjwt->cache_gen, gen);
+		}
+	}
 	jwt_cache_key(tok.p, tok.len, &key);
 	if ((claims = jwt_cache_get(jwt->cache, &key, now)) == NULL) {
-		keys = jwt->keys;
-		if (keys == NULL) {
-			o = JWT_UNKNOWN_KID;
-			goto refused;
+		o = keys == NULL ? JWT_UNKNOWN_KID :
+		    jwt_verify_signature(tok.p, tok.len, keys, &pol, &claims);
+		if (jwt->remote != NULL && keys != NULL)
+			jwk_set_unref(keys);
+		if (o == JWT_UNKNOWN_KID && jwt->remote != NULL && !c->rq->auth_resumed &&
+		    auth_jwks_refetch(jwt->remote)) {
+			c->rq->auth_gen = gen;
+			return AUTH_WAITING;
 		}
-		o = jwt_verify_signature(tok.p, tok.len, keys, &pol, &claims);
 		if (o != JWT_OK)
 			goto refused;
-		jwt_cache_put(jwt->cache, &key, claims, now);
-	}
+		if (jwt->remote == NULL || atomic_load(&pjwt->cache_gen) == gen)
+			jwt_cache_put(jwt->cache, &key, claims, now);
+	} else if (jwt->remote != NULL && keys != NULL)
+		jwk_set_unref(keys);
 	if ((o = jwt_check_claims(claims, &pol)) != JWT_OK) {
 		jwt_claims_unref(claims);
 		goto refused;
@@ -184,24 +205,69 @@ phase_auth_line(struct client *c, const char *line)
 	}
 }
 
+static void phase_auth_wait_cb(evutil_socket_t fd, short what, void *arg);
+
+static void
+phase_auth_wait_poll(struct client *c)
+{
+	struct timeval tv = { 0, AUTH_WAIT_POLL_MS * 1000 };
+
+	if (c->rq->phase_timer == NULL &&
+	    (c->rq->phase_timer = evtimer_new(c->w->base, phase_auth_wait_cb, c->rq)) == NULL)
+		return;
+	evtimer_add(c->rq->phase_timer, &tv);
+}
+
+/* A token waits for its key set: go on once the fetch ended or the wait is over. */
+static void
+phase_auth_wait_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct request *rq = arg;
+	struct client *c = rq->t.owner;
+	struct auth_jwks *j = rq->route->auth[rq->auth_next]->jwt.remote;
+	struct timespec now;
+
+	(void)fd;
+	(void)what;
+	client_now(&now);
+	if (auth_jwks_generation(j) == rq->auth_gen && auth_jwks_fetching(j) &&
+	    (now.tv_sec - rq->auth_wait.tv_sec) * 1000 +
+	    (now.tv_nsec - rq->auth_wait.tv_nsec) / 1000000 < AUTH_JWKS_WAIT_MS) {
+		phase_auth_wait_poll(c);
+		return;
+	}
+	rq->auth_resumed = 1;
+	request_phase_resume(c);
+	proxy_flush(c);
+}
+
 static enum phase_result
 phase_auth_run(struct client *c, struct http_request *req, size_t head_len)
 {
 	const struct config_route *route = c->rq->route;
-	enum auth_outcome o, worst = AUTH_MISSING;
+	enum auth_outcome worst = c->rq->auth_resumed ? (enum auth_outcome)c->rq->auth_worst :
+	    AUTH_MISSING;
+	unsigned o;
 	size_t i;
 
-	for (i = 0; i < route->nauth; i++) {
+	for (i = c->rq->auth_next; i < route->nauth; i++) {
 		const struct auth_policy *p = route->auth[i];
 
 		o = p->kind == AUTH_KIND_JWT ? phase_auth_jwt(c, req, p) :
 		    phase_auth_keys(c, req, p);
+		if (o == AUTH_WAITING) {
+			c->rq->auth_next = (unsigned)i;
+			c->rq->auth_worst = (int)worst;
+			client_now(&c->rq->auth_wait);
+			phase_auth_wait_poll(c);
+			return PHASE_WAIT;
+		}
 		atomic_fetch_add_explicit(&route->auth_counters[i]->n[o], 1, memory_order_relaxed);
 		if (o == AUTH_OK)
 			return PHASE_NEXT;
 		/* forbidden over invalid over missing */
 		if (o == AUTH_FORBIDDEN || (o == AUTH_INVALID && worst == AUTH_MISSING))
-			worst = o;
+			worst = (enum auth_outcome)o;
 	}
 	evbuffer_drain(client_input(c), head_len);
 	if (worst == AUTH_FORBIDDEN) {
@@ -219,6 +285,8 @@ phase_auth_run(struct client *c, struct http_request *req, size_t head_len)
 void
 phase_auth_end(struct request *rq)
 {
+	if (rq->phase_timer != NULL)
+		evtimer_del(rq->phase_timer);
 	if (rq->claims != NULL) {
 		jwt_claims_unref(rq->claims);
 		rq->claims = NULL;

@@ -162,6 +162,8 @@ request_free(struct request *rq)
 	proxy_free_buffer(rq->req_body);
 	route_scan_free(&rq->scan);
 	path_vars_free(&rq->pathv);
+	if (rq->phase_timer != NULL)
+		event_free(rq->phase_timer);
 	free(rq);
 }
 
@@ -630,6 +632,28 @@ client_route_preflight(struct client *c, struct http_request *req, size_t head_l
 		c->rq->route = route;
 }
 
+/* The route's phases from the first'th on, then its kind. */
+static void
+request_run_phases(struct client *c, struct http_request *req, size_t head_len, unsigned first)
+{
+	for (unsigned i = first; i < sizeof(request_phases) / sizeof(request_phases[0]); i++) {
+		if (!request_phases[i]->applies(c->rq->route))
+			continue;
+		switch (request_phases[i]->run(c, req, head_len)) {
+		case PHASE_NEXT:
+			break;
+		case PHASE_ANSWERED:
+			return;
+		case PHASE_WAIT:
+			c->rq->phase_at = i;
+			c->rq->phase_head_len = head_len;
+			return;
+		}
+	}
+	c->rq->kind = route_kind_of(c->rq->route);
+	c->rq->kind->start(c, req, head_len);
+}
+
 /* Choose the route of the request whose head (r bytes) leads the input, and start it. */
 void
 client_route(struct client *c, struct http_request *req, ssize_t r)
@@ -668,10 +692,15 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		    1);
 		return;
 	}
-	for (size_t i = 0; i < sizeof(request_phases) / sizeof(request_phases[0]); i++)
-		if (request_phases[i]->applies(c->rq->route) &&
-		    request_phases[i]->run(c, req, (size_t)r) == PHASE_ANSWERED)
-			return;
-	c->rq->kind = route_kind_of(c->rq->route);
-	c->rq->kind->start(c, req, (size_t)r);
+	request_run_phases(c, req, (size_t)r, 0);
+}
+
+void
+request_phase_resume(struct client *c)
+{
+	struct http_request *req = &c->w->req;
+	size_t hl = c->rq->phase_head_len;
+
+	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
+	request_run_phases(c, req, hl, c->rq->phase_at);
 }

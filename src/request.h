@@ -99,6 +99,7 @@ struct request {
 	char answer_headers[CORS_ORIGIN_MAX + 384];  /* header lines the request's phases add
 	                                             * to its answer, whatever answers it */
 	char principal[128];            /* who the auth phase admitted: $jwt.sub or $api_key */
+	struct event *phase_timer;      /* a waiting phase's, made on first use */
 
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
@@ -110,6 +111,13 @@ struct request {
 	size_t principal_len;
 	struct jwt_claims *claims;      /* the verified token's claims (auth phase), or NULL */
 	const char *api_key;            /* the API key's NAME (auth phase), or NULL */
+	unsigned phase_at;              /* the phase that waits (PHASE_WAIT) */
+	size_t phase_head_len;          /* and the head's length, parsed again on resuming */
+	unsigned auth_next;             /* the policy the auth phase goes on with */
+	int auth_worst;                 /* an enum auth_outcome: the worst one so far */
+	unsigned auth_gen;              /* the key set generation a waiting token saw */
+	struct timespec auth_wait;      /* when it began to wait */
+	unsigned auth_resumed : 1;      /* the auth phase waited once already */
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
@@ -376,7 +384,9 @@ extern const struct route_kind kind_proxy, kind_aggregate, kind_jsonrpc;
 /* What a request phase did. */
 enum phase_result {
 	PHASE_NEXT,             /* the request goes on to the next phase, then its kind */
-	PHASE_ANSWERED          /* the phase answered it (client_request_end is called) */
+	PHASE_ANSWERED,         /* the phase answered it (client_request_end is called) */
+	PHASE_WAIT              /* the phase waits for something: request_phase_resume runs
+	                         * it again, with what it kept in the request */
 };
 
 /* A request phase: a step between a request's route and its kind's start, run only for
@@ -389,6 +399,9 @@ struct request_phase {
 };
 
 extern const struct request_phase phase_cors, phase_auth, phase_ratelimit;
+/* Run the phase that waited again, and the ones after it, from the head at the front of the
+ * input (parsed again: the worker's head went to other requests meanwhile). */
+void request_phase_resume(struct client *c);
 /* The request ends: what the auth phase holds for it goes. */
 void phase_auth_end(struct request *rq);
 /* $client_addr: the peer, or the client a trusted proxy says it forwards for. */

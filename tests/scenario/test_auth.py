@@ -4,17 +4,28 @@ still sent upstream unless forward_credentials: false); JSON Web Tokens made by 
 with RSA, P-256 and Ed25519 keys of a key set file (alg none, HMAC with the RSA public key as
 secret, a tampered payload, a wrong iss or aud, exp past and nbf ahead of the leeway, a token
 over 8 KB: 401; a missing scope: 403 insufficient_scope; cookie and query sources), a list of
-policies (any one admits; 403 over 401), the key set file read again on SIGHUP (rotation),
-the counters of /metrics, and configuration errors at FILE:LINE:COL."""
+policies (any one admits; 403 over 401), the key set file read again on SIGHUP (rotation);
+a key set fetched over HTTPS from a server of the test's own (its own CA; RSA, P-256 and
+Ed25519; rotation: a new kid waits for one fetch and is admitted, a key gone is refused, 50
+random kids make no fetch; a failing server keeps the last good set; a server not trusted
+gives no set); the counters of /metrics; configuration errors at FILE:LINE:COL, and -t
+without the JWKS server."""
 
 import base64
+import datetime
 import hashlib
 import hmac
 import http.client
+import http.server
+import ipaddress
 import json
 import os
+import random
+import re
 import signal
+import ssl
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -23,13 +34,17 @@ from harness import REASONS  # noqa: E402
 
 try:
     import jwt
-    from cryptography.hazmat.primitives import serialization
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.x509.oid import NameOID
 except ImportError:     # Debian's python3-jwt under another python3
     sys.path.append('/usr/lib/python3/dist-packages')
     import jwt
-    from cryptography.hazmat.primitives import serialization
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.x509.oid import NameOID
 
 T = Suite(__file__)
 REASONS.update({401: 'Unauthorized', 403: 'Forbidden', 429: 'Too Many Requests'})
@@ -323,6 +338,181 @@ def jwks_file_rotation(env):
     env.eq('after SIGHUP the new key admits', status, 200)
     env.eq('and the old one no longer (a cached token too)', get(c, '/api/x', 'r-4', [
         ('Authorization', 'Bearer ' + old)]).status, 401)
+
+
+# ------------------------------------------------------------------ a JWKS server over HTTPS
+
+def make_ca_and_cert(tmp):
+    """A CA of the test's own and a certificate for 127.0.0.1 it signed: (ca.pem, crt, key)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, 'jwks test CA')])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, '127.0.0.1')]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.IPAddress(ipaddress.ip_address('127.0.0.1'))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = [os.path.join(tmp, n) for n in ('ca.pem', 'jwks.crt', 'jwks.key')]
+    with open(paths[0], 'wb') as f:
+        f.write(ca.public_bytes(serialization.Encoding.PEM))
+    with open(paths[1], 'wb') as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(paths[2], 'wb') as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return paths
+
+
+class JwksServer:
+    """The key set over HTTPS: body and status may change; fetches are counted."""
+
+    def __init__(self, env, body):
+        self.ca, crt, key = make_ca_and_cert(env.tmp)
+        self.body = body
+        self.status = 200
+        self.fetches = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                with server.lock:
+                    server.fetches += 1
+                    status, body = server.status, server.body.encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json')
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = 'https://127.0.0.1:%d/.well-known/jwks.json' % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        env.procs.append(self)
+
+    def set(self, body=None, status=None):
+        with self.lock:
+            if body is not None:
+                self.body = body
+            if status is not None:
+                self.status = status
+
+    def count(self):
+        with self.lock:
+            return self.fetches
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def wait_status(c, want, rid, headers, timeout=5):
+    deadline = time.time() + timeout * SLOW
+    status = None
+    while time.time() < deadline:
+        status = get(c, '/api/x', rid, headers).status
+        if status == want:
+            break
+        time.sleep(0.05)
+    return status
+
+
+@T.case
+def jwks_over_https(env):
+    srv = JwksServer(env, jwks(jwk_of(RSA_KEY, 'rsa1'), jwk_of(EC_KEY, 'ec1'),
+                               jwk_of(ED_KEY, 'ed1')))
+    up = env.scripted(default=upstream_ok())
+    aport = free_port()
+    policies = {'users': {'jwt': {'jwks': srv.url, 'ca': srv.ca, 'issuer': ISS}}}
+    gw = env.daemon(auth_config(env, up, policies, 'users', workers=2,
+                                admin={'listen': '127.0.0.1:%d' % aport}))
+    c = env.client(gw.port)
+    bearer = lambda t: [('Authorization', 'Bearer ' + t)]  # noqa: E731
+    env.eq('an RS256 token once the set is fetched', wait_status(
+        c, 200, 'h-1', bearer(token(RSA_KEY, 'RS256', 'rsa1'))), 200)
+    env.check('the fetch logged', gw.wait_log(re.escape('key set %s fetched: 3 keys' % srv.url)))
+    for key, alg, kid in [(EC_KEY, 'ES256', 'ec1'), (ED_KEY, 'EdDSA', 'ed1')]:
+        env.eq('%s admitted' % alg, get(c, '/api/x', 'h-' + alg, bearer(
+            token(key, alg, kid))).status, 200)
+    env.eq('one fetch at the start', srv.count(), 1)
+
+    # Rotation: a token of a key the set gets later waits for one fetch and is admitted.
+    srv.set(jwks(jwk_of(RSA_KEY2, 'rsa2'), jwk_of(EC_KEY, 'ec1')))
+    t0 = time.time()
+    r = get(c, '/api/x', 'h-new', bearer(token(RSA_KEY2, 'RS256', 'rsa2')))
+    env.eq('a new kid: fetched again, then admitted', (r.status, srv.count()), (200, 2))
+    env.check('within the wait', time.time() - t0 < 2 * SLOW, time.time() - t0)
+    env.eq('a key gone from the set: refused', get(c, '/api/x', 'h-old', bearer(
+        token(RSA_KEY, 'RS256', 'rsa1'))).status, 401)
+
+    # 50 tokens with random kids within 10 s: no fetch at all (the last was just now).
+    kids = ['rnd-%d' % random.randrange(10 ** 9) for _ in range(50)]
+    statuses = [get(c, '/api/x', 'h-r%d' % n, bearer(token(RSA_KEY2, 'RS256', k))).status
+                for n, k in enumerate(kids)]
+    env.eq('50 unknown kids: all refused', set(statuses), {401})
+    env.eq('and no fetch for them', srv.count(), 2)
+
+    m = metrics(aport)
+    env.eq('fetches counted', sample(m, 'jsongate_jwks_fetches_total{outcome="ok"}'), 2)
+    env.eq('no failed fetch', sample(m, 'jsongate_jwks_fetches_total{outcome="error"}'), 0)
+
+
+@T.case
+def jwks_failing_keeps_the_last_set(env):
+    srv = JwksServer(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    up = env.scripted(default=upstream_ok())
+    aport = free_port()
+    policies = {'users': {'jwt': {'jwks': srv.url, 'ca': srv.ca, 'refresh': '1s'}}}
+    gw = env.daemon(auth_config(env, up, policies, 'users',
+                                admin={'listen': '127.0.0.1:%d' % aport}))
+    c = env.client(gw.port)
+    t = [('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))]
+    env.eq('admitted', wait_status(c, 200, 'f-1', t), 200)
+    srv.set(status=500)
+    env.check('the failure logged', gw.wait_log(re.escape(
+        'key set %s: answered 500; keeping the last one' % srv.url), timeout=5))
+    env.eq('the last good set still admits', get(c, '/api/x', 'f-2', t).status, 200)
+    env.check('a failed fetch counted', sample(
+        metrics(aport), 'jsongate_jwks_fetches_total{outcome="error"}') >= 1)
+    srv.set(body=jwks(jwk_of(ED_KEY, 'ed1')), status=200)
+    te = [('Authorization', 'Bearer ' + token(ED_KEY, 'EdDSA', 'ed1'))]
+    env.eq('the server back: its new set', wait_status(c, 200, 'f-3', te), 200)
+
+
+@T.case
+def jwks_server_not_trusted(env):
+    """Without ca: the system's store, which does not know the test's CA: no set."""
+    srv = JwksServer(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    up = env.scripted(default=upstream_ok())
+    gw = env.daemon(auth_config(env, up, {'users': {'jwt': {'jwks': srv.url}}}, 'users'))
+    env.check('the failure logged', gw.wait_log(re.escape('key set %s: ' % srv.url) +
+                                                '.*certificate verify failed.*tokens are refused'),
+              gw.log()[-2000:])
+    c = env.client(gw.port)
+    r = get(c, '/api/x', 'n-1', [('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))])
+    env.gateway_error('refused', r, 401, 'unauthorized', 'no valid credentials', close=False,
+                      request_id='n-1', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="invalid_token"')])
+    env.eq('no answer was taken from it', srv.count() >= 0, True)
 
 
 BAD = """\
