@@ -8,6 +8,25 @@
 
 #include "auth.h"
 #include "jwt.h"
+#include "ratelimit_redis.h"
+#include "resp.h"
+
+/* A worker's connections to Redis, one per address and timeout its loads named. */
+#define RL_REDIS_CLIENTS 4
+#define RL_REDIS_RETRY_MS 1000
+
+struct rl_redis {
+	char *address;
+	uint64_t timeout;
+	struct resp_client *client;
+};
+
+static __thread struct rl_redis rl_redis[RL_REDIS_CLIENTS];
+
+/* A decision asked of Redis for a request: the request, or NULL once it ended. */
+struct ratelimit_wait {
+	struct request *rq;
+};
 
 static int
 phase_ratelimit_applies(const struct config_route *route)
@@ -144,23 +163,153 @@ phase_ratelimit_lines(struct client *c, const struct ratelimit_answer *ans)
 		c->rq->answer_headers_len += (size_t)n;
 }
 
+static struct resp_client *
+phase_ratelimit_redis(struct client *c, const struct config *cfg)
+{
+	struct rl_redis *r;
+	size_t i;
+
+	for (i = 0; i < RL_REDIS_CLIENTS && rl_redis[i].address != NULL; i++)
+		if (strcmp(rl_redis[i].address, cfg->rate_limits.redis) == 0 &&
+		    rl_redis[i].timeout == cfg->rate_limits.redis_timeout)
+			return rl_redis[i].client;
+	if (i == RL_REDIS_CLIENTS) {    /* the oldest goes */
+		r = &rl_redis[0];
+		resp_free(r->client);
+		free(r->address);
+		memmove(&rl_redis[0], &rl_redis[1], sizeof(rl_redis[0]) * (RL_REDIS_CLIENTS - 1));
+		i = RL_REDIS_CLIENTS - 1;
+	}
+	r = &rl_redis[i];
+	memset(r, 0, sizeof(*r));
+	r->timeout = cfg->rate_limits.redis_timeout;
+	if ((r->address = strdup(cfg->rate_limits.redis)) == NULL ||
+	    (r->client = resp_new(c->w->base, r->address, (uint32_t)r->timeout,
+	    RL_REDIS_RETRY_MS)) == NULL) {
+		free(r->address);
+		r->address = NULL;
+		return NULL;
+	}
+	return r->client;
+}
+
+static void
+phase_ratelimit_redis_cb(void *arg, enum resp_status status, const struct ratelimit_answer *ans)
+{
+	struct ratelimit_wait *wait = arg;
+	struct request *rq = wait->rq;
+	struct client *c;
+
+	free(wait);
+	if (rq == NULL)
+		return;         /* the request ended meanwhile */
+	rq->rl_wait = NULL;
+	rq->rl_decided = 1;
+	rq->rl_status = (int)status;
+	if (status == RESP_OK)
+		rq->rl_ans = *ans;
+	c = rq->t.owner;
+	request_phase_resume(c);
+	proxy_flush(c);
+}
+
+/* The bucket's answer: admitted (PHASE_NEXT), or refused with 429. */
+static enum phase_result
+phase_ratelimit_decided(struct client *c, const struct ratelimit_answer *ans, size_t head_len)
+{
+	const struct config_route *route = c->rq->route;
+
+	phase_ratelimit_lines(c, ans);
+	atomic_fetch_add_explicit(&route->rate_counter->n[ans->admitted ? RL_ALLOWED :
+	    RL_LIMITED], 1, memory_order_relaxed);
+	if (ans->admitted)
+		return PHASE_NEXT;
+	evbuffer_drain(client_input(c), head_len);
+	client_error(c, GW_RATE_LIMITED, NULL, 0);
+	return PHASE_ANSWERED;
+}
+
+/* Redis did not decide: on_error allows the request or answers 503. */
+static enum phase_result
+phase_ratelimit_failed(struct client *c, enum resp_status status, size_t head_len)
+{
+	const struct config *cfg = client_cfg(c);
+
+	auth_redis_error();
+	atomic_fetch_add_explicit(&c->rq->route->rate_counter->n[RL_ERROR], 1,
+	    memory_order_relaxed);
+	log_debug("route %s: rate_limit: Redis %s: %s (request %s)", c->rq->route->name,
+	    cfg->rate_limits.redis, resp_status_name(status), c->rq->request_id);
+	if (cfg->rate_limits.redis_on_error == 0)
+		return PHASE_NEXT;
+	evbuffer_drain(client_input(c), head_len);
+	client_error(c, GW_RATE_LIMIT_UNAVAILABLE, NULL, 0);
+	return PHASE_ANSWERED;
+}
+
 static enum phase_result
 phase_ratelimit_run(struct client *c, struct http_request *req, size_t head_len)
 {
 	const struct config_route *route = c->rq->route;
 	const struct route_rate_limit *rl = route->rate_limit;
 	struct ratelimit_answer ans;
-	struct http_str key = phase_ratelimit_key(c, req, rl->key);
+	struct ratelimit_wait *wait;
+	struct resp_client *redis;
+	struct http_str key;
+	enum resp_status st;
+	char scope[32];
 
-	ratelimit_take(auth_ratelimit_table(), &rl->rule, key.p, key.len, ratelimit_now(), &ans);
-	phase_ratelimit_lines(c, &ans);
-	atomic_fetch_add_explicit(&route->rate_counter->n[ans.admitted ? RL_ALLOWED :
-	    RL_LIMITED], 1, memory_order_relaxed);
-	if (ans.admitted)
-		return PHASE_NEXT;
-	evbuffer_drain(client_input(c), head_len);
-	client_error(c, GW_RATE_LIMITED, NULL, 0);
-	return PHASE_ANSWERED;
+	if (c->rq->rl_decided) {
+		c->rq->rl_decided = 0;
+		if (c->rq->rl_status != RESP_OK)
+			return phase_ratelimit_failed(c, (enum resp_status)c->rq->rl_status, head_len);
+		ans = c->rq->rl_ans;
+		return phase_ratelimit_decided(c, &ans, head_len);
+	}
+	key = phase_ratelimit_key(c, req, rl->key);
+	if (!rl->shared) {
+		ratelimit_take(auth_ratelimit_table(), &rl->rule, key.p, key.len, ratelimit_now(),
+		    &ans);
+		return phase_ratelimit_decided(c, &ans, head_len);
+	}
+	if ((redis = phase_ratelimit_redis(c, client_cfg(c))) == NULL ||
+	    (wait = malloc(sizeof(*wait))) == NULL)
+		return phase_ratelimit_failed(c, RESP_CONNECTION, head_len);
+	wait->rq = c->rq;
+	/* The bucket's name holds the route's name (the same on every instance), or for a
+	 * long one its limit's id. */
+	if (strlen(route->name) > 64)
+		snprintf(scope, sizeof(scope), "id:%08x", (unsigned)rl->rule.id);
+	st = ratelimit_redis_take(redis, strlen(route->name) > 64 ? scope : route->name,
+	    &rl->rule, key.p, key.len, phase_ratelimit_redis_cb, wait);
+	if (st != RESP_OK) {
+		free(wait);
+		return phase_ratelimit_failed(c, st, head_len);
+	}
+	c->rq->rl_wait = wait;
+	return PHASE_WAIT;
+}
+
+void
+phase_ratelimit_end(struct request *rq)
+{
+	if (rq->rl_wait != NULL) {
+		rq->rl_wait->rq = NULL;
+		rq->rl_wait = NULL;
+	}
+	rq->rl_decided = 0;
+}
+
+void
+phase_ratelimit_worker_end(void)
+{
+	for (size_t i = 0; i < RL_REDIS_CLIENTS; i++) {
+		if (rl_redis[i].address == NULL)
+			continue;
+		resp_free(rl_redis[i].client);
+		free(rl_redis[i].address);
+		rl_redis[i].address = NULL;
+	}
 }
 
 const struct request_phase phase_ratelimit = { phase_ratelimit_applies, phase_ratelimit_run };

@@ -132,6 +132,7 @@ request_abort(struct client *c)
 	request_kind_end(c);
 	request_drain(c->rq);
 	phase_auth_end(c->rq);
+	phase_ratelimit_end(c->rq);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;
@@ -147,6 +148,7 @@ proxy_worker_end(void)
 	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]); i++)
 		if (route_kinds[i]->worker_end != NULL)
 			route_kinds[i]->worker_end();
+	phase_ratelimit_worker_end();
 }
 
 /* --- requests ---------------------------------------------------------------------------- */
@@ -357,6 +359,7 @@ client_request_end(struct client *c)
 	tries_forget(&c->rq->t);
 	request_kind_end(c);
 	phase_auth_end(c->rq);
+	phase_ratelimit_end(c->rq);
 	if (c->rq->wr != NULL) {
 		worker_runtime_unref(c->rq->wr);
 		c->rq->wr = NULL;

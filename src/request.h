@@ -41,6 +41,7 @@
 #include "http_body.h"
 #include "config.h"
 #include "proxy.h"
+#include "ratelimit.h"
 #include "tunnel.h"
 
 /* Bytes queued towards a slow peer before we stop reading from the other side. */
@@ -118,6 +119,10 @@ struct request {
 	unsigned auth_gen;              /* the key set generation a waiting token saw */
 	struct timespec auth_wait;      /* when it began to wait */
 	unsigned auth_resumed : 1;      /* the auth phase waited once already */
+	unsigned rl_decided : 1;        /* Redis decided (or failed to): rl_status, rl_ans */
+	int rl_status;                  /* an enum resp_status */
+	struct ratelimit_answer rl_ans;
+	struct ratelimit_wait *rl_wait; /* a shared limit's decision asked for, or NULL */
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
@@ -402,8 +407,11 @@ extern const struct request_phase phase_cors, phase_auth, phase_ratelimit;
 /* Run the phase that waited again, and the ones after it, from the head at the front of the
  * input (parsed again: the worker's head went to other requests meanwhile). */
 void request_phase_resume(struct client *c);
-/* The request ends: what the auth phase holds for it goes. */
+/* The request ends: what the auth and rate limit phases hold for it goes. */
 void phase_auth_end(struct request *rq);
+void phase_ratelimit_end(struct request *rq);
+/* The worker thread stops: its connections to Redis go. */
+void phase_ratelimit_worker_end(void);
 /* $client_addr: the peer, or the client a trusted proxy says it forwards for. */
 void request_client_addr(struct client *c, const struct http_request *req, struct http_str *out);
 

@@ -3,12 +3,17 @@ answer and the exact 429 rate_limited with Retry-After; one bucket per key for t
 daemon (two workers admit 5-7 of 30 immediate requests at rate 5/s, burst 5); keys by
 $api_key, $jwt.CLAIM, $header.NAME and $client_addr (X-Forwarded-For believed only from
 trusted_proxies); buckets kept by a reload that keeps the limit, new ones for a new limit;
-the counters of /metrics."""
+the counters of /metrics; shared limits through a real redis-server on a free port (two
+daemons admit together what one would; Redis killed: on_error allow passes every request,
+counted, deny answers 503 rate_limit_unavailable; Redis restarted: limiting resumes within
+seconds, without a restart)."""
 
 import http.client
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -200,6 +205,108 @@ def keys_from_credentials(env):
     r = get(c, '/api/x', 'j-4')
     env.eq('no token: 401 before the limit, without its headers', (r.status, rl_headers(r)),
            (401, (None, None, None, None)))
+
+
+class Redis:
+    """A redis-server of the test's own on a free port; kill() and start() again."""
+
+    def __init__(self, env):
+        self.env = env
+        self.port = free_port()
+        self.proc = None
+        self.start()
+        env.procs.append(self)
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [shutil.which('redis-server') or '/usr/bin/redis-server', '--port', str(self.port),
+             '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+             '--dir', self.env.tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_until(lambda: self._accepts(), 10 * SLOW):
+            raise CheckFailed('redis-server did not start')
+
+    def _accepts(self):
+        try:
+            s = socket.create_connection(('127.0.0.1', self.port), timeout=1)
+            s.sendall(b'PING\r\n')
+            ok = s.recv(16).startswith(b'+PONG')
+            s.close()
+            return ok
+        except OSError:
+            return False
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.kill()
+
+
+def shared_config(up, redis, on_error='allow', **limit):
+    rl = {'rate': '5/s', 'burst': 10, 'shared': True, 'key': '$header.X-User'}
+    rl.update(limit)
+    return limited_config(up, rl, rate_limits={'redis': {
+        'address': '127.0.0.1:%d' % redis.port, 'timeout': '200ms', 'on_error': on_error}})
+
+
+@T.case
+def shared_through_redis(env):
+    redis = Redis(env)
+    up = env.scripted(default=upstream_ok())
+    aport = free_port()
+    gw1 = env.daemon(dict(shared_config(up, redis), admin={'listen': '127.0.0.1:%d' % aport}))
+    gw2 = env.daemon(dict(shared_config(up, redis), workers=2))
+    c1, c2 = env.client(gw1.port), env.client(gw2.port)
+    user = [('X-User', 'alice')]
+    t0 = time.time()
+    statuses = []
+    for n in range(20):
+        statuses.append(get(c1, '/api/x', 's1-%d' % n, user).status)
+        statuses.append(get(c2, '/api/x', 's2-%d' % n, user).status)
+    elapsed = time.time() - t0
+    admitted = statuses.count(200)
+    env.check('40 requests across both daemons: 10 to 16 admitted (took %.2fs)' % elapsed,
+              10 <= admitted <= 10 + int(5 * elapsed) + 1 and admitted <= 16 + int(
+                  5 * max(0, elapsed - 1)), statuses)
+    env.eq('the rest 429', statuses.count(429), 40 - admitted)
+    r = get(c1, '/api/x', 's-h', [('X-User', 'bob')])
+    env.eq('another key: its own bucket, with the headers', (r.status, rl_headers(r)),
+           (200, ('10', '9', '1', None)))
+
+    # Redis gone: on_error allow passes every request, counted as error.
+    redis.kill()
+    statuses = [get(c1, '/api/x', 'd-%d' % n, user).status for n in range(20)]
+    env.eq('Redis down, on_error allow: all 20 pass', set(statuses), {200})
+    m = metrics(aport)
+    env.check('counted as error', sample(
+        m, 'jsongate_ratelimit_requests_total{route="api",outcome="error"}') >= 20, m)
+    env.check('Redis errors counted', sample(m, 'jsongate_redis_errors_total') >= 20)
+
+    # Back: limiting resumes within seconds, no restart.
+    redis.start()
+    deadline = time.time() + 10 * SLOW
+    limited = False
+    while time.time() < deadline and not limited:
+        limited = get(c1, '/api/x', 'b', [('X-User', 'carol')]).status == 429
+        time.sleep(0.02)
+    env.check('Redis back: limiting again', limited)
+
+
+@T.case
+def shared_on_error_deny(env):
+    redis = Redis(env)
+    up = env.scripted(default=upstream_ok())
+    gw = env.daemon(shared_config(up, redis, on_error='deny'))
+    c = env.client(gw.port)
+    env.eq('with Redis: admitted', get(c, '/api/x', 'y-1').status, 200)
+    redis.kill()
+    r = get(c, '/api/x', 'y-2')
+    env.gateway_error('Redis down, on_error deny', r, 503, 'rate_limit_unavailable',
+                      'the shared rate limit store cannot be reached', close=False,
+                      request_id='y-2')
+    env.eq('the refused request did not reach the upstream', len(up.requests), 1)
 
 
 T.run()
