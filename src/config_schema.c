@@ -211,8 +211,8 @@ static const struct config_field config_upstream_fields[] = {
 	F_ENUM("balance", struct config_upstream, balance, "round_robin", config_balances,
 	    "server selection: round_robin, least_conn or hash"),
 	F_CUSTOM("hash_key", config_parse_hash_key, "variable", NULL, 0,
-	    "balance: hash key: $remote_addr, $request_uri, $path, $host, $header.NAME or "
-	    "$json.PATH"),
+	    "balance: hash key: $remote_addr, $client_addr, $request_uri, $path, $host, "
+	    "$header.NAME, $json.PATH, $jwt.CLAIM or $api_key"),
 	F_UINT("max_fails", struct config_upstream, max_fails, "1", 0, CONFIG_MAX_FAILS,
 	    "failures in a row within fail_timeout that eject a server; 0: never"),
 	F_DURATION("fail_timeout", struct config_upstream, fail_timeout, "10s", 1,

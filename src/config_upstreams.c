@@ -116,7 +116,7 @@ void
 config_parse_hash_key(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
 	static const char *const plain[] = {
-		"$remote_addr", "$request_uri", "$path", "$host", NULL
+		"$remote_addr", "$request_uri", "$path", "$host", "$api_key", "$client_addr", NULL
 	};
 	struct config_upstream *up = obj;
 	const char *text, *p;
@@ -134,14 +134,17 @@ config_parse_hash_key(struct config_parse *ctx, const yaml_node_t *node, void *o
 		if (*p == '\0')
 			i = 0;
 	}
+	if (plain[i] == NULL && strncmp(text, "$jwt.", 5) == 0 && text[5] != '\0' &&
+	    text[strlen(text) - 1] != '.' && strstr(text, "..") == NULL)
+		i = 0;
 	if (plain[i] == NULL && strncmp(text, "$json.", 6) == 0) {
 		if (config_json_path(ctx, node, text + 6) != 0)
 			return;
 		i = 0;
 	}
 	if (plain[i] == NULL && i != 0) {
-		config_error(ctx, node, "expected $remote_addr, $request_uri, $path, $host, "
-		    "$header.NAME or $json.PATH, got \"%s\"", text);
+		config_error(ctx, node, "expected $remote_addr, $client_addr, $request_uri, $path, "
+		    "$host, $header.NAME, $json.PATH, $jwt.CLAIM or $api_key, got \"%s\"", text);
 		return;
 	}
 	up->hash_key = config_xstrdup(text);

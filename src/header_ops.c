@@ -24,6 +24,7 @@ static const struct {
 	{ "$time_iso8601", REWRITE_VAR_TIME_ISO8601 },
 	{ "$ssl_client_s_dn", REWRITE_VAR_SSL_CLIENT_S_DN },
 	{ "$ssl_client_verify", REWRITE_VAR_SSL_CLIENT_VERIFY },
+	{ "$api_key", REWRITE_VAR_API_KEY }, { "$client_addr", REWRITE_VAR_CLIENT_ADDR },
 };
 
 /* Why jsongate keeps a header name to itself, or NULL. */
@@ -74,6 +75,12 @@ header_ops_value(struct header_op *op, const char *value, int request,
 			op->var = REWRITE_VAR_JSON;
 			value += 6;
 			len -= 6;
+		} else if (op->var == REWRITE_VAR_NONE && strncmp(value, "$jwt.", 5) == 0) {
+			if (jprefix_path(value + 5, len - 5, segs) == 0)
+				return "bad path in $jwt.CLAIM: an empty key or too many keys";
+			op->var = REWRITE_VAR_JWT;
+			value += 5;
+			len -= 5;
 		} else if (op->var == REWRITE_VAR_NONE && strncmp(value, "$path.", 6) == 0) {
 			if ((why = route_path_var_why(pattern, value + 6, len - 6)) != NULL)
 				return why;
@@ -83,10 +90,11 @@ header_ops_value(struct header_op *op, const char *value, int request,
 		}
 		if (op->var == REWRITE_VAR_NONE)
 			return "unknown variable (expected $request_id, $route, $upstream, "
-			    "$remote_addr, $time_iso8601, $header.NAME, $json.PATH, $path.NAME, "
-			    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)";
+			    "$remote_addr, $client_addr, $time_iso8601, $header.NAME, $json.PATH, "
+			    "$path.NAME, $jwt.CLAIM, $api_key, $ssl_client_s_dn, $ssl_client_verify; "
+			    "$$ for a literal $)";
 		if (op->var != REWRITE_VAR_HEADER && op->var != REWRITE_VAR_JSON &&
-		    op->var != REWRITE_VAR_PATH)
+		    op->var != REWRITE_VAR_PATH && op->var != REWRITE_VAR_JWT)
 			len = 0;
 	}
 	for (i = 0; op->var == REWRITE_VAR_NONE && i < len; i++)
@@ -267,6 +275,11 @@ header_ops_var(const struct header_op *op, const struct rewrite_vars *vars,
 	case REWRITE_VAR_PATH:
 		return vars->path_cb != NULL &&
 		    vars->path_cb(vars->path_arg, op->value, op->value_len, v);
+	case REWRITE_VAR_JWT:
+		return vars->jwt_cb != NULL &&
+		    vars->jwt_cb(vars->jwt_arg, op->value, op->value_len, v);
+	case REWRITE_VAR_API_KEY: *v = vars->api_key; return v->len != 0;
+	case REWRITE_VAR_CLIENT_ADDR: *v = vars->client_addr; return 1;
 	default:
 		return 0;
 	}
@@ -308,7 +321,7 @@ header_ops_put(char *w, const struct header_ops *ops, const struct rewrite_vars 
 		 * they come from (here at load, the request parser, the certificate's printer
 		 * in RFC 2253 form, ours). */
 		int checked = op->var != REWRITE_VAR_ROUTE && op->var != REWRITE_VAR_JSON &&
-		    op->var != REWRITE_VAR_PATH;
+		    op->var != REWRITE_VAR_PATH && op->var != REWRITE_VAR_JWT;
 
 		if (op->var == REWRITE_VAR_NONE) {
 			memcpy(w, op->line, op->line_len);

@@ -281,6 +281,39 @@ phase_auth_run(struct client *c, struct http_request *req, size_t head_len)
 	return PHASE_ANSWERED;
 }
 
+int
+request_jwt_var(const void *arg, const char *path, size_t len, struct rewrite_str *value)
+{
+	static __thread char buf[JWT_MAX_TOKEN];
+	const struct jwt_claims *claims = arg;
+	char name[256];
+	const char *val;
+	size_t vlen;
+	int n;
+
+	if (len >= sizeof(name))
+		return 0;
+	memcpy(name, path, len);
+	name[len] = '\0';
+	switch (jwt_claim(claims, name, &val, &vlen)) {
+	case JWT_CLAIM_MISSING:
+		return 0;
+	case JWT_CLAIM_STRING:
+		if (memchr(val, '\\', vlen) == NULL)
+			break;
+		if ((n = jwt_claim_str(claims, name, buf, sizeof(buf))) < 0)
+			return 0;
+		val = buf;
+		vlen = (size_t)n;
+		break;
+	default:
+		break;
+	}
+	value->p = val;
+	value->len = vlen;
+	return 1;
+}
+
 /* The request ends: its claims go. */
 void
 phase_auth_end(struct request *rq)

@@ -402,6 +402,24 @@ client_hash_key(struct client *c, const struct http_request *req)
 	const char *var = c->rq->upool->cfg->hash_key;
 	struct http_str v = { "", 0 };
 
+	if (var != NULL && (strncmp(var, "$jwt.", 5) == 0 || strcmp(var, "$api_key") == 0 ||
+	    strcmp(var, "$client_addr") == 0)) {
+		struct rewrite_vars vars;
+		struct rewrite_str s = { "", 0 };
+
+		proxy_vars(c, 0, &vars, NULL);
+		if (var[1] == 'a')
+			s = vars.api_key;
+		else if (var[1] == 'c')
+			s = vars.client_addr;
+		else if (vars.jwt_cb != NULL && !vars.jwt_cb(vars.jwt_arg, var + 5, strlen(var + 5),
+		    &s))
+			s.len = 0;
+		c->rq->hash_key_len = s.len < sizeof(c->rq->hash_key) ? s.len :
+		    sizeof(c->rq->hash_key);
+		memcpy(c->rq->hash_key, s.p, c->rq->hash_key_len);
+		return;
+	}
 	if (var != NULL && strncmp(var, "$json.", 6) == 0) {
 		/* A body field: only a proxied request has read one. */
 		route_scan_value(&c->rq->scan, var + 6, strlen(var + 6), &v.p, &v.len);
@@ -441,6 +459,15 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 	}
 	if (PROXY_USES(uses, TIME_ISO8601))
 		vars->now = (long long)time(NULL);
+	if (c->rq->claims != NULL) {
+		vars->jwt_cb = request_jwt_var;
+		vars->jwt_arg = c->rq->claims;
+	}
+	vars->api_key.p = c->rq->api_key != NULL ? c->rq->api_key : "";
+	vars->api_key.len = strlen(vars->api_key.p);
+	vars->client_addr.p = c->rq->client_addr_len != 0 ? c->rq->client_addr : c->addr;
+	vars->client_addr.len = c->rq->client_addr_len != 0 ? c->rq->client_addr_len :
+	    strlen(c->addr);
 	body_tls_vars(uses, c->down->transport(c), vars, tls_text);
 	route_scan_vars(&c->rq->scan, vars);
 	path_vars_vars(&c->rq->pathv, vars);
@@ -694,6 +721,14 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		client_error(c, GW_PAYLOAD_TOO_LARGE, "request body exceeds limits.max_request_body",
 		    1);
 		return;
+	}
+	if (cfg->ntrusted_proxies != 0) {
+		struct http_str ca;
+
+		request_client_addr(c, req, &ca);
+		c->rq->client_addr_len = ca.len < sizeof(c->rq->client_addr) ? ca.len :
+		    sizeof(c->rq->client_addr);
+		memcpy(c->rq->client_addr, ca.p, c->rq->client_addr_len);
 	}
 	request_run_phases(c, req, (size_t)r, 0);
 }

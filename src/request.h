@@ -101,6 +101,7 @@ struct request {
 	                                             * to its answer, whatever answers it */
 	char principal[128];            /* who the auth phase admitted: $jwt.sub or $api_key */
 	struct event *phase_timer;      /* a waiting phase's, made on first use */
+	char client_addr[64];           /* $client_addr (client_addr_len bytes) */
 
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
@@ -110,6 +111,7 @@ struct request {
 	size_t hash_key_len;
 	size_t answer_headers_len;
 	size_t principal_len;
+	size_t client_addr_len;
 	struct jwt_claims *claims;      /* the verified token's claims (auth phase), or NULL */
 	const char *api_key;            /* the API key's NAME (auth phase), or NULL */
 	unsigned phase_at;              /* the phase that waits (PHASE_WAIT) */
@@ -412,6 +414,8 @@ void phase_auth_end(struct request *rq);
 void phase_ratelimit_end(struct request *rq);
 /* The worker thread stops: its connections to Redis go. */
 void phase_ratelimit_worker_end(void);
+/* $jwt.CLAIM for rewrite_vars.jwt_cb: arg is the request's claims. */
+int request_jwt_var(const void *arg, const char *path, size_t len, struct rewrite_str *value);
 /* $client_addr: the peer, or the client a trusted proxy says it forwards for. */
 void request_client_addr(struct client *c, const struct http_request *req, struct http_str *out);
 

@@ -753,6 +753,15 @@ rewrite_path_capture(const struct rewrite_vars *vars, const char *name, size_t l
 }
 
 /* Resolve a set value into ctx->lit; returns a node for it. */
+static const struct rewrite_str *
+rewrite_jwt_claim(const struct rewrite_vars *vars, const char *path, size_t len,
+    struct rewrite_str *value)
+{
+	if (vars == NULL || vars->jwt_cb == NULL || !vars->jwt_cb(vars->jwt_arg, path, len, value))
+		return NULL;
+	return value;
+}
+
 static int
 rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
     const struct rewrite_vars *vars)
@@ -803,6 +812,12 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 			s = rewrite_path_capture(vars, pc->s, pc->len, &hv);
 			need += s ? 6 * s->len + 2 : 4;
 			break;
+		case REWRITE_VAR_JWT:
+			s = rewrite_jwt_claim(vars, pc->s, pc->len, &hv);
+			need += s ? 6 * s->len + 2 : 4;
+			break;
+		case REWRITE_VAR_API_KEY: need += 6 * (vars ? vars->api_key.len : 0) + 2; break;
+		case REWRITE_VAR_CLIENT_ADDR: need += 6 * (vars ? vars->client_addr.len : 0) + 2; break;
 		}
 	}
 	if (rewrite_grow(&ctx->lit, &ctx->lit_cap, ctx->litlen + need, 1) != 0)
@@ -848,6 +863,20 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 				continue;
 			}
 			break;
+		case REWRITE_VAR_JWT:
+			if ((s = rewrite_jwt_claim(vars, pc->s, pc->len, &hv)) == NULL) {
+				rewrite_lit_add(ctx, "null", 4);    /* no token, or no claim */
+				continue;
+			}
+			break;
+		case REWRITE_VAR_API_KEY:
+			if (vars == NULL || vars->api_key.len == 0) {
+				rewrite_lit_add(ctx, "null", 4);    /* no key */
+				continue;
+			}
+			s = &vars->api_key;
+			break;
+		case REWRITE_VAR_CLIENT_ADDR: if (vars) s = &vars->client_addr; break;
 		}
 		rewrite_lit_string(ctx, s->p, s->len);
 	}

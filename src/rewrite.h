@@ -44,6 +44,13 @@ struct rewrite_vars {
 	 * template has it, else 0.  NULL: no captures. */
 	int (*path_cb)(const void *arg, const char *name, size_t len, struct rewrite_str *value);
 	const void *path_arg;
+	/* $jwt.CLAIM: 1 and *value set (a string claim decoded, another claim's JSON text;
+	 * valid until the next call) when the request's verified token has the claim, else 0.
+	 * NULL: no token. */
+	int (*jwt_cb)(const void *arg, const char *path, size_t len, struct rewrite_str *value);
+	const void *jwt_arg;
+	struct rewrite_str api_key;     /* $api_key: the key's NAME, "" for none */
+	struct rewrite_str client_addr; /* $client_addr (trusted_proxies) */
 };
 
 /* One piece of output: points into the input body or into the ctx's literal storage. */
@@ -143,7 +150,8 @@ enum rewrite_var {
 	REWRITE_VAR_NONE,               /* a JSON literal */
 	REWRITE_VAR_REQUEST_ID, REWRITE_VAR_ROUTE, REWRITE_VAR_UPSTREAM, REWRITE_VAR_REMOTE_ADDR,
 	REWRITE_VAR_TIME_ISO8601, REWRITE_VAR_HEADER, REWRITE_VAR_SSL_CLIENT_S_DN,
-	REWRITE_VAR_SSL_CLIENT_VERIFY, REWRITE_VAR_JSON, REWRITE_VAR_PATH
+	REWRITE_VAR_SSL_CLIENT_VERIFY, REWRITE_VAR_JSON, REWRITE_VAR_PATH,
+	REWRITE_VAR_JWT, REWRITE_VAR_API_KEY, REWRITE_VAR_CLIENT_ADDR
 };
 
 /* 1 when the program's set values use the variable var. */

@@ -49,6 +49,7 @@ static const struct {
 	{ "time_iso8601", REWRITE_VAR_TIME_ISO8601 },
 	{ "ssl_client_s_dn", REWRITE_VAR_SSL_CLIENT_S_DN },
 	{ "ssl_client_verify", REWRITE_VAR_SSL_CLIENT_VERIFY },
+	{ "api_key", REWRITE_VAR_API_KEY }, { "client_addr", REWRITE_VAR_CLIENT_ADDR },
 };
 
 static void rc_error(struct rc *rc, const yaml_node_t *node, const char *fmt, ...)
@@ -274,6 +275,17 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_JSON, s + 6, len - 6);
 			return 0;
 		}
+		if (len > 5 && memcmp(s, "$jwt.", 5) == 0) {
+			struct jcond_seg segs[JPREFIX_MAX_PATH];
+
+			if (jprefix_path(s + 5, len - 5, segs) == 0) {
+				rc_error(rc, node, "bad path in variable '%.*s': an empty key or more "
+				    "than %d keys", (int)len, s, JPREFIX_MAX_PATH);
+				return -1;
+			}
+			rc_pieces_var(lit, pieces, npieces, oom, REWRITE_VAR_JWT, s + 5, len - 5);
+			return 0;
+		}
 		if (len > 6 && memcmp(s, "$path.", 6) == 0) {
 			const char *why = route_path_var_why(rc->pattern, s + 6, len - 6);
 
@@ -285,8 +297,9 @@ rc_set_value(struct rc *rc, yaml_node_t *node, struct rc_buf *lit, struct rewrit
 			return 0;
 		}
 		rc_error(rc, node, "unknown variable '%.*s' (expected $request_id, $route, "
-		    "$upstream, $remote_addr, $time_iso8601, $header.NAME, $json.PATH, $path.NAME, "
-		    "$ssl_client_s_dn, $ssl_client_verify; $$ for a literal $)", (int)len, s);
+		    "$upstream, $remote_addr, $client_addr, $time_iso8601, $header.NAME, $json.PATH, "
+		    "$path.NAME, $jwt.CLAIM, $api_key, $ssl_client_s_dn, $ssl_client_verify; $$ for "
+		    "a literal $)", (int)len, s);
 		return -1;
 	case YAML_SEQUENCE_NODE:
 		rc_buf_add(lit, "[", 1);

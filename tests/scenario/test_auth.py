@@ -340,6 +340,41 @@ def jwks_file_rotation(env):
         ('Authorization', 'Bearer ' + old)]).status, 401)
 
 
+@T.case
+def variables(env):
+    """$jwt.CLAIM and $api_key in header ops and set, $client_addr."""
+    up = env.scripted(default=answer(lambda req: http_response(200, b'{"ok":true}')))
+    path = jwks_file(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    kf = keys_file(env, [('mobile-app', 'k-1')])
+    policies = {'users': {'jwt': {'jwks_file': path}}, 'keys': {'keys': {'keys_file': kf}}}
+    route_extra = {
+        'request_headers': {'set': {'X-User': '$jwt.sub', 'X-Org': '$jwt.org.name',
+                                    'X-Missing': '$jwt.nope', 'X-Key': '$api_key',
+                                    'X-Client': '$client_addr'}},
+        'response': [{'set': {'user': '$jwt.sub', 'roles': '$jwt.roles', 'key': '$api_key'}}]}
+    gw = env.daemon(auth_config(env, up, policies, ['users', 'keys'], route_extra,
+                                trusted_proxies=['127.0.0.1']))
+    c = env.client(gw.port)
+    t = jwt.encode({'sub': 'al\u00efce "x"', 'org': {'name': 'acme'}, 'roles': ['a', 'b'],
+                    'exp': int(time.time()) + 300}, EC_KEY, algorithm='ES256',
+                   headers={'kid': 'ec1'})
+    r = get(c, '/api/v', 'v-1', [('Authorization', 'Bearer ' + t),
+                                 ('X-Forwarded-For', '198.51.100.7')])
+    env.eq('set from the claims', r.json(), {'ok': True, 'user': 'al\u00efce "x"',
+                                            'roles': '["a","b"]', 'key': None})
+    q = up.requests[-1]
+    env.eq('request headers from the claims',
+           [q.header(n) for n in ('X-User', 'X-Org', 'X-Missing', 'X-Key', 'X-Client')],
+           ['al\u00efce "x"'.encode().decode('latin-1'), 'acme', None, None, '198.51.100.7'])
+    r = get(c, '/api/v', 'v-2', [('X-API-Key', 'k-1')])
+    env.eq('$api_key in set', r.json(), {'ok': True, 'user': None, 'roles': None,
+                                         'key': 'mobile-app'})
+    q = up.requests[-1]
+    env.eq('$api_key in a header, no claim headers',
+           [q.header(n) for n in ('X-User', 'X-Key', 'X-Client')],
+           [None, 'mobile-app', '127.0.0.1'])
+
+
 # ------------------------------------------------------------------ a JWKS server over HTTPS
 
 def make_ca_and_cert(tmp):

@@ -736,7 +736,7 @@ def config_errors(env):
     bad = [
         ({'balance': 'hash'}, 'balance: hash needs hash_key'),
         ({'hash_key': '$remote_addr'}, 'hash_key is used only with balance: hash'),
-        ({'balance': 'hash', 'hash_key': '$nope'}, 'expected $remote_addr, $request_uri'),
+        ({'balance': 'hash', 'hash_key': '$nope'}, 'expected $remote_addr, $client_addr, $request_uri'),
         ({'retry_on': ['sometimes']}, 'unknown failure "sometimes"'),
         ({'retries': 16}, 'expected an integer from 0 to 15'),
         ({'retry_budget': 'lots'}, 'expected a percent from 0 to 100'),
