@@ -13,6 +13,7 @@
 #include "ratelimit.h"
 
 struct api_keys;
+struct jcond;
 struct jwk_set;
 struct jwt_cache;
 
@@ -50,6 +51,7 @@ struct auth_jwt {
 	size_t n_audiences;
 	char **scopes;
 	size_t n_scopes;
+	struct jcond *require;          /* a condition the claims must meet, or NULL */
 	unsigned algs;                  /* JWK_ALG_BIT()s */
 	uint64_t leeway;                /* ms */
 	uint64_t refresh;               /* ms */

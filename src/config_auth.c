@@ -12,6 +12,7 @@
 #include "api_keys.h"
 #include "auth.h"
 #include "auth_jwks.h"
+#include "jcond.h"
 #include "jwk.h"
 #include "jwt_cache.h"
 
@@ -86,6 +87,15 @@ config_parse_jwt_scopes(struct config_parse *ctx, const yaml_node_t *node, void 
 
 	if (node != NULL)
 		p->jwt.scopes = config_auth_strings(ctx, node, &p->jwt.n_scopes);
+}
+
+static void
+config_parse_jwt_require(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct auth_policy *p = obj;
+
+	if (node != NULL)
+		p->jwt.require = jcond_parse(ctx, ctx->doc, (yaml_node_t *)node);
 }
 
 static void
@@ -182,6 +192,8 @@ static const struct config_field config_auth_jwt_fields[] = {
 	F_CUSTOM("scopes", config_parse_jwt_scopes, "list", NULL, 0,
 	    "scopes the token must have, each in its space-separated scope claim or scp array; "
 	    "missing: 403"),
+	F_CUSTOM("require", config_parse_jwt_require, "mapping", NULL, 0,
+	    "a condition on the claims (see CONDITIONS); not met: 403"),
 	F_CUSTOM("token", config_parse_jwt_token, "list", "[header:Authorization]", 0,
 	    "where the token is looked for, in order: header:NAME (Bearer), cookie:NAME, query:NAME"),
 	F_ENUM("forward_credentials", struct auth_policy, forward_credentials, "true",
@@ -380,6 +392,7 @@ config_auth_policy_free(struct auth_policy *p)
 	config_auth_strings_free(p->jwt.issuers);
 	config_auth_strings_free(p->jwt.audiences);
 	config_auth_strings_free(p->jwt.scopes);
+	jcond_free(p->jwt.require);
 	for (size_t i = 0; i < p->jwt.ntokens; i++)
 		free(p->jwt.tokens[i].name);
 	free(p->jwt.tokens);

@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "auth_jwks.h"
 #include "jwt.h"
+#include "jcond.h"
 #include "jwt_cache.h"
 
 #define AUTH_CHALLENGE "WWW-Authenticate: Bearer realm=\"jsongate\""
@@ -95,6 +96,31 @@ phase_auth_token(const struct auth_jwt *jwt, const struct http_request *req, siz
 	return none;
 }
 
+static __thread struct jcond_scratch *phase_auth_scratch;
+
+/* The policy's require on the claims: 1 met, 0 not, -1 not to be read. */
+static int
+phase_auth_require(struct client *c, const struct jcond *require,
+    const struct jwt_claims *claims)
+{
+	const struct config *cfg = client_cfg(c);
+
+	if (phase_auth_scratch == NULL &&
+	    (phase_auth_scratch = jcond_scratch_new(cfg->limits.max_depth,
+	    cfg->limits.max_members)) == NULL)
+		return -1;
+	return jcond_eval(require, claims->json, claims->len, 0, phase_auth_scratch);
+}
+
+void
+phase_auth_worker_end(void)
+{
+	if (phase_auth_scratch != NULL) {
+		jcond_scratch_free(phase_auth_scratch);
+		phase_auth_scratch = NULL;
+	}
+}
+
 static unsigned
 phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_policy *p)
 {
@@ -154,7 +180,10 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 			jwt_cache_put(jwt->cache, &key, claims, now);
 	} else if (jwt->remote != NULL && keys != NULL)
 		jwk_set_unref(keys);
-	if ((o = jwt_check_claims(claims, &pol)) != JWT_OK) {
+	if ((o = jwt_check_claims(claims, &pol)) == JWT_OK && jwt->require != NULL &&
+	    phase_auth_require(c, jwt->require, claims) != 1)
+		o = JWT_INSUFFICIENT_SCOPE;     /* refused as a missing scope is: 403 */
+	if (o != JWT_OK) {
 		jwt_claims_unref(claims);
 		goto refused;
 	}

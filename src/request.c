@@ -149,6 +149,7 @@ proxy_worker_end(void)
 		if (route_kinds[i]->worker_end != NULL)
 			route_kinds[i]->worker_end();
 	phase_ratelimit_worker_end();
+	phase_auth_worker_end();
 }
 
 /* --- requests ---------------------------------------------------------------------------- */

@@ -414,6 +414,7 @@ void phase_auth_end(struct request *rq);
 void phase_ratelimit_end(struct request *rq);
 /* The worker thread stops: its connections to Redis go. */
 void phase_ratelimit_worker_end(void);
+void phase_auth_worker_end(void);
 /* $jwt.CLAIM for rewrite_vars.jwt_cb: arg is the request's claims. */
 int request_jwt_var(const void *arg, const char *path, size_t len, struct rewrite_str *value);
 /* $client_addr: the peer, or the client a trusted proxy says it forwards for. */

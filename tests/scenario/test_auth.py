@@ -270,6 +270,8 @@ def jwt_scopes_sources_and_lists(env):
     path = jwks_file(env, jwks(jwk_of(RSA_KEY, 'rsa1', 'RS256')))
     kf = keys_file(env, [('svc', 'svc-key')])
     policies = jwt_policy(path, scopes=['orders:read'], algorithms=['RS256'],
+                          require={'any': [{'field': 'tenant', 'equals': 'acme'},
+                                           {'field': 'tenant', 'exists': False}]},
                           token=['header:Authorization', 'cookie:session', 'query:access_token'],
                           forward_credentials=False)
     policies['keys'] = {'keys': {'keys_file': kf}}
@@ -296,6 +298,12 @@ def jwt_scopes_sources_and_lists(env):
     r = get(c, '/api/o', 's-5', [('Authorization', 'Bearer ' + token(
         RSA_KEY, 'RS256', 'rsa1', scope='orders:write')), ('X-API-Key', 'svc-key')])
     env.eq('another policy of the list admits', r.status, 200)
+    r = get(c, '/api/o', 's-r', [('Authorization', 'Bearer ' + token(
+        RSA_KEY, 'RS256', 'rsa1', scope='orders:read', tenant='other'))])
+    env.gateway_error('require not met', r, 403, 'forbidden',
+                      'the credentials do not allow this request', close=False,
+                      request_id='s-r', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="insufficient_scope"')])
     r = get(c, '/api/o', 's-6', [('Authorization', 'Bearer ' + token(
         RSA_KEY, 'PS256', 'rsa1', scope='orders:read'))])
     env.eq('an algorithm the key (alg RS256) does not allow', r.status, 401)
