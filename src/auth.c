@@ -14,7 +14,7 @@
 
 static pthread_mutex_t auth_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct auth_counter *auth_counters;
-static struct ratelimit *auth_table;
+static _Atomic(struct ratelimit *) auth_table;   /* made once, kept until exit */
 static atomic_uint_fast64_t auth_jwks_fetches[AUTH_JWKS_N];
 static atomic_uint_fast64_t auth_redis_errors;
 
@@ -57,12 +57,16 @@ auth_counter_get(const char *route, const char *policy)
 struct ratelimit *
 auth_ratelimit_table(void)
 {
-	struct ratelimit *t;
+	struct ratelimit *t = atomic_load_explicit(&auth_table, memory_order_acquire);
 
+	if (t != NULL)
+		return t;
 	pthread_mutex_lock(&auth_lock);
-	if (auth_table == NULL)
-		auth_table = ratelimit_new(AUTH_RATELIMIT_KEYS);
-	t = auth_table;
+	if ((t = atomic_load(&auth_table)) == NULL) {
+		if ((t = ratelimit_new(AUTH_RATELIMIT_KEYS)) == NULL)
+			config_oom();
+		atomic_store_explicit(&auth_table, t, memory_order_release);
+	}
 	pthread_mutex_unlock(&auth_lock);
 	return t;
 }

@@ -350,6 +350,18 @@ auth_jwks_answer(struct auth_jwks *j)
 	auth_jwks_done(j, set, auth_jwks_max_age(&resp), NULL);
 }
 
+/* The answer has a length and all of it is in: no need to wait for the close. */
+static int
+auth_jwks_complete(struct evbuffer *in)
+{
+	struct http_response resp;
+	size_t len = evbuffer_get_length(in);
+	ssize_t r = http_parse_response((const char *)evbuffer_pullup(in, -1), len, &resp);
+
+	return r > 0 && !resp.framing.chunked && resp.framing.content_length >= 0 &&
+	    len - (size_t)r >= (uint64_t)resp.framing.content_length;
+}
+
 static void
 auth_jwks_conn_cb(struct conn *conn, int what, void *arg)
 {
@@ -358,6 +370,10 @@ auth_jwks_conn_cb(struct conn *conn, int what, void *arg)
 
 	if ((what & CONN_READ) && evbuffer_get_length(conn->in) > JWK_MAX_DOC + 65536) {
 		auth_jwks_done(j, NULL, 0, "an answer over 256 KB");
+		return;
+	}
+	if ((what & CONN_READ) && auth_jwks_complete(conn->in)) {
+		auth_jwks_answer(j);
 		return;
 	}
 	if (what & CONN_READ)

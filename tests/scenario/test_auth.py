@@ -425,6 +425,7 @@ class JwksServer:
         self.ca, crt, key = make_ca_and_cert(env.tmp)
         self.body = body
         self.status = 200
+        self.delay = 0
         self.fetches = 0
         self.lock = threading.Lock()
         server = self
@@ -434,6 +435,8 @@ class JwksServer:
                 with server.lock:
                     server.fetches += 1
                     status, body = server.status, server.body.encode()
+                    delay = server.delay
+                time.sleep(delay)
                 self.send_response(status)
                 self.send_header('Content-Type', 'application/json')
                 self.send_header('Content-Length', str(len(body)))
@@ -452,8 +455,10 @@ class JwksServer:
         self.thread.start()
         env.procs.append(self)
 
-    def set(self, body=None, status=None):
+    def set(self, body=None, status=None, delay=None):
         with self.lock:
+            if delay is not None:
+                self.delay = delay
             if body is not None:
                 self.body = body
             if status is not None:
@@ -517,6 +522,37 @@ def jwks_over_https(env):
     m = metrics(aport)
     env.eq('fetches counted', sample(m, 'jsongate_jwks_fetches_total{outcome="ok"}'), 2)
     env.eq('no failed fetch', sample(m, 'jsongate_jwks_fetches_total{outcome="error"}'), 0)
+
+
+@T.case
+def jwks_slow_refetch_bounded(env):
+    """A token with a new kid waits for the fetch it asked for at most 2 s."""
+    srv = JwksServer(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    up = env.scripted(default=upstream_ok())
+    policies = {'users': {'jwt': {'jwks': srv.url, 'ca': srv.ca}}}
+    gw = env.daemon(auth_config(env, up, policies, 'users'))
+    c = env.client(gw.port)
+    env.eq('admitted once fetched', wait_status(c, 200, 'w-1', [
+        ('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))]), 200)
+    srv.set(body=jwks(jwk_of(EC_KEY, 'ec1'), jwk_of(ED_KEY, 'ed1')), delay=3.5)
+    c2 = env.client(gw.port)
+    t0 = time.time()
+    c2.send(build_request('GET', '/api/x', [
+        ('Host', 'h'), ('X-Request-Id', 'w-2'),
+        ('Authorization', 'Bearer ' + token(ED_KEY, 'EdDSA', 'ed1'))]))
+    time.sleep(0.2)
+    t1 = time.time()
+    r = get(c, '/api/x', 'w-3', [('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))])
+    env.check('meanwhile another client on the worker is answered at once (%.2fs)' % (
+        time.time() - t1), r.status == 200 and time.time() - t1 < 1.0 * SLOW)
+    r = c2.read_response()
+    took = time.time() - t0
+    env.eq('the fetch too slow: refused', r.status, 401)
+    env.check('after the 2 s wait (took %.2fs)' % took, 1.9 <= took <= 3.0 * SLOW, took)
+    env.check('the slow fetch lands and the key admits', gw.wait_log(
+        re.escape('key set %s fetched: 2 keys' % srv.url), timeout=5))
+    env.eq('admitted now', get(c2, '/api/x', 'w-4', [
+        ('Authorization', 'Bearer ' + token(ED_KEY, 'EdDSA', 'ed1'))]).status, 200)
 
 
 @T.case
