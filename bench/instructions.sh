@@ -81,7 +81,7 @@ render() {
 		-e "s|@NAME@|jsongate|g" -e "s|@PORT@|$port|g" \
 		-e "s|@UPSTREAM_PORT@|$UPSTREAM_PORT|g" \
 		-e "s|@UPSTREAM_PORT2@|$UPSTREAM_PORT2|g" -e "s|@UPSTREAM_PORT3@|$UPSTREAM_PORT3|g" \
-		-e "s|@MAX_CONNECTIONS@|1024|g" -e "s|@NOFILE@|2048|g" \
+		-e "s|@MAX_CONNECTIONS@|1024|g" -e "s|@NOFILE@|2048|g" -e "s|@BENCH_DIR@|$BENCH_DIR|g" \
 		"$BENCH_DIR/conf/$template" >"$out"
 }
 
@@ -89,9 +89,10 @@ render nginx-upstream.conf.in "$RUNDIR/upstream.conf" "$UPSTREAM_PORT"
 start_bg "$RUNDIR/upstream.out" "$NGINX" -p "$RUNDIR/" -c "$RUNDIR/upstream.conf"
 wait_port "$UPSTREAM_PORT" "$BG_PID" "$RUNDIR/upstream.out"
 
-# COUNT GETs of PATH on one keep-alive connection to PORT, each a 200 read to its end.
+# COUNT GETs of PATH on one keep-alive connection to PORT, each a 200 read to its end; the
+# header lines of HEADERS (a file, or "") are added to each.
 send() {
-	python3 - "$BENCH_DIR" "$1" "$2" "$3" <<'EOF'
+	python3 - "$BENCH_DIR" "$1" "$2" "$3" "${4:-}" <<'EOF'
 import sys
 sys.path.insert(0, sys.argv[1])
 from client import connect, read_response, request
@@ -100,6 +101,10 @@ port, path, count = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 sock = connect(port)
 sock.settimeout(60)
 req = request(path)
+if sys.argv[5]:
+    with open(sys.argv[5], 'rb') as f:
+        req = req[:-2] + f.read() + b'\r\n'
+
 for _ in range(count):
     sock.sendall(req)
     status, _ = read_response(sock)
@@ -126,9 +131,11 @@ for t in "${templates[@]}"; do
 			sleep 0.1
 		done
 		wait_port "$port" "$pid" "$RUNDIR/$name.out"
-		send "$port" "/$size.json" "$WARMUP"
+		headers=$BENCH_DIR/conf/${t%.yaml.in}.headers
+		[ -f "$headers" ] || headers=
+		send "$port" "/$size.json" "$WARMUP" "$headers"
 		callgrind_control -z "$pid" >/dev/null 2>&1 || die "callgrind_control -z failed"
-		send "$port" "/$size.json" "$REQUESTS"
+		send "$port" "/$size.json" "$REQUESTS" "$headers"
 		callgrind_control -d "$pid" >/dev/null 2>&1 || die "callgrind_control -d failed"
 		stop_pid "$pid"
 		# The dump of -d is the first one; the file without a number is the one at exit.

@@ -71,6 +71,7 @@ struct auth_keys_policy {
 
 struct auth_policy {
 	char *name;
+	uint64_t epoch;                 /* unique among every load's policies */
 	enum auth_kind kind;
 	int forward_credentials;        /* 1: the credential goes upstream as it came */
 	struct auth_jwt jwt;

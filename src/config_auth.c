@@ -20,6 +20,7 @@
 #define AUTH_JWT_CACHE_ENTRIES 65536
 #define AUTH_JWT_CACHE_TTL 3600
 
+static atomic_uint_fast64_t config_auth_epoch;
 static const char *const config_auth_booleans[] = { "false", "true", NULL };
 static const char *const config_auth_on_errors[] = { "allow", "deny", NULL };
 
@@ -374,6 +375,7 @@ config_parse_auth(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 		}
 		p = &cfg->auth[cfg->nauth++];
 		p->name = config_xstrdup(name);
+		p->epoch = atomic_fetch_add(&config_auth_epoch, 1) + 1;
 		saved = config_where_push(ctx, ".%s", name);
 		config_parse_object(ctx, v, &config_auth_policy_section, p);
 		if (v->type == YAML_MAPPING_NODE && p->kind == AUTH_KIND_NONE)

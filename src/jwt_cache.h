@@ -28,6 +28,8 @@ struct jwt_cache *jwt_cache_new(size_t max_entries, int64_t max_ttl);
 void jwt_cache_free(struct jwt_cache *cache);
 
 void jwt_cache_key(const char *token, size_t len, struct jwt_cache_key *key);
+/* A thread that made keys ends: what it kept for them goes. */
+void jwt_cache_thread_end(void);
 /* The claims of a token verified before and not expired at now (seconds since the epoch): a
  * new reference (jwt_claims_unref it), or NULL. */
 struct jwt_claims *jwt_cache_get(struct jwt_cache *cache, const struct jwt_cache_key *key,

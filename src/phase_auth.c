@@ -97,6 +97,7 @@ phase_auth_token(const struct auth_jwt *jwt, const struct http_request *req, siz
 }
 
 static __thread struct jcond_scratch *phase_auth_scratch;
+static void phase_auth_l1_free(void);
 
 /* The policy's require on the claims: 1 met, 0 not, -1 not to be read. */
 static int
@@ -115,10 +116,104 @@ phase_auth_require(struct client *c, const struct jcond *require,
 void
 phase_auth_worker_end(void)
 {
+	jwt_cache_thread_end();
+	phase_auth_l1_free();
 	if (phase_auth_scratch != NULL) {
 		jcond_scratch_free(phase_auth_scratch);
 		phase_auth_scratch = NULL;
 	}
+}
+
+/*
+ * Each worker keeps the tokens it admitted last (a slot chosen by the signature's last bytes,
+ * the token compared whole), with what the policy checked of them once and for all: the
+ * signature, issuer, audience, scopes and require.  A repeated token costs a comparison and
+ * the exp and nbf checks, not a SHA-256 and the shared cache's lock.  An entry holds for its
+ * policy (by its epoch, never reused by a reload) and key set generation only.
+ */
+#define AUTH_L1_SLOTS 256
+#define AUTH_L1_MAX_TOKEN 2048
+
+struct auth_l1 {
+	const struct auth_policy *policy;
+	uint64_t epoch;
+	unsigned gen;
+	size_t len;
+	char tok[AUTH_L1_MAX_TOKEN];
+	struct jwt_claims *claims;
+	char principal[128];
+	size_t principal_len;
+};
+
+static __thread struct auth_l1 *auth_l1;
+
+static struct auth_l1 *
+phase_auth_l1_slot(const struct auth_policy *p, struct http_str tok)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p;
+
+	if (tok.len > AUTH_L1_MAX_TOKEN || tok.len < 8)
+		return NULL;
+	if (auth_l1 == NULL && (auth_l1 = calloc(AUTH_L1_SLOTS, sizeof(*auth_l1))) == NULL)
+		return NULL;
+	for (size_t i = tok.len - 8; i < tok.len; i++)
+		h = (h ^ (unsigned char)tok.p[i]) * 0x100000001b3ULL;
+	return &auth_l1[(h ^ (h >> 29)) % AUTH_L1_SLOTS];
+}
+
+/* The claims of a token the worker admitted before for p (a new reference, the principal
+ * copied into the request), or NULL: *o is then JWT_OK (not known) or why its time is out. */
+static struct jwt_claims *
+phase_auth_l1_get(struct client *c, const struct auth_policy *p, unsigned gen,
+    struct http_str tok, int64_t now, int64_t leeway, enum jwt_outcome *o)
+{
+	struct auth_l1 *e = phase_auth_l1_slot(p, tok);
+
+	*o = JWT_OK;
+	if (e == NULL || e->claims == NULL || e->policy != p || e->epoch != p->epoch ||
+	    e->gen != gen || e->len != tok.len || memcmp(e->tok, tok.p, tok.len) != 0)
+		return NULL;
+	if (e->claims->has_exp && now >= e->claims->exp + leeway)
+		*o = JWT_EXPIRED;
+	else if (e->claims->has_nbf && now + leeway < e->claims->nbf)
+		*o = JWT_NOT_YET_VALID;
+	if (*o != JWT_OK)
+		return NULL;
+	memcpy(c->rq->principal, e->principal, e->principal_len);
+	c->rq->principal_len = e->principal_len;
+	return jwt_claims_ref(e->claims);
+}
+
+static void
+phase_auth_l1_put(struct client *c, const struct auth_policy *p, unsigned gen,
+    struct http_str tok, struct jwt_claims *claims)
+{
+	struct auth_l1 *e = phase_auth_l1_slot(p, tok);
+
+	if (e == NULL)
+		return;
+	if (e->claims != NULL)
+		jwt_claims_unref(e->claims);
+	e->policy = p;
+	e->epoch = p->epoch;
+	e->gen = gen;
+	e->len = tok.len;
+	memcpy(e->tok, tok.p, tok.len);
+	e->claims = jwt_claims_ref(claims);
+	memcpy(e->principal, c->rq->principal, c->rq->principal_len);
+	e->principal_len = c->rq->principal_len;
+}
+
+static void
+phase_auth_l1_free(void)
+{
+	if (auth_l1 == NULL)
+		return;
+	for (size_t i = 0; i < AUTH_L1_SLOTS; i++)
+		if (auth_l1[i].claims != NULL)
+			jwt_claims_unref(auth_l1[i].claims);
+	free(auth_l1);
+	auth_l1 = NULL;
 }
 
 static unsigned
@@ -154,6 +249,11 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 		o = JWT_TOO_LARGE;
 		goto refused;
 	}
+	gen = jwt->remote != NULL ? auth_jwks_generation(jwt->remote) : 0;
+	if ((claims = phase_auth_l1_get(c, p, gen, tok, now, pol.leeway, &o)) != NULL)
+		goto admitted;
+	if (o != JWT_OK)
+		goto refused;
 	keys = jwt->keys;
 	if (jwt->remote != NULL) {
 		/* A new key set: the tokens verified with the old one are verified again. */
@@ -187,11 +287,13 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 		jwt_claims_unref(claims);
 		goto refused;
 	}
+	n = jwt_claim_str(claims, "sub", c->rq->principal, sizeof(c->rq->principal));
+	c->rq->principal_len = n > 0 ? (size_t)n : 0;
+	phase_auth_l1_put(c, p, gen, tok, claims);
+admitted:
 	if (c->rq->claims != NULL)
 		jwt_claims_unref(c->rq->claims);
 	c->rq->claims = claims;
-	n = jwt_claim_str(claims, "sub", c->rq->principal, sizeof(c->rq->principal));
-	c->rq->principal_len = n > 0 ? (size_t)n : 0;
 	if (!p->forward_credentials && jwt->tokens[which].where == AUTH_TOKEN_HEADER)
 		proxy_remove_header(req->headers, &req->nheaders, jwt->tokens[which].name);
 	return AUTH_OK;

@@ -265,6 +265,23 @@ def jwt_algorithms(env):
 
 
 @T.case
+def cached_token_expires(env):
+    """A token admitted (and kept by the worker) is refused once its exp passes."""
+    up = env.scripted(default=upstream_ok())
+    path = jwks_file(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    gw = env.daemon(auth_config(env, up, jwt_policy(path, leeway='0s'), 'users'))
+    c = env.client(gw.port)
+    t = [('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1', exp=int(time.time()) + 2))]
+    env.eq('admitted', get(c, '/api/x', 'x-1', t).status, 200)
+    env.eq('admitted again (kept)', get(c, '/api/x', 'x-2', t).status, 200)
+    time.sleep(3)
+    r = get(c, '/api/x', 'x-3', t)
+    env.gateway_error('expired meanwhile', r, 401, 'unauthorized', 'no valid credentials',
+                      close=False, request_id='x-3', headers=[
+                          ('WWW-Authenticate', CHALLENGE + ', error="invalid_token"')])
+
+
+@T.case
 def jwt_scopes_sources_and_lists(env):
     up = env.scripted(default=upstream_ok())
     path = jwks_file(env, jwks(jwk_of(RSA_KEY, 'rsa1', 'RS256')))
