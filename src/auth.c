@@ -24,7 +24,7 @@ static const char *const auth_outcome_names[] = {
 #undef AUTH_OUTCOME_NAME
 };
 static const char *const auth_rl_names[RL_OUTCOME_N] = { "allowed", "limited", "error" };
-static const char *const auth_jwks_names[AUTH_JWKS_N] = { "ok", "error", "not_modified" };
+static const char *const auth_jwks_names[AUTH_JWKS_N] = { "ok", "error" };
 
 static int
 auth_same(const char *a, const char *b)

@@ -107,7 +107,7 @@ struct evbuffer;
 void auth_metrics_write(struct evbuffer *out);
 
 /* JWKS fetches by outcome, and Redis errors, for the metrics. */
-enum auth_jwks_outcome { AUTH_JWKS_OK, AUTH_JWKS_ERROR, AUTH_JWKS_NOT_MODIFIED, AUTH_JWKS_N };
+enum auth_jwks_outcome { AUTH_JWKS_OK, AUTH_JWKS_ERROR, AUTH_JWKS_N };
 void auth_jwks_fetched(enum auth_jwks_outcome outcome);
 void auth_redis_error(void);
 

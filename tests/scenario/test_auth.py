@@ -185,14 +185,22 @@ def api_keys(env):
 def api_keys_not_forwarded(env):
     up = env.scripted(default=upstream_ok())
     kf = keys_file(env, [('mobile-app', 'k-123456')])
+    log = os.path.join(env.tmp, 'access.log')
     conf = auth_config(env, up, {'keys': {'keys': {
-        'keys_file': kf, 'header': 'Api-Token', 'forward_credentials': False}}}, 'keys')
+        'keys_file': kf, 'header': 'Api-Token', 'forward_credentials': False}}}, 'keys',
+        log={'level': 'info', 'access': log, 'format': 'combined'})
     gw = env.daemon(conf)
     c = env.client(gw.port)
     r = get(c, '/api/x', 'nf-1', [('Api-Token', 'k-123456'), ('X-Other', 'kept')])
     env.eq('admitted', r.status, 200)
     env.eq('the key header is not sent upstream', up.requests[0].header('Api-Token'), None)
     env.eq('the other headers are', up.requests[0].header('X-Other'), 'kept')
+    r = get(c, '/api/x', 'nf-2')
+    env.eq('no key', r.status, 401)
+    wait_until(lambda: open(log).read().count('\n') >= 2, 5)
+    lines = open(log).read().splitlines()
+    env.eq('combined: the principal as the remote user, "-" without one',
+           [l.split(' ')[1:3] for l in lines], [['-', 'mobile-app'], ['-', '-']])
 
 
 def jwt_policy(path, **more):
