@@ -294,8 +294,10 @@ admitted:
 	if (c->rq->claims != NULL)
 		jwt_claims_unref(c->rq->claims);
 	c->rq->claims = claims;
-	if (!p->forward_credentials && jwt->tokens[which].where == AUTH_TOKEN_HEADER)
-		proxy_remove_header(req->headers, &req->nheaders, jwt->tokens[which].name);
+	if (!p->forward_credentials && jwt->tokens[which].where == AUTH_TOKEN_HEADER) {
+		c->rq->auth_strip = jwt->tokens[which].name;
+		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
+	}
 	return AUTH_OK;
 refused:
 	log_debug("route %s: auth %s: token refused: %s (request %s)", c->rq->route->name,
@@ -319,8 +321,10 @@ phase_auth_keys(struct client *c, struct http_request *req, const struct auth_po
 	n = strlen(name) < sizeof(c->rq->principal) ? strlen(name) : sizeof(c->rq->principal);
 	memcpy(c->rq->principal, name, n);
 	c->rq->principal_len = n;
-	if (!p->forward_credentials)
-		proxy_remove_header(req->headers, &req->nheaders, p->keys.header);
+	if (!p->forward_credentials) {
+		c->rq->auth_strip = p->keys.header;
+		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
+	}
 	return AUTH_OK;
 }
 

@@ -741,5 +741,8 @@ request_phase_resume(struct client *c)
 	size_t hl = c->rq->phase_head_len;
 
 	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
+	/* What the phases before took out of the head stays out. */
+	if (c->rq->auth_strip != NULL)
+		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
 	request_run_phases(c, req, hl, c->rq->phase_at);
 }

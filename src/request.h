@@ -117,6 +117,8 @@ struct request {
 	unsigned phase_at;              /* the phase that waits (PHASE_WAIT) */
 	size_t phase_head_len;          /* and the head's length, parsed again on resuming */
 	unsigned auth_next;             /* the policy the auth phase goes on with */
+	const char *auth_strip;         /* a header the credential came in, kept from the
+	                                 * upstream (lowercase), or NULL */
 	int auth_worst;                 /* an enum auth_outcome: the worst one so far */
 	unsigned auth_gen;              /* the key set generation a waiting token saw */
 	struct timespec auth_wait;      /* when it began to wait */

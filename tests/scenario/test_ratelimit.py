@@ -8,6 +8,7 @@ daemons admit together what one would; Redis killed: on_error allow passes every
 counted, deny answers 503 rate_limit_unavailable; Redis restarted: limiting resumes within
 seconds, without a restart)."""
 
+import hashlib
 import http.client
 import json
 import os
@@ -292,6 +293,26 @@ def shared_through_redis(env):
         limited = get(c1, '/api/x', 'b', [('X-User', 'carol')]).status == 429
         time.sleep(0.02)
     env.check('Redis back: limiting again', limited)
+
+
+@T.case
+def shared_after_auth(env):
+    """A request that waited for Redis goes upstream without the key auth kept from it."""
+    redis = Redis(env)
+    up = env.scripted(default=upstream_ok())
+    kf = os.path.join(env.tmp, 'keys.txt')
+    with open(kf, 'w') as f:
+        f.write('svc %s\n' % hashlib.sha256(b'k-1').hexdigest())
+    conf = shared_config(up, redis, key='$api_key')
+    conf['routes'][0]['auth'] = 'keys'
+    conf['auth'] = {'keys': {'keys': {'keys_file': kf, 'forward_credentials': False}}}
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    r = get(c, '/api/x', 'a-1', [('X-API-Key', 'k-1'), ('X-Other', 'o')])
+    env.eq('admitted, with the headers of the shared limit', (r.status, rl_headers(r)),
+           (200, ('10', '9', '1', None)))
+    env.eq('the key is not sent upstream', (up.requests[0].header('X-API-Key'),
+                                            up.requests[0].header('X-Other')), (None, 'o'))
 
 
 @T.case
