@@ -446,8 +446,10 @@ def make_ca_and_cert(tmp):
 class JwksServer:
     """The key set over HTTPS: body and status may change; fetches are counted."""
 
-    def __init__(self, env, body):
-        self.ca, crt, key = make_ca_and_cert(env.tmp)
+    def __init__(self, env, body, port=0, ca=None):
+        if ca is None:
+            ca = make_ca_and_cert(env.tmp)
+        self.ca, crt, key = ca
         self.body = body
         self.status = 200
         self.delay = 0
@@ -471,7 +473,7 @@ class JwksServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', port), Handler)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(crt, key)
         self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
@@ -600,6 +602,24 @@ def jwks_failing_keeps_the_last_set(env):
     srv.set(body=jwks(jwk_of(ED_KEY, 'ed1')), status=200)
     te = [('Authorization', 'Bearer ' + token(ED_KEY, 'EdDSA', 'ed1'))]
     env.eq('the server back: its new set', wait_status(c, 200, 'f-3', te), 200)
+
+
+@T.case
+def jwks_server_down_at_start(env):
+    """The daemon starts while the key set cannot be fetched; tokens get 401 until it can."""
+    port = free_port()
+    ca = make_ca_and_cert(env.tmp)
+    url = 'https://127.0.0.1:%d/.well-known/jwks.json' % port
+    up = env.scripted(default=upstream_ok())
+    policies = {'users': {'jwt': {'jwks': url, 'ca': ca[0], 'refresh': '1s'}}}
+    gw = env.daemon(auth_config(env, up, policies, 'users'))
+    c = env.client(gw.port)
+    t = [('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))]
+    env.check('the failure logged', gw.wait_log(re.escape('key set %s: ' % url) +
+                                                '.*tokens are refused until one is fetched'))
+    env.eq('no key set yet: 401', get(c, '/api/x', 'd-1', t).status, 401)
+    JwksServer(env, jwks(jwk_of(EC_KEY, 'ec1')), port=port, ca=ca)
+    env.eq('the server up: admitted within seconds', wait_status(c, 200, 'd-2', t, 10), 200)
 
 
 @T.case
