@@ -294,9 +294,10 @@ admitted:
 	if (c->rq->claims != NULL)
 		jwt_claims_unref(c->rq->claims);
 	c->rq->claims = claims;
-	if (!p->forward_credentials && jwt->tokens[which].where == AUTH_TOKEN_HEADER) {
+	if (!p->forward_credentials) {
 		c->rq->auth_strip = jwt->tokens[which].name;
-		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
+		c->rq->auth_strip_where = (int)jwt->tokens[which].where;
+		phase_auth_strip(c, req);
 	}
 	return AUTH_OK;
 refused:
@@ -323,9 +324,92 @@ phase_auth_keys(struct client *c, struct http_request *req, const struct auth_po
 	c->rq->principal_len = n;
 	if (!p->forward_credentials) {
 		c->rq->auth_strip = p->keys.header;
-		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
+		c->rq->auth_strip_where = AUTH_TOKEN_HEADER;
+		phase_auth_strip(c, req);
 	}
 	return AUTH_OK;
+}
+
+/* list (items split by sep) without its name=... items, into the request's buffer. */
+static int
+phase_auth_without(struct client *c, struct http_str list, char sep, const char *name,
+    struct http_str *out)
+{
+	struct request *rq = c->rq;
+	size_t nlen = strlen(name), i, start = 0, n = 0;
+	struct http_str item;
+	char *grown;
+
+	if (rq->auth_buf_cap < list.len + 1) {
+		if ((grown = realloc(rq->auth_buf, list.len + 1)) == NULL)
+			return -1;
+		rq->auth_buf = grown;
+		rq->auth_buf_cap = list.len + 1;
+	}
+	for (i = 0; i <= list.len; i++) {
+		if (i < list.len && list.p[i] != sep)
+			continue;
+		item.p = list.p + start;
+		item.len = i - start;
+		item = phase_auth_trim(item);
+		start = i + 1;
+		if (item.len == 0 || (item.len > nlen && memcmp(item.p, name, nlen) == 0 &&
+		    item.p[nlen] == '='))
+			continue;
+		if (n != 0) {
+			rq->auth_buf[n++] = sep;
+			if (sep == ';')
+				rq->auth_buf[n++] = ' ';
+		}
+		memcpy(rq->auth_buf + n, item.p, item.len);
+		n += item.len;
+	}
+	out->p = rq->auth_buf;
+	out->len = n;
+	return 0;
+}
+
+void
+phase_auth_strip(struct client *c, struct http_request *req)
+{
+	const char *name = c->rq->auth_strip;
+	struct http_str v;
+	size_t i;
+
+	switch ((enum auth_token_where)c->rq->auth_strip_where) {
+	case AUTH_TOKEN_HEADER:
+		proxy_remove_header(req->headers, &req->nheaders, name);
+		break;
+	case AUTH_TOKEN_COOKIE:
+		for (i = 0; i < req->nheaders; i++)
+			if (req->headers[i].name.len == 6 &&
+			    strncasecmp(req->headers[i].name.p, "cookie", 6) == 0)
+				break;
+		if (i == req->nheaders ||
+		    phase_auth_without(c, req->headers[i].value, ';', name, &v) < 0)
+			break;
+		if (v.len == 0)
+			proxy_remove_header(req->headers, &req->nheaders, "cookie");
+		else
+			req->headers[i].value = v;
+		break;
+	case AUTH_TOKEN_QUERY:
+		if (req->query.len < 2)
+			break;
+		v.p = req->query.p + 1;
+		v.len = req->query.len - 1;
+		if (phase_auth_without(c, v, '&', name, &v) < 0)
+			break;
+		/* the buffer holds "?" and what is left, or nothing */
+		if (v.len != 0) {
+			memmove(c->rq->auth_buf + 1, c->rq->auth_buf, v.len);
+			c->rq->auth_buf[0] = '?';
+			v.len++;
+		}
+		req->query.p = c->rq->auth_buf;
+		req->query.len = v.len;
+		break;
+	}
 }
 
 /* Header lines for the answer: room permitting (the buffer holds the longest of them all). */

@@ -167,6 +167,7 @@ request_free(struct request *rq)
 	path_vars_free(&rq->pathv);
 	if (rq->phase_timer != NULL)
 		event_free(rq->phase_timer);
+	free(rq->auth_buf);
 	free(rq);
 }
 
@@ -743,6 +744,6 @@ request_phase_resume(struct client *c)
 	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
 	/* What the phases before took out of the head stays out. */
 	if (c->rq->auth_strip != NULL)
-		proxy_remove_header(req->headers, &req->nheaders, c->rq->auth_strip);
+		phase_auth_strip(c, req);
 	request_run_phases(c, req, hl, c->rq->phase_at);
 }

@@ -102,6 +102,8 @@ struct request {
 	char principal[128];            /* who the auth phase admitted: $jwt.sub or $api_key */
 	struct event *phase_timer;      /* a waiting phase's, made on first use */
 	char client_addr[64];           /* $client_addr (client_addr_len bytes) */
+	char *auth_buf;                 /* a Cookie value or query without the credential */
+	size_t auth_buf_cap;
 
 	/* Zeroed for every request (REQUEST_STATE on). */
 	struct worker_runtime *wr;
@@ -117,8 +119,9 @@ struct request {
 	unsigned phase_at;              /* the phase that waits (PHASE_WAIT) */
 	size_t phase_head_len;          /* and the head's length, parsed again on resuming */
 	unsigned auth_next;             /* the policy the auth phase goes on with */
-	const char *auth_strip;         /* a header the credential came in, kept from the
-	                                 * upstream (lowercase), or NULL */
+	const char *auth_strip;         /* the header, cookie or query parameter the credential
+	                                 * came in, kept from the upstream, or NULL */
+	int auth_strip_where;           /* an enum auth_token_where */
 	int auth_worst;                 /* an enum auth_outcome: the worst one so far */
 	unsigned auth_gen;              /* the key set generation a waiting token saw */
 	struct timespec auth_wait;      /* when it began to wait */
@@ -417,6 +420,8 @@ void phase_ratelimit_end(struct request *rq);
 /* The worker thread stops: its connections to Redis go. */
 void phase_ratelimit_worker_end(void);
 void phase_auth_worker_end(void);
+/* Take the credential the request's policy keeps from the upstream out of req. */
+void phase_auth_strip(struct client *c, struct http_request *req);
 /* $jwt.CLAIM for rewrite_vars.jwt_cb: arg is the request's claims. */
 int request_jwt_var(const void *arg, const char *path, size_t len, struct rewrite_str *value);
 /* $client_addr: the peer, or the client a trusted proxy says it forwards for. */

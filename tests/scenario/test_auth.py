@@ -336,8 +336,17 @@ def jwt_scopes_sources_and_lists(env):
     t = token(RSA_KEY, 'RS256', 'rsa1', scope='orders:read')
     r = get(c, '/api/o', 's-7', [('Cookie', 'theme=dark; session=%s; x=y' % t)])
     env.eq('a token in a cookie', r.status, 200)
-    r = get(c, '/api/o?a=1&access_token=%s' % t, 's-8')
+    env.eq('the other cookies go upstream, not the token\'s',
+           up.requests[-1].header('Cookie'), 'theme=dark; x=y')
+    r = get(c, '/api/o', 's-7b', [('Cookie', 'session=%s' % t)])
+    env.eq('the token\'s cookie alone: no Cookie upstream',
+           (r.status, up.requests[-1].header('Cookie')), (200, None))
+    r = get(c, '/api/o?a=1&access_token=%s&b=2' % t, 's-8')
     env.eq('a token in the query', r.status, 200)
+    env.eq('the query goes upstream without it', up.requests[-1].target, '/api/o?a=1&b=2')
+    r = get(c, '/api/o?access_token=%s' % t, 's-8b')
+    env.eq('the token alone in the query: no query upstream',
+           (r.status, up.requests[-1].target), (200, '/api/o'))
     r = get(c, '/api/o?access_token=nope', 's-9')
     env.gateway_error('a bad token in the query', r, 401, 'unauthorized',
                       'no valid credentials', close=False, request_id='s-9', headers=[
