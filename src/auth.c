@@ -23,8 +23,14 @@ static const char *const auth_outcome_names[] = {
 	AUTH_OUTCOMES(AUTH_OUTCOME_NAME)
 #undef AUTH_OUTCOME_NAME
 };
-static const char *const auth_rl_names[RL_OUTCOME_N] = { "allowed", "limited", "error" };
-static const char *const auth_jwks_names[AUTH_JWKS_N] = { "ok", "error" };
+static const char *const auth_rl_names[] = {
+#define AUTH_NAME(id, name) name,
+	RL_OUTCOMES(AUTH_NAME)
+};
+static const char *const auth_jwks_names[] = {
+	AUTH_JWKS_OUTCOMES(AUTH_NAME)
+#undef AUTH_NAME
+};
 
 static int
 auth_same(const char *a, const char *b)

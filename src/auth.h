@@ -90,7 +90,17 @@ struct route_rate_limit {
 
 /* Counters kept by name for the daemon's life (a reload does not reset them): a route's
  * outcomes under one policy, and a route's rate limit decisions. */
-enum ratelimit_outcome { RL_ALLOWED, RL_LIMITED, RL_ERROR, RL_OUTCOME_N };
+#define RL_OUTCOMES(X) \
+	X(ALLOWED, "allowed") \
+	X(LIMITED, "limited") \
+	X(ERROR, "error")               /* Redis did not decide */
+
+enum ratelimit_outcome {
+#define RL_OUTCOME_ENUM(id, name) RL_##id,
+	RL_OUTCOMES(RL_OUTCOME_ENUM)
+#undef RL_OUTCOME_ENUM
+	RL_OUTCOME_N
+};
 
 struct auth_counter {
 	char *route, *policy;           /* policy NULL: the route's rate limit decisions */
@@ -107,7 +117,16 @@ struct evbuffer;
 void auth_metrics_write(struct evbuffer *out);
 
 /* JWKS fetches by outcome, and Redis errors, for the metrics. */
-enum auth_jwks_outcome { AUTH_JWKS_OK, AUTH_JWKS_ERROR, AUTH_JWKS_N };
+#define AUTH_JWKS_OUTCOMES(X) \
+	X(OK, "ok") \
+	X(ERROR, "error")
+
+enum auth_jwks_outcome {
+#define AUTH_JWKS_ENUM(id, name) AUTH_JWKS_##id,
+	AUTH_JWKS_OUTCOMES(AUTH_JWKS_ENUM)
+#undef AUTH_JWKS_ENUM
+	AUTH_JWKS_N
+};
 void auth_jwks_fetched(enum auth_jwks_outcome outcome);
 void auth_redis_error(void);
 
