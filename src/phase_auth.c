@@ -179,8 +179,8 @@ phase_auth_l1_get(struct client *c, const struct auth_policy *p, unsigned gen,
 		*o = JWT_NOT_YET_VALID;
 	if (*o != JWT_OK)
 		return NULL;
-	memcpy(c->rq->principal, e->principal, e->principal_len);
-	c->rq->principal_len = e->principal_len;
+	memcpy(c->rq->auth.principal, e->principal, e->principal_len);
+	c->rq->auth.principal_len = e->principal_len;
 	return jwt_claims_ref(e->claims);
 }
 
@@ -200,8 +200,8 @@ phase_auth_l1_put(struct client *c, const struct auth_policy *p, unsigned gen,
 	e->len = tok.len;
 	memcpy(e->tok, tok.p, tok.len);
 	e->claims = jwt_claims_ref(claims);
-	memcpy(e->principal, c->rq->principal, c->rq->principal_len);
-	e->principal_len = c->rq->principal_len;
+	memcpy(e->principal, c->rq->auth.principal, c->rq->auth.principal_len);
+	e->principal_len = c->rq->auth.principal_len;
 }
 
 static void
@@ -269,9 +269,9 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 		    jwt_verify_signature(tok.p, tok.len, keys, &pol, &claims);
 		if (jwt->remote != NULL && keys != NULL)
 			jwk_set_unref(keys);
-		if (o == JWT_UNKNOWN_KID && jwt->remote != NULL && !c->rq->auth_resumed &&
+		if (o == JWT_UNKNOWN_KID && jwt->remote != NULL && !c->rq->auth.resumed &&
 		    auth_jwks_refetch(jwt->remote)) {
-			c->rq->auth_gen = gen;
+			c->rq->auth.gen = gen;
 			return AUTH_WAITING;
 		}
 		if (o != JWT_OK)
@@ -287,16 +287,16 @@ phase_auth_jwt(struct client *c, struct http_request *req, const struct auth_pol
 		jwt_claims_unref(claims);
 		goto refused;
 	}
-	n = jwt_claim_str(claims, "sub", c->rq->principal, sizeof(c->rq->principal));
-	c->rq->principal_len = n > 0 ? (size_t)n : 0;
+	n = jwt_claim_str(claims, "sub", c->rq->auth.principal, sizeof(c->rq->auth.principal));
+	c->rq->auth.principal_len = n > 0 ? (size_t)n : 0;
 	phase_auth_l1_put(c, p, gen, tok, claims);
 admitted:
-	if (c->rq->claims != NULL)
-		jwt_claims_unref(c->rq->claims);
-	c->rq->claims = claims;
+	if (c->rq->auth.claims != NULL)
+		jwt_claims_unref(c->rq->auth.claims);
+	c->rq->auth.claims = claims;
 	if (!p->forward_credentials) {
-		c->rq->auth_strip = jwt->tokens[which].name;
-		c->rq->auth_strip_where = (int)jwt->tokens[which].where;
+		c->rq->auth.strip = jwt->tokens[which].name;
+		c->rq->auth.strip_where = (int)jwt->tokens[which].where;
 		phase_auth_strip(c, req);
 	}
 	return AUTH_OK;
@@ -318,13 +318,15 @@ phase_auth_keys(struct client *c, struct http_request *req, const struct auth_po
 		return AUTH_MISSING;
 	if ((name = api_keys_lookup(p->keys.keys, v.p, v.len)) == NULL)
 		return AUTH_INVALID;
-	c->rq->api_key = name;
-	n = strlen(name) < sizeof(c->rq->principal) ? strlen(name) : sizeof(c->rq->principal);
-	memcpy(c->rq->principal, name, n);
-	c->rq->principal_len = n;
+	c->rq->auth.api_key = name;
+	n = strlen(name);
+	if (n > sizeof(c->rq->auth.principal))
+		n = sizeof(c->rq->auth.principal);
+	memcpy(c->rq->auth.principal, name, n);
+	c->rq->auth.principal_len = n;
 	if (!p->forward_credentials) {
-		c->rq->auth_strip = p->keys.header;
-		c->rq->auth_strip_where = AUTH_TOKEN_HEADER;
+		c->rq->auth.strip = p->keys.header;
+		c->rq->auth.strip_where = AUTH_TOKEN_HEADER;
 		phase_auth_strip(c, req);
 	}
 	return AUTH_OK;
@@ -372,11 +374,11 @@ phase_auth_without(struct client *c, struct http_str list, char sep, const char 
 void
 phase_auth_strip(struct client *c, struct http_request *req)
 {
-	const char *name = c->rq->auth_strip;
+	const char *name = c->rq->auth.strip;
 	struct http_str v;
 	size_t i;
 
-	switch ((enum auth_token_where)c->rq->auth_strip_where) {
+	switch ((enum auth_token_where)c->rq->auth.strip_where) {
 	case AUTH_TOKEN_HEADER:
 		proxy_remove_header(req->headers, &req->nheaders, name);
 		break;
@@ -443,19 +445,19 @@ phase_auth_wait_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct request *rq = arg;
 	struct client *c = rq->t.owner;
-	struct auth_jwks *j = rq->route->auth[rq->auth_next]->jwt.remote;
+	struct auth_jwks *j = rq->route->auth[rq->auth.next]->jwt.remote;
 	struct timespec now;
 
 	(void)fd;
 	(void)what;
 	client_now(&now);
-	if (auth_jwks_generation(j) == rq->auth_gen && auth_jwks_fetching(j) &&
-	    (now.tv_sec - rq->auth_wait.tv_sec) * 1000 +
-	    (now.tv_nsec - rq->auth_wait.tv_nsec) / 1000000 < AUTH_JWKS_WAIT_MS) {
+	if (auth_jwks_generation(j) == rq->auth.gen && auth_jwks_fetching(j) &&
+	    (now.tv_sec - rq->auth.wait.tv_sec) * 1000 +
+	    (now.tv_nsec - rq->auth.wait.tv_nsec) / 1000000 < AUTH_JWKS_WAIT_MS) {
 		phase_auth_wait_poll(c);
 		return;
 	}
-	rq->auth_resumed = 1;
+	rq->auth.resumed = 1;
 	request_phase_resume(c);
 	proxy_flush(c);
 }
@@ -464,20 +466,20 @@ static enum phase_result
 phase_auth_run(struct client *c, struct http_request *req, size_t head_len)
 {
 	const struct config_route *route = c->rq->route;
-	enum auth_outcome worst = c->rq->auth_resumed ? (enum auth_outcome)c->rq->auth_worst :
+	enum auth_outcome worst = c->rq->auth.resumed ? (enum auth_outcome)c->rq->auth.worst :
 	    AUTH_MISSING;
 	unsigned o;
 	size_t i;
 
-	for (i = c->rq->auth_next; i < route->nauth; i++) {
+	for (i = c->rq->auth.next; i < route->nauth; i++) {
 		const struct auth_policy *p = route->auth[i];
 
 		o = p->kind == AUTH_KIND_JWT ? phase_auth_jwt(c, req, p) :
 		    phase_auth_keys(c, req, p);
 		if (o == AUTH_WAITING) {
-			c->rq->auth_next = (unsigned)i;
-			c->rq->auth_worst = (int)worst;
-			client_now(&c->rq->auth_wait);
+			c->rq->auth.next = (unsigned)i;
+			c->rq->auth.worst = (int)worst;
+			client_now(&c->rq->auth.wait);
 			phase_auth_wait_poll(c);
 			return PHASE_WAIT;
 		}
@@ -539,9 +541,9 @@ phase_auth_end(struct request *rq)
 {
 	if (rq->phase_timer != NULL)
 		evtimer_del(rq->phase_timer);
-	if (rq->claims != NULL) {
-		jwt_claims_unref(rq->claims);
-		rq->claims = NULL;
+	if (rq->auth.claims != NULL) {
+		jwt_claims_unref(rq->auth.claims);
+		rq->auth.claims = NULL;
 	}
 }
 

@@ -119,12 +119,12 @@ phase_ratelimit_key(struct client *c, const struct http_request *req, const char
 		v.p = c->addr;
 		v.len = strlen(c->addr);
 	} else if (strcmp(var, "$api_key") == 0) {
-		if (c->rq->api_key != NULL) {
-			v.p = c->rq->api_key;
+		if (c->rq->auth.api_key != NULL) {
+			v.p = c->rq->auth.api_key;
 			v.len = strlen(v.p);
 		}
 	} else if (strncmp(var, "$jwt.", 5) == 0) {
-		if (c->rq->claims != NULL && jwt_claim(c->rq->claims, var + 5, &val, &len) !=
+		if (c->rq->auth.claims != NULL && jwt_claim(c->rq->auth.claims, var + 5, &val, &len) !=
 		    JWT_CLAIM_MISSING) {
 			v.p = val;
 			v.len = len;
@@ -203,11 +203,11 @@ phase_ratelimit_redis_cb(void *arg, enum resp_status status, const struct rateli
 	free(wait);
 	if (rq == NULL)
 		return;         /* the request ended meanwhile */
-	rq->rl_wait = NULL;
-	rq->rl_decided = 1;
-	rq->rl_status = (int)status;
+	rq->rl.wait = NULL;
+	rq->rl.decided = 1;
+	rq->rl.status = (int)status;
 	if (status == RESP_OK)
-		rq->rl_ans = *ans;
+		rq->rl.ans = *ans;
 	c = rq->t.owner;
 	request_phase_resume(c);
 	proxy_flush(c);
@@ -259,11 +259,11 @@ phase_ratelimit_run(struct client *c, struct http_request *req, size_t head_len)
 	enum resp_status st;
 	char scope[32];
 
-	if (c->rq->rl_decided) {
-		c->rq->rl_decided = 0;
-		if (c->rq->rl_status != RESP_OK)
-			return phase_ratelimit_failed(c, (enum resp_status)c->rq->rl_status, head_len);
-		ans = c->rq->rl_ans;
+	if (c->rq->rl.decided) {
+		c->rq->rl.decided = 0;
+		if (c->rq->rl.status != RESP_OK)
+			return phase_ratelimit_failed(c, (enum resp_status)c->rq->rl.status, head_len);
+		ans = c->rq->rl.ans;
 		return phase_ratelimit_decided(c, &ans, head_len);
 	}
 	key = phase_ratelimit_key(c, req, rl->key);
@@ -286,18 +286,18 @@ phase_ratelimit_run(struct client *c, struct http_request *req, size_t head_len)
 		free(wait);
 		return phase_ratelimit_failed(c, st, head_len);
 	}
-	c->rq->rl_wait = wait;
+	c->rq->rl.wait = wait;
 	return PHASE_WAIT;
 }
 
 void
 phase_ratelimit_end(struct request *rq)
 {
-	if (rq->rl_wait != NULL) {
-		rq->rl_wait->rq = NULL;
-		rq->rl_wait = NULL;
+	if (rq->rl.wait != NULL) {
+		rq->rl.wait->rq = NULL;
+		rq->rl.wait = NULL;
 	}
-	rq->rl_decided = 0;
+	rq->rl.decided = 0;
 }
 
 void

@@ -283,8 +283,8 @@ client_log(struct client *c)
 	e.nbackends = 0;
 	e.tunnel_outcome = NULL;
 	e.tunnel_received = 0;
-	e.principal = c->rq->principal_len != 0 ? c->rq->principal : NULL;
-	e.principal_len = c->rq->principal_len;
+	e.principal = c->rq->auth.principal_len != 0 ? c->rq->auth.principal : NULL;
+	e.principal_len = c->rq->auth.principal_len;
 	if (c->rq->kind != NULL && c->rq->kind->log != NULL)
 		c->rq->kind->log(c, &e);
 	if (rt->access.fd < 0) {
@@ -461,14 +461,14 @@ proxy_vars(struct client *c, unsigned uses, struct rewrite_vars *vars,
 	}
 	if (PROXY_USES(uses, TIME_ISO8601))
 		vars->now = (long long)time(NULL);
-	if (c->rq->claims != NULL) {
+	if (c->rq->auth.claims != NULL) {
 		vars->jwt_cb = request_jwt_var;
-		vars->jwt_arg = c->rq->claims;
+		vars->jwt_arg = c->rq->auth.claims;
 	}
-	vars->api_key.p = c->rq->api_key != NULL ? c->rq->api_key : "";
+	vars->api_key.p = c->rq->auth.api_key != NULL ? c->rq->auth.api_key : "";
 	vars->api_key.len = strlen(vars->api_key.p);
-	vars->client_addr.p = c->rq->client_addr_len != 0 ? c->rq->client_addr : c->addr;
-	vars->client_addr.len = c->rq->client_addr_len != 0 ? c->rq->client_addr_len :
+	vars->client_addr.p = c->rq->auth.client_addr_len != 0 ? c->rq->auth.client_addr : c->addr;
+	vars->client_addr.len = c->rq->auth.client_addr_len != 0 ? c->rq->auth.client_addr_len :
 	    strlen(c->addr);
 	body_tls_vars(uses, c->down->transport(c), vars, tls_text);
 	route_scan_vars(&c->rq->scan, vars);
@@ -677,8 +677,8 @@ request_run_phases(struct client *c, struct http_request *req, size_t head_len, 
 		case PHASE_ANSWERED:
 			return;
 		case PHASE_WAIT:
-			c->rq->phase_at = i;
-			c->rq->phase_head_len = head_len;
+			c->rq->ph.at = i;
+			c->rq->ph.head_len = head_len;
 			return;
 		}
 	}
@@ -728,9 +728,9 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 		struct http_str ca;
 
 		request_client_addr(c, req, &ca);
-		c->rq->client_addr_len = ca.len < sizeof(c->rq->client_addr) ? ca.len :
-		    sizeof(c->rq->client_addr);
-		memcpy(c->rq->client_addr, ca.p, c->rq->client_addr_len);
+		c->rq->auth.client_addr_len = ca.len < sizeof(c->rq->auth.client_addr) ? ca.len :
+		    sizeof(c->rq->auth.client_addr);
+		memcpy(c->rq->auth.client_addr, ca.p, c->rq->auth.client_addr_len);
 	}
 	request_run_phases(c, req, (size_t)r, 0);
 }
@@ -739,11 +739,11 @@ void
 request_phase_resume(struct client *c)
 {
 	struct http_request *req = &c->w->req;
-	size_t hl = c->rq->phase_head_len;
+	size_t hl = c->rq->ph.head_len;
 
 	http_parse_request((const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)hl), hl, req);
 	/* What the phases before took out of the head stays out. */
-	if (c->rq->auth_strip != NULL)
+	if (c->rq->auth.strip != NULL)
 		phase_auth_strip(c, req);
-	request_run_phases(c, req, hl, c->rq->phase_at);
+	request_run_phases(c, req, hl, c->rq->ph.at);
 }

@@ -99,9 +99,7 @@ struct request {
 	char referer[128];
 	char answer_headers[CORS_ORIGIN_MAX + 384];  /* header lines the request's phases add
 	                                             * to its answer, whatever answers it */
-	char principal[128];            /* who the auth phase admitted: $jwt.sub or $api_key */
 	struct event *phase_timer;      /* a waiting phase's, made on first use */
-	char client_addr[64];           /* $client_addr (client_addr_len bytes) */
 	char *auth_buf;                 /* a Cookie value or query without the credential */
 	size_t auth_buf_cap;
 
@@ -112,24 +110,32 @@ struct request {
 	struct upstream_pool *upool;
 	size_t hash_key_len;
 	size_t answer_headers_len;
-	size_t principal_len;
-	size_t client_addr_len;
-	struct jwt_claims *claims;      /* the verified token's claims (auth phase), or NULL */
-	const char *api_key;            /* the API key's NAME (auth phase), or NULL */
-	unsigned phase_at;              /* the phase that waits (PHASE_WAIT) */
-	size_t phase_head_len;          /* and the head's length, parsed again on resuming */
-	unsigned auth_next;             /* the policy the auth phase goes on with */
-	const char *auth_strip;         /* the header, cookie or query parameter the credential
-	                                 * came in, kept from the upstream, or NULL */
-	int auth_strip_where;           /* an enum auth_token_where */
-	int auth_worst;                 /* an enum auth_outcome: the worst one so far */
-	unsigned auth_gen;              /* the key set generation a waiting token saw */
-	struct timespec auth_wait;      /* when it began to wait */
-	unsigned auth_resumed : 1;      /* the auth phase waited once already */
-	unsigned rl_decided : 1;        /* Redis decided (or failed to): rl_status, rl_ans */
-	int rl_status;                  /* an enum resp_status */
-	struct ratelimit_answer rl_ans;
-	struct ratelimit_wait *rl_wait; /* a shared limit's decision asked for, or NULL */
+	struct request_phase_wait {     /* a phase that waits (PHASE_WAIT) */
+		unsigned at;            /* which one */
+		size_t head_len;        /* and the head's length, parsed again on resuming */
+	} ph;
+	struct request_auth {           /* what the auth phase found out */
+		char principal[128];    /* who it admitted: $jwt.sub or $api_key */
+		size_t principal_len;
+		char client_addr[64];   /* $client_addr (client_addr_len bytes) */
+		size_t client_addr_len;
+		struct jwt_claims *claims;  /* the verified token's claims, or NULL */
+		const char *api_key;    /* the API key's NAME, or NULL */
+		unsigned next;          /* the policy it goes on with */
+		const char *strip;      /* the header, cookie or query parameter the credential
+		                         * came in, kept from the upstream, or NULL */
+		int strip_where;        /* an enum auth_token_where */
+		int worst;              /* an enum auth_outcome: the worst one so far */
+		unsigned gen;           /* the key set generation a waiting token saw */
+		struct timespec wait;   /* when it began to wait */
+		unsigned resumed : 1;   /* it waited once already */
+	} auth;
+	struct request_ratelimit {      /* a shared limit's decision */
+		unsigned decided : 1;   /* Redis decided (or failed to): status, ans */
+		int status;             /* an enum resp_status */
+		struct ratelimit_answer ans;
+		struct ratelimit_wait *wait;    /* asked for, or NULL */
+	} rl;
 	unsigned head_request : 1;
 	unsigned head_as_get : 1;       /* HEAD sent upstream as GET: answered as GET, bodiless */
 	unsigned accept_gzip : 1;       /* compress: gzip route and a client that accepts gzip */
