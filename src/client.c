@@ -812,13 +812,23 @@ proxy_drain_idle(struct worker *w)
 	for (c = LIST_FIRST(&w->clients); c != NULL; c = next) {
 		next = LIST_NEXT(c, entry);
 		if (c->h2 != NULL) {
-			h2_drain(c->h2);
+			h2_drain(c->h2, CLIENT_CLOSE_SHUTDOWN);
 			continue;
 		}
 		if (c->state == CLIENT_IDLE &&
 		    evbuffer_get_length(c->conn.in) == 0)
 			client_free(c, CLIENT_CLOSE_SHUTDOWN);
 	}
+}
+
+void
+proxy_reloaded(struct worker *w)
+{
+	struct client *c;
+
+	LIST_FOREACH(c, &w->clients, entry)
+		if (c->h2 != NULL)
+			h2_drain(c->h2, CLIENT_CLOSE_RELOAD);
 }
 
 void

@@ -15,6 +15,7 @@
 	X(UNREAD_BODY,       "unread_body",       "answered before its request body was read") \
 	X(UPSTREAM_ERROR,    "upstream_error",    "the answer was cut short by its upstream") \
 	X(SHUTDOWN,          "shutdown",          "the gateway is stopping") \
+	X(RELOAD,            "reload",            "a new configuration: HTTP/2 clients told to go (GOAWAY)") \
 	X(OUT_OF_MEMORY,     "out_of_memory",     "no memory for the request") \
 	X(TUNNEL_ENDED,      "tunnel_ended",      "a tunnel over it ended (jsongate_tunnels_total says how)")
 

@@ -66,6 +66,7 @@ struct h2_session {
 	struct event *tick;             /* once a second: answers stuck at a shut window */
 	size_t nstreams;
 	enum client_close close_why;    /* the connection is to close, from the loop */
+	enum client_close drain_why;    /* why it was told to go (GOAWAY) */
 	unsigned sending : 1;
 	unsigned send_again : 1;
 	unsigned in_recv : 1;           /* inside nghttp2's recv: frames go out after it */
@@ -864,7 +865,7 @@ h2_send(struct h2_session *s)
 		conn_notify_drained(conn, 1, H2_OUT_LOW);
 	if ((!nghttp2_session_want_read(s->ng) && !nghttp2_session_want_write(s->ng)) ||
 	    (s->draining && s->nstreams == 0 && !nghttp2_session_want_write(s->ng)))
-		h2_close(s, s->draining ? CLIENT_CLOSE_SHUTDOWN : CLIENT_CLOSE_CLIENT_CLOSED);
+		h2_close(s, s->draining ? s->drain_why : CLIENT_CLOSE_CLIENT_CLOSED);
 }
 
 /* An answer that could not move for timeouts.client_body (its client opens no window) ends
@@ -1035,11 +1036,13 @@ fail:
 }
 
 void
-h2_drain(struct h2_session *s)
+h2_drain(struct h2_session *s, enum client_close why)
 {
 	if (s->draining)
 		return;
 	s->draining = 1;
+	s->drain_why = why;
+	client_idle(s->c, 0);   /* it ends with its streams, not at the keep-alive timeout */
 	/* Streams up to the last one taken finish; later ones are refused. */
 	nghttp2_submit_goaway(s->ng, NGHTTP2_FLAG_NONE,
 	    nghttp2_session_get_last_proc_stream_id(s->ng), NGHTTP2_NO_ERROR, NULL, 0);

@@ -19,9 +19,9 @@ int h2_preface(struct evbuffer *in);
 int h2_start(struct client *c);
 /* An event (CONN_*) of the connection: CLIENT_CLOSE_NONE, or why it is to close now. */
 enum client_close h2_conn_event(struct h2_session *s, int what);
-/* Stopping: GOAWAY with the last stream taken; the streams in flight finish, then the
- * connection closes. */
-void h2_drain(struct h2_session *s);
+/* Stopping, or a new configuration (why): GOAWAY with the last stream taken; the streams in
+ * flight finish, then the connection closes. */
+void h2_drain(struct h2_session *s, enum client_close why);
 /* The connection closes: every stream's request is cut short and freed, then the session. */
 void h2_free(struct h2_session *s);
 /* The worker thread ends: the streams it kept for reuse go. */

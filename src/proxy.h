@@ -15,6 +15,10 @@ int proxy_accept(struct worker *w, int fd, struct sockaddr *sa, int salen,
     struct tls_server *tls, int http2);
 /* Drain: close idle keep-alive clients now, let busy ones finish and close. */
 void proxy_drain_idle(struct worker *w);
+/* A new configuration: HTTP/2 connections get GOAWAY (their streams in flight finish), so
+ * that their clients' next requests come on new connections under it; HTTP/1.1 ones take
+ * their next request under it anyway. */
+void proxy_reloaded(struct worker *w);
 /* Close every client connection at once (the grace period ran out). */
 void proxy_close_all(struct worker *w);
 /* The worker thread is ending: the route kinds free what they kept for its next requests. */

@@ -275,6 +275,7 @@ worker_use_runtime(struct worker *w, struct runtime *rt)
 	if (old != NULL) {
 		/* Stop accepting on the old sockets now; requests on it finish on their own. */
 		worker_runtime_detach_listeners(old);
+		proxy_reloaded(w);
 		upstream_pools_close_idle(old);
 		worker_runtime_unref(old);
 	}

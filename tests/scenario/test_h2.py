@@ -461,6 +461,35 @@ def sigterm_goaway(env):
 
 
 @T.case
+def sighup_goaway(env):
+    """A reload tells HTTP/2 clients to go: GOAWAY, the stream in flight finishes on the old
+    configuration, the next connection gets the new one."""
+    up = env.scripted(default=answer(lambda req: http_response(200, b'{"slow":1}'), delay=1))
+    gw = h2_daemon(env, h2_conf(up.address))
+    p = subprocess.Popen(['nghttp', '-v', 'http://127.0.0.1:%d/slow' % gw.port],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env.check('the request reached the upstream', wait_until(lambda: up.requests, 5))
+    conf = h2_conf(up.address, routes=[{'name': 'new', 'upstream': 'app',
+                                        'response_headers': {'set': {'X-Conf': 'new'}}}])
+    conf['listeners'] = [{'listen': '127.0.0.1:%d' % gw.port, 'http2': True}]
+    gw.write_config(conf)
+    gw.signal(signal.SIGHUP)
+    out = p.communicate(timeout=20)[0].decode('utf-8', 'replace')
+    g = re.search(r'recv GOAWAY frame .*\n.*last_stream_id=(\d+), error_code=NO_ERROR', out)
+    a = re.search(r'recv \(stream_id=(\d+)\) :status: 200', out)
+    env.check('GOAWAY with NO_ERROR naming the stream in flight', g and a and
+              g.group(1) == a.group(1) and g.start() < a.start(), out[-1500:])
+    env.check('which finishes on the old configuration', '{"slow":1}' in out and
+              'x-conf' not in out, out[-1500:])
+    env.check('the reload is done', gw.wait_log('configuration reloaded|reloaded'), gw.log())
+    r = env.run(['curl', '-sS', '--http2-prior-knowledge', '-D', '-', '-o', '/dev/null',
+                 'http://127.0.0.1:%d/next' % gw.port], timeout=30)
+    env.check('a new connection gets the new configuration',
+              b'x-conf: new' in r.stdout.lower(), r.stdout)
+    env.check('the daemon serves on', gw.alive())
+
+
+@T.case
 def metrics(env):
     up = env.scripted(default=answer(lambda req: http_response(200, b'{}'), delay=0.3))
     admin = free_port()
