@@ -495,6 +495,7 @@ cache_worker_main(void *arg)
 			jwt_cache_put(w->cache, &k, w->claims, NOW);
 		}
 	}
+	jwt_cache_thread_end();         /* the digest context the thread kept */
 	return NULL;
 }
 
