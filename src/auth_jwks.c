@@ -519,6 +519,7 @@ static void
 auth_jwks_begin(struct auth_jwks *j, struct event_base *base, uint64_t refresh_ms)
 {
 	struct config_upstream_tls tc;
+	int wake_fd;
 
 	if (j->base != NULL) {
 		if (refresh_ms < j->refresh_ms)
@@ -529,11 +530,12 @@ auth_jwks_begin(struct auth_jwks *j, struct event_base *base, uint64_t refresh_m
 	tc.verify = 1;
 	tc.ca = j->ca;
 	j->refresh_ms = refresh_ms;
+	wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	atomic_store(&j->wake_fd, wake_fd);
 	if ((j->tls = tls_client_new(&tc, auth_jwks_tls_error, j)) == NULL ||
-	    (j->timers = timers_new(base)) == NULL ||
-	    (j->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+	    (j->timers = timers_new(base)) == NULL || wake_fd < 0 ||
 	    (j->timer = evtimer_new(base, auth_jwks_timer_cb, j)) == NULL ||
-	    (j->wake_ev = event_new(base, j->wake_fd, EV_READ | EV_PERSIST, auth_jwks_wake_cb,
+	    (j->wake_ev = event_new(base, wake_fd, EV_READ | EV_PERSIST, auth_jwks_wake_cb,
 	    j)) == NULL || event_add(j->wake_ev, NULL) < 0) {
 		log_warnx("auth: key set %s: cannot start fetching it", j->url);
 		return;
