@@ -651,6 +651,7 @@ config_route_free(struct config_route *route)
 	rewrite_program_free(route->request);
 	rewrite_program_free(route->response);
 	rewrite_program_free(route->error_response);
+	rewrite_program_free(route->events);
 	header_ops_free(route->request_headers);
 	header_ops_free(route->response_headers);
 }

@@ -309,6 +309,7 @@ struct config_route {
 	struct rewrite_program *response;  /* NULL when no response ops */
 	uint64_t response_on[CONFIG_STATUS_WORDS];  /* statuses `response` takes (2xx) */
 	struct rewrite_program *error_response;  /* ops for the other statuses, or NULL */
+	struct rewrite_program *events;    /* ops per event of SSE and NDJSON answers, or NULL */
 	struct header_ops *request_headers;     /* NULL when none */
 	struct header_ops *response_headers;    /* NULL when none */
 	struct route_timeouts {         /* ms; the global timeouts unless the route sets them */
@@ -364,6 +365,8 @@ struct config {
 		size_t max_request_body;    /* default 0: no limit; any request body, streamed
 		                             * or not: over it 413 */
 		unsigned max_backends;  /* default 16 */
+		size_t max_event;       /* default 1m: largest SSE event or NDJSON line the
+		                         * events: ops take */
 	} limits;
 
 	struct {                        /* all in milliseconds */

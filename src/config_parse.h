@@ -252,6 +252,7 @@ void config_parse_request_ops(struct config_parse *ctx, const yaml_node_t *node,
 void config_parse_response_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_response_on(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_error_response_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_events_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_header_set(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_header_add(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_header_remove(struct config_parse *ctx, const yaml_node_t *node, void *obj);

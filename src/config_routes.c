@@ -773,6 +773,13 @@ config_parse_error_response_ops(struct config_parse *ctx, const yaml_node_t *nod
 	config_parse_ops(ctx, node, REWRITE_RESPONSE, &((struct config_route *)obj)->error_response);
 }
 
+/* events: the same op list as response, applied to each event of a streamed answer. */
+void
+config_parse_events_ops(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	config_parse_ops(ctx, node, REWRITE_RESPONSE, &((struct config_route *)obj)->events);
+}
+
 /* The header ops being parsed, for the fields of config_header_ops_section. */
 struct config_headers {
 	struct header_ops **ops;
@@ -922,7 +929,7 @@ static void
 config_check_jsonrpc(struct config_parse *ctx, const yaml_node_t *item)
 {
 	static const char *const conflicting[] = { "upstream", "backends", "request", "response",
-	    "response_on", "error_response", NULL };
+	    "response_on", "error_response", "events", NULL };
 	const yaml_node_t *at;
 	size_t i, saved;
 

@@ -74,6 +74,10 @@ static const struct config_field config_limits_fields[] = {
 	    "most backends one aggregated route may have"),
 	F_SIZE("max_request_body", struct config, limits.max_request_body, "0", 0,
 	    "largest request body, streamed or buffered; larger requests get 413; 0: no limit"),
+	{ "max_event", CONFIG_SIZE, offsetof(struct config, limits.max_event), "1m", 64,
+	    (size_t)1 << 30, NULL, NULL, NULL, 0,
+	    "largest SSE event or NDJSON line the events: ops take; larger ones pass untouched",
+	    NULL },
 };
 static const struct config_section config_limits_section = CONFIG_SECTION_OF(config_limits_fields);
 
@@ -349,6 +353,8 @@ static const struct config_field config_route_fields[] = {
 	    "pass untouched"),
 	F_CUSTOM("error_response", config_parse_error_response_ops, "list", NULL, 0,
 	    "ops on JSON response bodies whose status is not in response_on"),
+	F_CUSTOM("events", config_parse_events_ops, "list", NULL, 0,
+	    "ops on each event of text/event-stream and NDJSON answers"),
 	F_SECTION("timeouts", config_route_timeouts_section,
 	    "upstream timeouts of the route instead of the global ones"),
 	F_SECTION("limits", config_route_limits_section,

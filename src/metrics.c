@@ -37,6 +37,7 @@ struct metrics_route {
 	uint64_t buckets[NBUCKETS];     /* not cumulative */
 	uint64_t duration_us;
 	uint64_t envelope[2][METRICS_ENVELOPE__COUNT][METRICS_REASON__COUNT];    /* direction, result, reason */
+	uint64_t events[METRICS_EVENTS__COUNT];  /* events of streamed answers, by result */
 	uint64_t batch_buckets[NBATCH]; /* JSON-RPC batch sizes, not cumulative */
 	uint64_t batch_sum;
 };
@@ -631,6 +632,17 @@ metrics_envelope(struct worker *w, const struct config_route *route,
 }
 
 void
+metrics_events(struct worker *w, const struct config_route *route,
+    enum metrics_events_result result, uint64_t n)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	struct metrics_route *mr;
+
+	if (n != 0 && mw != NULL && (mr = metrics_route_of(mw, route)) != NULL)
+		COUNT(&mr->events[result % METRICS_EVENTS__COUNT], n);
+}
+
+void
 metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied)
 {
 	struct metrics_worker *mw = metrics_of(w);
@@ -932,6 +944,30 @@ metrics_write_requests(struct evbuffer *out)
 				}
 }
 
+/* Events of streamed answers: only the routes that had some. */
+static void
+metrics_write_events(struct evbuffer *out)
+{
+	static const char *const results[] = {
+#define X(id, name) name,
+		METRICS_EVENTS_RESULTS(X)
+#undef X
+	};
+	uint64_t n;
+	unsigned r, k;
+
+	metrics_head(out, METRIC_EVENTS);
+	for (r = 0; r < nroutes; r++)
+		for (k = 0; k < METRICS_EVENTS__COUNT; k++) {
+			if ((n = sum_route(r, ROUTE_OFF(events[k]))) == 0)
+				continue;
+			evbuffer_add_printf(out, "%s{route=\"", metric_names[METRIC_EVENTS]);
+			metrics_label(out, route_names[r]);
+			evbuffer_add_printf(out, "\",result=\"%s\"} %llu\n", results[k],
+			    (unsigned long long)n);
+		}
+}
+
 static void
 metrics_write_upstreams(struct evbuffer *out)
 {
@@ -1152,6 +1188,7 @@ metrics_write(struct evbuffer *out)
 		active += READ(&workers[i].clients_active);
 	}
 	metrics_write_requests(out);
+	metrics_write_events(out);
 	metrics_write_upstreams(out);
 	metrics_write_upstream_health(out);
 	metrics_head(out, METRIC_BYTES_SPLICED);

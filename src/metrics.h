@@ -61,6 +61,9 @@ struct worker;
 	X(ENVELOPE, "jsongate_envelope_total", "counter", \
 	    "Bodies on routes with envelope ops, by route, direction, result and (unless applied) " \
 	    "reason.", "route,direction,result,reason") \
+	X(EVENTS, "jsongate_events_total", "counter", \
+	    "Events of SSE and NDJSON answers on routes with events: ops, by route and result.", \
+	    "route,result") \
 	X(BYTES_SPLICED, "jsongate_bytes_spliced_total", "counter", \
 	    "Bytes of bodies rewritten by envelope ops that are the received body's, passed on " \
 	    "unchanged (after inflating).", "") \
@@ -214,6 +217,21 @@ enum metrics_envelope_reason {
 	METRICS_REASON__COUNT
 };
 
+/* What became of an event of a streamed answer given to events: ops (each counted once). */
+#define METRICS_EVENTS_RESULTS(X) \
+	X(REWRITTEN, "rewritten")       /* the ops changed it */ \
+	X(PASSED, "passed")             /* it went on as it came: not a JSON object, or the \
+	                                 * ops changed nothing */ \
+	X(OVER_LIMIT, "over_limit")     /* larger than limits.max_event: passed, never held */ \
+	X(FAILED, "failed")             /* the ops could not apply: passed as it came */
+
+enum metrics_events_result {
+#define X(id, name) METRICS_EVENTS_##id,
+	METRICS_EVENTS_RESULTS(X)
+#undef X
+	METRICS_EVENTS__COUNT
+};
+
 /* Main thread, before the workers start: counters for n workers. */
 int metrics_init(unsigned nworkers);
 void metrics_free(void);
@@ -267,6 +285,9 @@ void metrics_client_active(struct worker *w, int delta);
 void metrics_envelope(struct worker *w, const struct config_route *route,
     enum metrics_direction direction, enum metrics_envelope_result result,
     enum metrics_envelope_reason reason);
+/* n more events of an answer on route ended with result. */
+void metrics_events(struct worker *w, const struct config_route *route,
+    enum metrics_events_result result, uint64_t n);
 /* Bytes of a rewritten body: the received body's (spliced) and the ops' own (copied). */
 void metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied);
 

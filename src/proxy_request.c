@@ -599,12 +599,13 @@ proxy_forward_request_body(struct client *c)
 	}
 }
 
-/* Response ops or response header ops read request headers ($header.NAME): the request head
- * is kept for them. */
+/* Response ops, events ops or response header ops read request headers ($header.NAME): the
+ * request head is kept for them. */
 static int
 proxy_response_needs_headers(const struct config_route *route)
 {
 	return body_needs_headers(route->response) || body_needs_headers(route->error_response) ||
+	    body_needs_headers(route->events) ||
 	    (route->response_headers != NULL &&
 	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
 }
@@ -697,8 +698,9 @@ proxy_body_in(struct client *c)
 	}
 }
 
-/* A route with an upstream: requests go to it, answers come back through the ops; an
- * upgrade answered 101 becomes a tunnel (tunnel.c), which its end lets go. */
+/* A route with an upstream: requests go to it, answers come back through the ops (an event
+ * stream through the events ops); an upgrade answered 101 becomes a tunnel (tunnel.c), which
+ * its end lets go. */
 const struct route_kind kind_proxy = {
-	proxy_takes, proxy_start, proxy_body_in, tunnel_free, tunnel_log, NULL
+	proxy_takes, proxy_start, proxy_body_in, proxy_end, tunnel_log, proxy_events_worker_end
 };

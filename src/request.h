@@ -73,6 +73,7 @@ enum body_mode { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
 enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_LINGER };
 
 struct h2_session;
+struct proxy_events;
 
 /* A request on a client connection, from its head to the end of its answer, and its tries
  * with upstream servers.  Requests come from a per-worker free list: a connection waiting
@@ -181,6 +182,8 @@ struct request {
 		unsigned refused : 1;   /* a well-formed answer the ops refused for the gateway's
 		                         * own reasons: no fault of its server */
 		const struct rewrite_program *prog;    /* the ops this answer's status calls for */
+		struct proxy_events *events;    /* an SSE or NDJSON body through the route's
+		                                 * events ops (proxy.c), or NULL */
 		struct body_block *block;   /* or: a Content-Length body read straight into a block */
 		size_t block_len;
 		enum body_mode mode;
@@ -565,6 +568,17 @@ void proxy_forward_response_body(struct client *c);
 /* The client read enough of the answer: its body goes on from the upstream. */
 void proxy_answer_drained(struct client *c);
 void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
+/* A route with events: 1 when the answer streams through them, -1 when it is an event stream
+ * that passes untouched (encoded), 0 when it is none. */
+int proxy_events_wanted(struct client *c, const struct http_response *resp);
+/* Answer with resp's head and stream its body through the events ops: 0, or -1 when answered. */
+int proxy_events_start(struct client *c, struct http_response *resp, size_t head_len);
+/* More of an event stream came (eof: the upstream closed an answer ended so). */
+void proxy_events_forward(struct client *c, int eof);
+/* A proxied request ends: its tunnel and its events go. */
+void proxy_end(struct client *c);
+/* The worker thread stops: the event parsers it kept go. */
+void proxy_events_worker_end(void);
 /* What the tries of a proxied request ask of it. */
 extern const struct tries_ops proxy_tries_ops;
 
