@@ -888,6 +888,12 @@ config_check_aggregated(struct config_parse *ctx, const yaml_node_t *item,
 		    "client's request", forwarding[i]);
 		config_where_pop(ctx, saved);
 	}
+	if (config_map_get(ctx, item, "events") != NULL) {
+		saved = config_where_key(ctx, "events");
+		config_error(ctx, config_map_get(ctx, item, "events"), "events cannot go with "
+		    "backends: an aggregated route answers with one merged JSON body");
+		config_where_pop(ctx, saved);
+	}
 	if (route->request_headers != NULL &&
 	    (route->request_headers->vars & (1u << REWRITE_VAR_JSON))) {
 		saved = config_where_key(ctx, "request_headers");

@@ -270,6 +270,36 @@ def ndjson_first_line_before_the_rest(env):
 
 
 @T.case
+def variables_for_the_whole_answer(env):
+    """$header.NAME and $route in events after other requests went through the worker."""
+    gate = threading.Event()
+    up = env.scripted([
+        pieces((head('text/event-stream', 'Transfer-Encoding: chunked\r\n'), 0),
+               (chunk(b'data: {"n":1}\n\n'), gate), (chunk(b'data: {"n":2}\n\n') + b'0\r\n\r\n', 0)),
+        answer(http_response(200, b'{"other":true}', headers=[('X-User', 'bob')]))])
+    gw = start(env, up, route('chat', '/', events='[ { set: { user: $header.x-user, route: $route '
+                                                  '} } ]'))
+    s = socket.create_connection(('127.0.0.1', gw.port), timeout=IO_TIMEOUT)
+    st = Stream.__new__(Stream)
+    st.sock, st.raw, st.head, st.body, st.done = s, b'', None, b'', False
+    s.sendall(b'GET /a HTTP/1.1\r\nHost: a\r\nX-User: al\\"ice\r\nX-Other: 1\r\n\r\n')
+    try:
+        first = b'data: {"n":1,"user":"al\\\\\\"ice","route":"chat"}\n\n'
+        env.check('the first event', st.read_until(lambda st: len(st.body) >= len(first)) and
+                  st.body == first, repr(st.body))
+        c = env.client(gw.port)
+        r = c.request('GET', '/b', [('Host', 'a'), ('X-User', 'bob'), ('X-Pad', 'x' * 300)])
+        env.eq('another request meanwhile', r.body, b'{"other":true}')
+        gate.set()
+        env.check('the answer ends', st.read_until(lambda st: st.done), repr(st.raw))
+        env.eq('both events, their variables the request\'s', st.body,
+               first + b'data: {"n":2,"user":"al\\\\\\"ice","route":"chat"}\n\n')
+    finally:
+        gate.set()
+        s.close()
+
+
+@T.case
 def over_max_event(env):
     big = b'data: {"system_fingerprint":"fp","text":"' + b'x' * 300 + b'"}\n\n'
     small = b'data: {"system_fingerprint":"fp"}\n\n'
@@ -338,6 +368,55 @@ def config_errors(env):
     env.eq('the error at FILE:LINE:COL of events', r.stderr.decode(),
            "%s:%d:%d: routes[0].events: unknown op 'nope' (expected unwrap, wrap, rename, drop, "
            "keep, set, status_from)\n" % (path, at + 1, lines[at].index('nope') + 1))
+
+    # An aggregated route answers with one merged body: no event stream to rewrite.
+    conf = to_yaml(upstream_config('127.0.0.1:1', routes=[])).replace('routes: []', '')
+    conf += '\nlisteners:\n  - listen: 127.0.0.1:1\nroutes:\n'
+    conf += ('  - name: agg\n    match: { path_prefix: / }\n    backends:\n'
+             '      a: { upstream: app, path: /a }\n    events: [ { drop: [ a ] } ]\n')
+    with open(path, 'w') as f:
+        f.write(conf)
+    r = env.run([JSONGATE, '-t', '-c', path])
+    lines = conf.splitlines()
+    at = [i for i, l in enumerate(lines) if l.startswith('    events:')][0]
+    env.eq('events with backends: -t exit status', r.returncode, 1)
+    env.eq('events with backends: the error at FILE:LINE:COL', r.stderr.decode(),
+           '%s:%d:13: routes[0].events: events cannot go with backends: an aggregated route '
+           'answers with one merged JSON body\n' % (path, at + 1))
+
+
+@T.case
+def sse_over_http2(env):
+    """curl --http2-prior-knowledge: the same bytes, the first event before the second."""
+    import select
+    gates = [threading.Event() for _ in SSE_IN]
+    parts = [(head('text/event-stream', 'Transfer-Encoding: chunked\r\n'), 0)]
+    parts += [(chunk(e), g) for e, g in zip(SSE_IN, gates)]
+    parts += [(b'0\r\n\r\n', 0)]
+    up = env.scripted([pieces(*parts)])
+    gw = start(env, up, route('chat', '/', events=OPS), h2=True)
+    p = subprocess.Popen(['curl', '-sSN', '--http2-prior-knowledge', '-H', 'X-Request-Id: ' + RID,
+                          'http://127.0.0.1:%d/v1/chat' % gw.port], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    out = b''
+    try:
+        deadline = time.monotonic() + IO_TIMEOUT
+        gates[0].set()
+        want = SSE_OUT[0] + SSE_OUT[1]
+        while len(out) < len(want) and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 0.1)[0]:
+                data = os.read(p.stdout.fileno(), 65536)
+                if not data:
+                    break
+                out += data
+        env.check('the first events reach the HTTP/2 client before the upstream sends the next',
+                  out == want and not gates[1].is_set(), repr(out))
+    finally:
+        for g in gates:
+            g.set()
+        rest, err = p.communicate(timeout=IO_TIMEOUT)
+    env.eq('curl exit status', (p.returncode, err), (0, b''))
+    env.eq('body over HTTP/2, exact bytes', out + rest, b''.join(SSE_OUT))
 
 
 T.run()
