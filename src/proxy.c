@@ -658,7 +658,7 @@ proxy_events_feed(struct client *c, struct proxy_events *pe, struct evbuffer *in
 
 	if (pe->headers)
 		proxy_kept_request_headers(c, &pe->vars);
-	while (n != 0 && evbuffer_peek(in, -1, NULL, &v, 1) == 1 && v.iov_len != 0) {
+	while (n != 0 && evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) >= 1 && v.iov_len != 0) {
 		k = v.iov_len < n ? v.iov_len : n;
 		if (stream_events_feed(pe->se, v.iov_base, k, proxy_events_write_cb, pe) != 0)
 			return -1;

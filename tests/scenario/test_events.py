@@ -300,6 +300,51 @@ def variables_for_the_whole_answer(env):
 
 
 @T.case
+def many_events_to_a_slow_reader(env):
+    """64 MB of events, chunked and with a Content-Length, to a client that reads only after
+    a pause: the upstream is held back (the daemon's peak RSS stays within idle + 32 MB) and
+    every byte comes out right, in order."""
+    import hashlib
+    n = 500000
+    events_in = b''.join(b'data: {"i":%d,"system_fingerprint":"fp","pad":"%s"}\n\n'
+                         % (i, b'p' * 60) for i in range(n))
+    events_out = b''.join(b'data: {"i":%d,"pad":"%s"' % (i, b'p' * 60) + SET + b'\n\n'
+                          for i in range(n))
+    want = (len(events_out), hashlib.sha256(events_out).hexdigest())
+    up = env.scripted([
+        answer(head('text/event-stream', 'Content-Length: %d\r\n' % len(events_in)) + events_in),
+        answer(head('text/event-stream', 'Transfer-Encoding: chunked\r\n') +
+               b''.join(chunk(events_in[i:i + 70001]) for i in range(0, len(events_in), 70001)) +
+               b'0\r\n\r\n')])
+    gw = start(env, up, route('chat', '/', events=OPS), admin=True)
+    idle = gw.rss()['VmRSS']
+    for what in ('length', 'chunked'):
+        # HTTP/1.0: the body comes until the close, as it is.
+        sock = socket.create_connection(('127.0.0.1', gw.port), timeout=IO_TIMEOUT)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.sendall(('GET /%s HTTP/1.0\r\nX-Request-Id: %s\r\n\r\n' % (what, RID)).encode())
+        time.sleep(1.0)     # the client does not read meanwhile
+        got = bytearray()
+        try:
+            while True:
+                data = sock.recv(1 << 20)
+                if not data:
+                    break
+                got += data
+        finally:
+            sock.close()
+        body = bytes(got[got.find(b'\r\n\r\n') + 4:])
+        env.eq('%s: every event, exact bytes' % what,
+               (len(body), hashlib.sha256(body).hexdigest()), want)
+    peak = gw.rss()['VmHWM']
+    env.check('peak RSS within idle + 32 MB', peak - idle < 32 * 1024,
+              'idle %d kB, peak %d kB' % (idle, peak))
+    env.eq('metrics', scrape(gw, 'jsongate_events_total'), [
+        'jsongate_events_total{route="chat",result="rewritten"} %d' % (2 * n),
+    ])
+
+
+@T.case
 def over_max_event(env):
     big = b'data: {"system_fingerprint":"fp","text":"' + b'x' * 300 + b'"}\n\n'
     small = b'data: {"system_fingerprint":"fp"}\n\n'
