@@ -243,6 +243,7 @@ route_scan_reads_values(const struct config *cfg, const struct config_route *rou
 	return rewrite_program_uses(route->request, REWRITE_VAR_JSON) ||
 	    rewrite_program_uses(route->response, REWRITE_VAR_JSON) ||
 	    rewrite_program_uses(route->error_response, REWRITE_VAR_JSON) ||
+	    rewrite_program_uses(route->events, REWRITE_VAR_JSON) ||
 	    route_scan_header_ops_read(route->request_headers) ||
 	    route_scan_header_ops_read(route->response_headers) ||
 	    route_scan_hash_key(route) != NULL || cfg->njson_fields != 0;
@@ -335,6 +336,7 @@ route_scan_capture(struct route_scan *rs, const struct config *cfg,
 	rewrite_program_names(route->response, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	rewrite_program_names(route->error_response, REWRITE_VAR_JSON, route_scan_capture_cb,
 	    &cap);
+	rewrite_program_names(route->events, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	header_ops_names(route->request_headers, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	header_ops_names(route->response_headers, REWRITE_VAR_JSON, route_scan_capture_cb, &cap);
 	if (key != NULL)

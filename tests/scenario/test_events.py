@@ -345,6 +345,22 @@ def many_events_to_a_slow_reader(env):
 
 
 @T.case
+def json_variable_of_the_request(env):
+    """$json.PATH in events: a field of the request body, in every event."""
+    body = b'data: {"n":1}\n\ndata: {"n":2}\n\n'
+    up = env.scripted([answer(head('text/event-stream', 'Content-Length: %d\r\n' % len(body)) +
+                              body)])
+    gw = start(env, up, route('chat', '/', events='[ { set: { model: $json.model } } ]'))
+    c = env.client(gw.port)
+    r = c.request('POST', '/v1', [('Host', 'a'), ('Content-Type', 'application/json')],
+                  b'{"model":"gpt-\\u00e9","stream":true}')
+    env.eq('events', r.body, b'data: {"n":1,"model":"gpt-\xc3\xa9"}\n\ndata: {"n":2,"model":'
+           b'"gpt-\xc3\xa9"}\n\n')
+    env.eq('the request body upstream, as sent', up.requests[0].body,
+           b'{"model":"gpt-\\u00e9","stream":true}')
+
+
+@T.case
 def over_max_event(env):
     big = b'data: {"system_fingerprint":"fp","text":"' + b'x' * 300 + b'"}\n\n'
     small = b'data: {"system_fingerprint":"fp"}\n\n'
