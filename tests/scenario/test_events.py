@@ -59,6 +59,9 @@ NDJSON_OUT = [
     b'not json\n',
     b'{"level":"info","msg":"c \\u2028","tag":"kept"' + SET,
 ]
+# RFC 7464 records: RS, a JSON text, LF.
+SEQ_IN = b'\x1e{"level":"info","system_fingerprint":"x"}\n\x1e{"n":[1, 2]}\n'
+SEQ_OUT = (b'\x1e{"level":"info","tag":"kept"' + SET + b'\n\x1e{"n":[1, 2]' + SET + b'\n')
 NDJSON_OPS = ('[ { drop: [ system_fingerprint ] }, { set: { tag: kept }, when: { field: level, '
               'equals: info } }, { set: { gateway: jsongate, request_id: $request_id } } ]')
 
@@ -238,13 +241,16 @@ def ndjson_lines(env):
                b''.join(chunk(body[i:i + 13]) for i in range(0, len(body), 13)) + b'0\r\n\r\n'),
         slowly(head('application/jsonl', 'Content-Length: %d\r\n' % len(body)) + body, piece=50,
                delay=0.01),
+        slowly(head('application/json-seq', 'Connection: close\r\n') + SEQ_IN, piece=7,
+               delay=0.01, close=True),
     ])
     gw = start(env, up, route('logs', '/', events=NDJSON_OPS), admin=True)
     one_stream(env, gw, '/x-ndjson', b''.join(NDJSON_OUT))
     one_stream(env, gw, '/jsonl', b''.join(NDJSON_OUT))
+    one_stream(env, gw, '/json-seq', SEQ_OUT)
     env.eq('metrics', scrape(gw, 'jsongate_events_total'), [
         'jsongate_events_total{route="logs",result="passed"} 4',
-        'jsongate_events_total{route="logs",result="rewritten"} 6',
+        'jsongate_events_total{route="logs",result="rewritten"} 8',
     ])
 
 
