@@ -367,6 +367,29 @@ def json_variable_of_the_request(env):
 
 
 @T.case
+def ops_that_cannot_apply_and_status(env):
+    """An event the ops cannot take passes as it came (failed); when: status reads the
+    upstream's status, which the answer keeps."""
+    body = b'data: {"data":{"x":1}}\n\ndata: {"other":1}\n\n'
+    up = env.scripted([
+        answer(head('text/event-stream', 'Content-Length: %d\r\n' % len(body)) + body),
+        answer(head('text/event-stream', 'Content-Length: %d\r\n' % len(body))
+               .replace(b'200 OK', b'503 Service Unavailable') + body),
+    ])
+    gw = start(env, up, route('chat', '/', events='[ { unwrap: data }, { set: { down: true }, '
+                                                  'when: { status: 5xx } } ]'), admin=True)
+    one_stream(env, gw, '/ok', b'data: {"x":1}\n\ndata: {"other":1}\n\n')
+    c = env.client(gw.port)
+    r = c.request('GET', '/down', [('Host', 'a')])
+    env.eq('503: status and events', (r.status, r.body),
+           (503, b'data: {"x":1,"down":true}\n\ndata: {"other":1}\n\n'))
+    env.eq('metrics', scrape(gw, 'jsongate_events_total'), [
+        'jsongate_events_total{route="chat",result="failed"} 2',
+        'jsongate_events_total{route="chat",result="rewritten"} 2',
+    ])
+
+
+@T.case
 def over_max_event(env):
     big = b'data: {"system_fingerprint":"fp","text":"' + b'x' * 300 + b'"}\n\n'
     small = b'data: {"system_fingerprint":"fp"}\n\n'
