@@ -87,8 +87,10 @@ IDLE_MAX_CONNECTIONS=$((IDLE_CLIENTS * 2 > 20000 ? IDLE_CLIENTS * 2 : 20000))
 # Proxy variants, one per line: name, kind, config template (in bench/conf/), and how wrk
 # talks to it: http (the default), tls (https, keep-alive), tls-close (https, a new
 # connection and handshake per request), rpc (POST of one JSON-RPC call of the size to
-# /rpc-SIZE.json, answered with a SIZE answer) or rpc-batch (POST of a batch of 100 calls of
-# the size each, their methods going to three upstreams, to /rpcb-SIZE.json; see rpc.py).
+# /rpc-SIZE.json, answered with a SIZE answer), rpc-batch (POST of a batch of 100 calls of
+# the size each, their methods going to three upstreams, to /rpcb-SIZE.json; see rpc.py),
+# h2c and h2 (HTTP/2 by prior knowledge or over TLS, driven by h2load) or auth (http with the
+# bearer token of conf/jsongate-auth.headers on every request).
 # Two optional fields say what the correctness check before each run expects: what the proxy
 # does to the body (pass, the default: nothing; unwrap; reshape; see client.py) and how it is
 # compared (bytes, the default: exactly; json: the same JSON value, for proxies that decode
@@ -126,6 +128,7 @@ VARIANTS=(
 	"haproxy-h2c         haproxy   haproxy-proxy-h2c.cfg.in h2c"
 	"nginx-h2            nginx     nginx-proxy-h2.conf.in   h2"
 	"jsongate-h2         jsongate  jsongate-h2.yaml.in      h2"
+	"jsongate-auth       jsongate  jsongate-auth.yaml.in    auth"
 	"haproxy-h2          haproxy   haproxy-proxy-h2.cfg.in  h2"
 )
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
@@ -155,6 +158,7 @@ RATIOS=(
 	"jsongate-h2c/haproxy-h2c"
 	"jsongate-h2/nginx-h2"
 	"jsongate-h2/haproxy-h2"
+	"jsongate-auth/jsongate"
 )
 JSONGATE_BASE=${JSONGATE_BASE:-}
 # Every variant by default; the jsongate-base rows only when there is a second build to run.
@@ -173,7 +177,7 @@ render() {
 		-e "s|@UPSTREAM_PORT2@|$UPSTREAM_PORT2|g" -e "s|@UPSTREAM_PORT3@|$UPSTREAM_PORT3|g" \
 		-e "s|@MAX_CONNECTIONS@|$maxconn|g" -e "s|@NOFILE@|$((maxconn + 1024))|g" \
 		-e "s|@CERT@|$RUNDIR/tls.crt|g" -e "s|@KEY@|$RUNDIR/tls.key|g" \
-		-e "s|@CERTKEY@|$RUNDIR/tls.pem|g" \
+		-e "s|@CERTKEY@|$RUNDIR/tls.pem|g" -e "s|@BENCH_DIR@|$BENCH_DIR|g" \
 		-e "s|@NGINX_MODULES@|$NGINX_MODULES|g" \
 		"$BENCH_DIR/conf/$template" >"$out"
 }
@@ -502,6 +506,7 @@ run_wrk() { # run_wrk SECONDS PORT SIZE OUTPUT [--latency]
 	shift 4
 	case $CLIENT_MODE in
 	h2c | h2) run_h2load "$secs" "$port" "$size" "$out" && return 0 ;;
+	auth) set -- "$@" -H "$(tr -d '\r\n' <"$BENCH_DIR/conf/jsongate-auth.headers")" ;;
 	tls) scheme=https ;;
 	tls-close) scheme=https && set -- "$@" -H "Connection: close" ;;
 	rpc) path=rpc-$size.json && set -- "$@" -s "$RUNDIR/wrk-rpc-$size.lua" ;;
@@ -523,6 +528,9 @@ verify_proxy() { # verify_proxy NAME SIZE
 		[ "$kind" = rpc ] || expected=$DATADIR/$kind-$2.expected
 		python3 "$BENCH_DIR/client.py" post "$PROXY_PORT" "/$kind-$2.json" \
 			"$DATADIR/$kind-call-$2.json" "$expected" "$(variant_field "$1" 5 bytes)"
+	elif [ "$CLIENT_MODE" = auth ]; then
+		curl -sS -H "$(tr -d '\r\n' <"$BENCH_DIR/conf/jsongate-auth.headers")" \
+			"http://127.0.0.1:$PROXY_PORT/$2.json" | cmp -s - "$DATADIR/$2.json"
 	elif [ "$CLIENT_MODE" = h2c ]; then
 		curl -sS --http2-prior-knowledge "http://127.0.0.1:$PROXY_PORT/$2.json" |
 			cmp -s - "$DATADIR/$2.json"
