@@ -11,6 +11,7 @@
  */
 #include "config.h"
 #include "aggregate.h"
+#include "jwt.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,6 +92,9 @@ struct aggregate {
 	char remote_addr[64];
 	const struct conn *client;      /* for the TLS variables of ops */
 	const struct path_vars *path;   /* and $path.NAME */
+	const struct jwt_claims *claims;    /* ${jwt.CLAIM}, or NULL */
+	const char *api_key;            /* ${api_key}, or NULL */
+	char claim[256];                /* a claim decoded for a template */
 	int tls;
 	struct envelope env;            /* reads the fields of answers for ${backend...} */
 	char *scratch;                  /* a decoded field */
@@ -649,12 +653,43 @@ agg_sets_header(const struct config_backend *cfg, const char *lower_name)
 	return 0;
 }
 
+/* ${jwt.CLAIM}: a string decoded, a number or a boolean as written; anything else, or a
+ * path longer than a claim's name can be, is no value. */
+static int
+agg_claim_cb(void *arg, const char *path, size_t len, struct http_str *value)
+{
+	struct aggregate *a = arg;
+	char name[128];
+	const char *p;
+	size_t n;
+	int r;
+
+	if (a->claims == NULL || len >= sizeof(name))
+		return -1;
+	memcpy(name, path, len);
+	name[len] = '\0';
+	switch (jwt_claim(a->claims, name, &p, &n)) {
+	case JWT_CLAIM_STRING:
+		if ((r = jwt_claim_str(a->claims, name, a->claim, sizeof(a->claim))) < 0)
+			return -1;
+		*value = (struct http_str){ a->claim, (size_t)r };
+		return 0;
+	case JWT_CLAIM_NUMBER:
+	case JWT_CLAIM_BOOL:
+		*value = (struct http_str){ p, n };
+		return 0;
+	default:
+		return -1;
+	}
+}
+
 /* The values of the backends' templates for the client's request req. */
 static struct template_values
 agg_values(struct aggregate *a, const struct http_request *req)
 {
 	struct template_values v = {
-		req, a->captures, a->request_id, a->remote_addr, agg_field_cb, a
+		req, a->captures, a->request_id, a->remote_addr, agg_field_cb, a, agg_claim_cb, a,
+		a->api_key
 	};
 
 	return v;
@@ -925,6 +960,8 @@ aggregate_start(struct worker_runtime *wr, const struct config_route *route,
 	a->refused = a->finishing = 0;
 	a->pending = a->nb;
 	a->tls = r->tls;
+	a->claims = r->claims;
+	a->api_key = r->api_key;
 	snprintf(a->request_id, sizeof(a->request_id), "%s", r->request_id);
 	snprintf(a->remote_addr, sizeof(a->remote_addr), "%s", r->remote_addr);
 	route_captures(route, r->req->path.p, r->req->path.len, a->captures);

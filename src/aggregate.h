@@ -22,6 +22,8 @@ struct worker;
 struct worker_runtime;
 
 /* What the aggregation needs of the client's request. */
+struct jwt_claims;
+
 struct aggregate_request {
 	const struct http_request *req; /* parsed; read during aggregate_start only */
 	const char *head;               /* its bytes, kept for backends that start later */
@@ -31,6 +33,9 @@ struct aggregate_request {
 	int tls;                        /* the client connection is TLS */
 	const struct conn *client;      /* for the TLS variables of ops; outlives the aggregate */
 	const struct path_vars *path;   /* $path.NAME of ops; outlives the aggregate */
+	const struct jwt_claims *claims;    /* ${jwt.CLAIM}: the verified token's, or NULL;
+	                                     * outlives the aggregate */
+	const char *api_key;            /* ${api_key}: the admitted key's NAME, or NULL */
 };
 
 /* How it ended: the answer to send, or the gateway error to answer with. */

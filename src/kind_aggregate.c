@@ -45,7 +45,7 @@ proxy_aggregate(struct client *c, struct http_request *req, size_t head_len)
 	struct aggregate_request ar = {
 		req, (const char *)evbuffer_pullup(client_input(c), (ev_ssize_t)head_len), head_len,
 		c->rq->request_id, c->addr, c->down->transport(c)->ssl != NULL,
-		c->down->transport(c), &c->rq->pathv
+		c->down->transport(c), &c->rq->pathv, c->rq->auth.claims, c->rq->auth.api_key
 	};
 
 	c->rq->accept_gzip = c->rq->route->compress == COMPRESS_GZIP &&

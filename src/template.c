@@ -12,7 +12,8 @@
 #include "route.h"
 
 #define TEMPLATE_VARS_HELP "expected ${path.NAME}, ${query.NAME}, ${header.NAME}, " \
-	"${backend.NAME.FIELD}, ${request_id} or ${remote_addr}; $$ for a literal $"
+	"${backend.NAME.FIELD}, ${request_id}, ${remote_addr}, ${jwt.CLAIM} or ${api_key}; " \
+	"$$ for a literal $"
 
 static void
 template_err(char *err, size_t cap, const char *fmt, ...)
@@ -101,6 +102,11 @@ template_var(struct template *t, const char *name, size_t len, int in_query,
 		var = TEMPLATE_REQUEST_ID;
 	} else if (len == 11 && memcmp(name, "remote_addr", 11) == 0) {
 		var = TEMPLATE_REMOTE_ADDR;
+	} else if (len == 7 && memcmp(name, "api_key", 7) == 0) {
+		var = TEMPLATE_API_KEY;
+	} else if (len > 4 && memcmp(name, "jwt.", 4) == 0) {
+		var = TEMPLATE_JWT;
+		off = 4;
 	} else if (len > 5 && memcmp(name, "path.", 5) == 0) {
 		var = TEMPLATE_PATH;
 		off = 5;
@@ -363,6 +369,15 @@ template_value(const struct template_piece *pc, const struct template_values *v,
 	case TEMPLATE_REQUEST_ID:
 		val->p = v->request_id;
 		val->len = strlen(v->request_id);
+		return 0;
+	case TEMPLATE_JWT:
+		if (v->claim == NULL ||
+		    v->claim(v->claim_arg, pc->text + pc->off, pc->len - pc->off, val) < 0)
+			*val = (struct http_str){ "", 0 };
+		return 0;
+	case TEMPLATE_API_KEY:
+		*val = (struct http_str){ v->api_key != NULL ? v->api_key : "",
+			v->api_key != NULL ? strlen(v->api_key) : 0 };
 		return 0;
 	default:
 		val->p = v->remote_addr;

@@ -7,6 +7,8 @@
  *   ${header.NAME}         the first request header NAME (empty when absent)
  *   ${backend.NAME.FIELD}  a field (dotted path) of the answer of a backend waited for
  *   ${request_id}, ${remote_addr}
+ *   ${jwt.CLAIM}           a claim (dotted path) of the token the auth phase verified
+ *   ${api_key}             the NAME of the API key the auth phase admitted
  *
  * $$ is a literal $.  In a request-target every value is percent-encoded (all but
  * A-Z a-z 0-9 - . _ ~; the slashes the client wrote in a {NAME...} capture stay in the path,
@@ -32,7 +34,9 @@ enum template_var {
 	TEMPLATE_HEADER,
 	TEMPLATE_BACKEND,
 	TEMPLATE_REQUEST_ID,
-	TEMPLATE_REMOTE_ADDR
+	TEMPLATE_REMOTE_ADDR,
+	TEMPLATE_JWT,
+	TEMPLATE_API_KEY
 };
 
 struct template_piece {
@@ -72,6 +76,11 @@ void template_free(struct template *t);
 typedef int (*template_backend_fn)(void *arg, unsigned backend, const char *field,
     size_t len, struct http_str *value, const char **why);
 
+/* What ${jwt.CLAIM} reads: 0 with the claim as text (a string decoded), or -1 when the
+ * request has no such claim (the value is then empty). */
+typedef int (*template_claim_fn)(void *arg, const char *path, size_t len,
+    struct http_str *value);
+
 /* A request's values. */
 struct template_values {
 	const struct http_request *req;
@@ -80,6 +89,9 @@ struct template_values {
 	const char *remote_addr;
 	template_backend_fn backend;
 	void *backend_arg;
+	template_claim_fn claim;        /* NULL: no token was verified */
+	void *claim_arg;
+	const char *api_key;            /* or NULL */
 };
 
 /* Why a template could not be rendered. */

@@ -417,6 +417,34 @@ def variables(env):
            [None, 'mobile-app', '127.0.0.1'])
 
 
+@T.case
+def variables_in_backend_templates(env):
+    """${jwt.CLAIM} and ${api_key} in an aggregated route's backend paths and headers."""
+    up = env.scripted(default=answer(lambda req: http_response(200, b'{"a":1}')))
+    path = jwks_file(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    kf = keys_file(env, [('mobile-app', 'k-1')])
+    policies = {'users': {'jwt': {'jwks_file': path}}, 'keys': {'keys': {'keys_file': kf}}}
+    conf = upstream_config(up.address, routes=[
+        {'name': 'bff', 'match': {'path': '/bff'}, 'auth': ['users', 'keys'],
+         'backends': {'me': {'upstream': 'app', 'path': '/u/${jwt.sub}?org=${jwt.org.id}',
+                             'headers': {'X-Key': '${api_key}', 'X-Tier': '${jwt.tier}'}}}}],
+        auth=policies)
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    t = jwt.encode({'sub': 'ann b', 'org': {'id': 42}, 'exp': int(time.time()) + 300},
+                   EC_KEY, algorithm='ES256', headers={'kid': 'ec1'})
+    r = get(c, '/bff', 'b-1', [('Authorization', 'Bearer ' + t)])
+    env.eq('answered', (r.status, r.body), (200, b'{"me":{"a":1}}'))
+    q = up.requests[-1]
+    env.eq('the backend request from the claims: percent-encoded, a number as written, a '
+           'missing claim empty', (q.target, q.header('X-Key'), q.header('X-Tier')),
+           ('/u/ann%20b?org=42', '', ''))
+    r = get(c, '/bff', 'b-2', [('X-API-Key', 'k-1')])
+    q = up.requests[-1]
+    env.eq('${api_key}: the key\'s name, no claims', (r.status, q.target, q.header('X-Key')),
+           (200, '/u/?org=', 'mobile-app'))
+
+
 # ------------------------------------------------------------------ a JWKS server over HTTPS
 
 def make_ca_and_cert(tmp):

@@ -77,6 +77,22 @@ field_cb(void *arg, unsigned backend, const char *field, size_t len, struct http
 	return 0;
 }
 
+/* A verified token's claims: sub and tier; others missing. */
+static int
+claim_cb(void *arg, const char *path, size_t len, struct http_str *value)
+{
+	(void)arg;
+	if (len == 3 && memcmp(path, "sub", 3) == 0) {
+		*value = (struct http_str){ "ann b/..", 8 };
+		return 0;
+	}
+	if (len == 8 && memcmp(path, "org.tier", 8) == 0) {
+		*value = (struct http_str){ "gold\r\n", 6 };
+		return 0;
+	}
+	return -1;
+}
+
 /* Render text for a request "GET target" with headers, path captures from the pattern. */
 static const char *
 render(const char *text, int target, const char *request, int *result)
@@ -101,6 +117,9 @@ render(const char *text, int target, const char *request, int *result)
 	v.remote_addr = "10.0.0.1";
 	v.backend = field_cb;
 	v.backend_arg = NULL;
+	v.claim = claim_cb;
+	v.claim_arg = NULL;
+	v.api_key = "partner-1";
 	*result = template_render(&t, &v, buf, err, sizeof(err));
 	if (*result != 0) {
 		snprintf(out, sizeof(out), "%s", err);
@@ -125,8 +144,8 @@ START_TEST(test_parse_errors)
 	ck_assert_str_eq(parse_error("/${path.idd}", 1),
 	    "${path.idd}: the route's path template has no {idd}");
 	ck_assert_str_eq(parse_error("/${foo}", 1), "unknown variable ${foo} (expected "
-	    "${path.NAME}, ${query.NAME}, ${header.NAME}, ${backend.NAME.FIELD}, ${request_id} "
-	    "or ${remote_addr}; $$ for a literal $)");
+	    "${path.NAME}, ${query.NAME}, ${header.NAME}, ${backend.NAME.FIELD}, ${request_id}, "
+	    "${remote_addr}, ${jwt.CLAIM} or ${api_key}; $$ for a literal $)");
 	ck_assert_str_eq(parse_error("/$id", 1), "a '$' starts ${NAME} or $$ (a literal $)");
 	ck_assert_str_eq(parse_error("/${path.id", 1), "'${' without its '}'");
 	ck_assert_str_eq(parse_error("/${backend.orders.id}", 1), "${backend.orders.id}: only "
@@ -284,6 +303,26 @@ START_TEST(test_render_backend_field)
 }
 END_TEST
 
+START_TEST(test_render_auth)
+{
+	int r;
+
+	/* Percent-encoded in a request-target; a missing claim is empty; a dot segment is
+	 * refused in the path, as any request value is. */
+	ck_assert_str_eq(render("/u/${api_key}?s=${jwt.sub}&m=${jwt.nope}", 1,
+	    REQ("/users/1/files/", ""), &r), "/u/partner-1?s=ann%20b%2F..&m=");
+	ck_assert_int_eq(r, 0);
+	ck_assert_str_eq(render("/u/${jwt.sub}", 1, REQ("/users/1/files/", ""), &r),
+	    "${jwt.sub} holds a dot segment ('.' or '..'), which cannot go in a path");
+	ck_assert_int_eq(r, TEMPLATE_BAD_VALUE);
+	ck_assert_str_eq(render("${api_key} ${jwt.sub}", 0, REQ("/users/1/files/", ""), &r),
+	    "partner-1 ann b/..");
+	ck_assert_str_eq(render("${jwt.org.tier}", 0, REQ("/users/1/files/", ""), &r),
+	    "the value of ${jwt.org.tier} holds a line break: it cannot go in a header");
+	ck_assert_int_eq(r, TEMPLATE_BAD_VALUE);
+}
+END_TEST
+
 START_TEST(test_render_header)
 {
 	int r;
@@ -318,6 +357,7 @@ main(void)
 	tcase_add_test(tc, test_render_backend_dot_segment);
 	tcase_add_test(tc, test_render_backend_field);
 	tcase_add_test(tc, test_render_header);
+	tcase_add_test(tc, test_render_auth);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
