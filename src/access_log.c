@@ -342,6 +342,8 @@ access_log_write(const struct access_log *al, const struct access_entry *e)
 			access_fields(&l, ",\"json\":{", e->json, e->njson);
 		if (e->npath != 0)
 			access_fields(&l, ",\"path_fields\":{", e->path_fields, e->npath);
+		if (e->njwt != 0)
+			access_fields(&l, ",\"jwt_fields\":{", e->jwt_fields, e->njwt);
 		if (e->backends != NULL)
 			access_backends(&l, e, 1);
 		access_lit(&l, "}");

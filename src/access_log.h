@@ -46,6 +46,8 @@ struct access_entry {
 	size_t njson;
 	const struct access_field *path_fields; /* json format: "path_fields", or none */
 	size_t npath;
+	const struct access_field *jwt_fields;  /* json format: "jwt_fields", or none */
+	size_t njwt;
 	const struct access_backend *backends;  /* an aggregated request's, or NULL */
 	size_t nbackends;
 	const char *rpc_method;         /* a JSON-RPC route's single call: its method, or NULL */

@@ -501,6 +501,40 @@ config_parse_path_fields(struct config_parse *ctx, const yaml_node_t *node, void
 	}
 }
 
+/* log.jwt_fields: claims of the verified token (dotted paths) for the access log; json
+ * format only. */
+void
+config_parse_jwt_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj)
+{
+	struct config *cfg = obj;
+	const yaml_node_t *item;
+	const char *text;
+	size_t i, n;
+
+	if (node == NULL || config_list(ctx, node) == NULL)
+		return;
+	if ((n = config_list_len(node)) > CONFIG_MAX_PATH_FIELDS) {
+		config_error(ctx, node, "at most %d claims", CONFIG_MAX_PATH_FIELDS);
+		return;
+	}
+	if (n != 0 && cfg->access_format != ACCESS_JSON) {
+		config_error(ctx, node, "only the json access log format has token claims");
+		return;
+	}
+	cfg->jwt_fields = config_xcalloc(n, sizeof(*cfg->jwt_fields));
+	for (i = 0; i < n; i++) {
+		item = config_list_item(ctx, node, i);
+		if ((text = config_string(ctx, item)) == NULL)
+			continue;
+		if (text[0] == '\0' || text[0] == '.' || text[strlen(text) - 1] == '.' ||
+		    strstr(text, "..") != NULL || strlen(text) >= 128)
+			config_error(ctx, item, "expected a claim, a dotted path such as sub or "
+			    "org.id, got \"%s\"", text);
+		else
+			cfg->jwt_fields[cfg->njwt_fields++] = config_xstrdup(text);
+	}
+}
+
 void
 config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
@@ -673,6 +707,9 @@ config_free(struct config *cfg)
 	for (i = 0; i < cfg->npath_fields; i++)
 		free(cfg->path_fields[i]);
 	free(cfg->path_fields);
+	for (i = 0; i < cfg->njwt_fields; i++)
+		free(cfg->jwt_fields[i]);
+	free(cfg->jwt_fields);
 	free(cfg->error_log);
 	config_addr_free(cfg->admin_listen);
 	free(cfg->admin_listen);

@@ -351,6 +351,9 @@ struct config {
 	char **path_fields;             /* log.path_fields: names of path template captures in
 	                                 * access log lines, or NULL */
 	size_t npath_fields;
+	char **jwt_fields;              /* log.jwt_fields: claims (dotted paths) of the verified
+	                                 * token in access log lines, or NULL */
+	size_t njwt_fields;
 
 	struct config_addr *admin_listen;   /* NULL when no admin listener */
 	struct config_addr *resolver;   /* nameserver for server names; NULL: /etc/resolv.conf */

@@ -130,6 +130,7 @@ void config_parse_json_fields(struct config_parse *ctx, const yaml_node_t *node,
 void config_parse_path_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_listeners(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 void config_parse_listener_http2(struct config_parse *ctx, const yaml_node_t *node, void *obj);
+void config_parse_jwt_fields(struct config_parse *ctx, const yaml_node_t *node, void *obj);
 
 /* config_yaml.c: allocation, errors and key paths, YAML nodes, scalars */
 void __attribute__((noreturn)) config_oom(void);

@@ -46,6 +46,8 @@ static const struct config_field config_log_fields[] = {
 	    "request body fields ($json.PATH) added to json access log lines"),
 	F_CUSTOM("path_fields", config_parse_path_fields, "list", NULL, 0,
 	    "path template captures ($path.NAME) added to json access log lines"),
+	F_CUSTOM("jwt_fields", config_parse_jwt_fields, "list", NULL, 0,
+	    "claims of the verified token ($jwt.CLAIM) added to json access log lines"),
 };
 static const struct config_section config_log_section = CONFIG_SECTION_OF(config_log_fields);
 

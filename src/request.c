@@ -4,6 +4,7 @@
 #include "request.h"
 
 #include "h2.h"
+#include "jwt.h"
 #include "path_norm.h"
 
 /*
@@ -264,6 +265,41 @@ client_servers_tried(const struct client *c, char *buf, size_t cap)
 		    c->rq->t.tried[i]->srv->addr.text);
 }
 
+/* log.jwt_fields: each claim of the verified token, a string decoded (128 bytes at most), a
+ * number or a boolean as written; anything else, or no token, null. */
+static size_t
+request_log_claims(struct client *c, const struct config *cfg, struct access_field *out,
+    char text[][128])
+{
+	const struct jwt_claims *claims = c->rq->auth.claims;
+	const char *p;
+	size_t i, n;
+	int r;
+
+	for (i = 0; i < cfg->njwt_fields; i++) {
+		out[i].name = cfg->jwt_fields[i];
+		out[i].value = NULL;
+		if (claims == NULL)
+			continue;
+		switch (jwt_claim(claims, cfg->jwt_fields[i], &p, &n)) {
+		case JWT_CLAIM_STRING:
+			if ((r = jwt_claim_str(claims, cfg->jwt_fields[i], text[i], 128)) >= 0) {
+				out[i].value = text[i];
+				out[i].len = (size_t)r;
+			}
+			break;
+		case JWT_CLAIM_NUMBER:
+		case JWT_CLAIM_BOOL:
+			out[i].value = p;
+			out[i].len = n;
+			break;
+		default:
+			break;
+		}
+	}
+	return cfg->njwt_fields;
+}
+
 void
 client_log(struct client *c)
 {
@@ -271,6 +307,8 @@ client_log(struct client *c)
 	struct access_entry e;
 	struct access_field json[CONFIG_MAX_JSON_FIELDS];
 	struct access_field path[CONFIG_MAX_PATH_FIELDS];
+	struct access_field claims[CONFIG_MAX_PATH_FIELDS];
+	char claim_text[CONFIG_MAX_PATH_FIELDS][128];
 	struct timespec now;
 	char upstream[256];
 
@@ -311,6 +349,8 @@ client_log(struct client *c)
 	e.njson = route_scan_log(&c->rq->scan, rt->cfg, json);
 	e.path_fields = path;
 	e.npath = path_vars_log(&c->rq->pathv, rt->cfg, path);
+	e.jwt_fields = claims;
+	e.njwt = request_log_claims(c, rt->cfg, claims, claim_text);
 	access_log_write(&rt->access, &e);
 	route_scan_done(&c->rq->scan);
 	path_vars_clear(&c->rq->pathv);

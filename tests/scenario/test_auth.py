@@ -418,6 +418,34 @@ def variables(env):
 
 
 @T.case
+def claims_in_the_access_log(env):
+    """log.jwt_fields: the claims of the verified token in each json line."""
+    up = env.scripted(default=upstream_ok())
+    path = jwks_file(env, jwks(jwk_of(EC_KEY, 'ec1')))
+    log = os.path.join(env.tmp, 'access.log')
+    conf = auth_config(env, up, {'users': {'jwt': {'jwks_file': path}}}, 'users',
+                       log={'level': 'info', 'access': log, 'format': 'json',
+                            'jwt_fields': ['sub', 'org.id', 'org.name', 'admin', 'roles',
+                                           'nope']})
+    gw = env.daemon(conf)
+    c = env.client(gw.port)
+    t = jwt.encode({'sub': 'ann "b"', 'org': {'id': 42, 'name': 'acme\u00e9'}, 'admin': True,
+                    'roles': ['a'], 'exp': int(time.time()) + 300}, EC_KEY, algorithm='ES256',
+                   headers={'kid': 'ec1'})
+    env.eq('admitted', get(c, '/api/x', 'c-1', [('Authorization', 'Bearer ' + t)]).status, 200)
+    env.eq('refused', get(c, '/api/x', 'c-2').status, 401)
+    wait_until(lambda: open(log).read().count('\n') >= 2, 5)
+    lines = {j['request_id']: j for j in map(json.loads, open(log).read().splitlines())}
+    env.eq('the claims: strings decoded, a number and a boolean as written, the rest null',
+           lines['c-1'].get('jwt_fields'), {'sub': 'ann "b"', 'org.id': '42',
+                                            'org.name': 'acme\u00e9', 'admin': 'true',
+                                            'roles': None, 'nope': None})
+    env.eq('no token: every claim null', lines['c-2'].get('jwt_fields'),
+           {'sub': None, 'org.id': None, 'org.name': None, 'admin': None, 'roles': None,
+            'nope': None})
+
+
+@T.case
 def variables_in_backend_templates(env):
     """${jwt.CLAIM} and ${api_key} in an aggregated route's backend paths and headers."""
     up = env.scripted(default=answer(lambda req: http_response(200, b'{"a":1}')))
