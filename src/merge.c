@@ -1,4 +1,5 @@
 #include "merge.h"
+#include "grow.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,24 +64,6 @@ merge_free(struct merge *m)
 	free(m);
 }
 
-/* Room for need elements in *arrp, doubling: 0, or -1 without memory. */
-static int
-merge_grow(void *arrp, size_t *cap, size_t need, size_t size)
-{
-	void *grown;
-	size_t n = *cap != 0 ? *cap : 16;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if ((grown = realloc(*(void **)arrp, n * size)) == NULL)
-		return -1;
-	*(void **)arrp = grown;
-	*cap = n;
-	return 0;
-}
-
 /* Free *arrp when it holds more than MERGE_WARM_BYTES. */
 static void
 merge_shrink(void *arrp, size_t *cap, size_t size)
@@ -104,7 +87,7 @@ merge_release(struct merge *m)
 int
 merge_reset(struct merge *m, size_t nsources)
 {
-	if (merge_grow(&m->sources, &m->sources_cap, nsources, sizeof(*m->sources)) < 0)
+	if (grow_array(&m->sources, &m->sources_cap, nsources, sizeof(*m->sources), 16) < 0)
 		return -1;
 	memset(m->sources, 0, nsources * sizeof(*m->sources));
 	m->nsources = nsources;
@@ -128,7 +111,7 @@ merge_hash(struct merge *m, struct merge_member *mb)
 	size_t n = mb->keylen - 2, i;
 
 	if (merge_escaped(mb)) {
-		if (merge_grow(&m->scratch, &m->scratch_cap, mb->keylen, 1) < 0 ||
+		if (grow_array(&m->scratch, &m->scratch_cap, mb->keylen, 1, 16) < 0 ||
 		    envelope_string_decode(mb->key, mb->keylen, m->scratch, &n) < 0)
 			return -1;
 		p = (const unsigned char *)m->scratch;
@@ -148,7 +131,7 @@ merge_member_cb(void *arg, const struct envelope_member *em)
 	struct merge_member *mb;
 
 	if (em->keylen > UINT32_MAX ||
-	    merge_grow(&m->members, &m->cap, m->n + 1, sizeof(*m->members)) < 0)
+	    grow_array(&m->members, &m->cap, m->n + 1, sizeof(*m->members), 16) < 0)
 		return 1;
 	mb = &m->members[m->n];
 	mb->key = em->key;
@@ -190,7 +173,7 @@ merge_reserve(struct merge *m, const char *key, size_t len)
 	struct merge_member *mb;
 
 	if (len > UINT32_MAX ||
-	    merge_grow(&m->members, &m->cap, m->n + 1, sizeof(*m->members)) < 0)
+	    grow_array(&m->members, &m->cap, m->n + 1, sizeof(*m->members), 16) < 0)
 		return -1;
 	mb = &m->members[m->n];
 	mb->key = key;
@@ -219,7 +202,7 @@ merge_key_eq(struct merge *m, const struct merge_member *x, const struct merge_m
 	/* x holds escapes: compare it with y's decoded text */
 	if (!ye)
 		return envelope_string_eq(x->key, x->keylen, y->key + 1, y->keylen - 2);
-	if (merge_grow(&m->scratch, &m->scratch_cap, y->keylen, 1) < 0)
+	if (grow_array(&m->scratch, &m->scratch_cap, y->keylen, 1, 16) < 0)
 		return 0;
 	return envelope_string_decode(y->key, y->keylen, m->scratch, &n) == 0 &&
 	    envelope_string_eq(x->key, x->keylen, m->scratch, n);
@@ -251,7 +234,7 @@ merge_decide(struct merge *m)
 
 	while (cap < 2 * (m->n + 1))
 		cap *= 2;
-	if (merge_grow(&m->table, &m->table_cap, cap, sizeof(*m->table)) < 0)
+	if (grow_array(&m->table, &m->table_cap, cap, sizeof(*m->table), 16) < 0)
 		return -1;
 	memset(m->table, 0, cap * sizeof(*m->table));
 	if (m->reserved)

@@ -4,6 +4,7 @@
  * output is a list of spans: untouched input ranges plus short generated literals.
  */
 #include "rewrite.h"
+#include "grow.h"
 #include "envelope.h"
 #include "jvalid.h"
 
@@ -95,24 +96,6 @@ struct rewrite_ctx {
 	struct rw_frame *frames;
 	size_t frames_cap;
 };
-
-/* Grow *arr to hold need elements; arrays live until rewrite_ctx_release finds them large. */
-static int
-rewrite_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
-{
-	void **arr = arrp, *p;
-	size_t n = *cap ? *cap : 16;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if ((p = realloc(*arr, n * elsize)) == NULL)
-		return -1;
-	*arr = p;
-	*cap = n;
-	return 0;
-}
 
 static int rewrite_member_cb(void *arg, const struct envelope_member *em);
 
@@ -206,7 +189,7 @@ rewrite_node_new(struct rewrite_ctx *ctx, enum rw_kind kind)
 {
 	struct rw_node *n;
 
-	if (rewrite_grow(&ctx->nodes, &ctx->nodes_cap, ctx->nnodes + 1, sizeof(*n)) != 0)
+	if (grow_array(&ctx->nodes, &ctx->nodes_cap, ctx->nnodes + 1, sizeof(*n), 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	n = &ctx->nodes[ctx->nnodes];
 	memset(n, 0, sizeof(*n));
@@ -237,7 +220,7 @@ rewrite_member_add(struct rewrite_ctx *ctx, int obj, const char *key, size_t key
 	struct rw_node *n;
 	int idx;
 
-	if (rewrite_grow(&ctx->members, &ctx->members_cap, ctx->nmembers + 1, sizeof(*m)) != 0)
+	if (grow_array(&ctx->members, &ctx->members_cap, ctx->nmembers + 1, sizeof(*m), 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	idx = (int)ctx->nmembers++;
 	m = &ctx->members[idx];
@@ -300,8 +283,8 @@ rewrite_member_cb(void *arg, const struct envelope_member *em)
 {
 	struct rewrite_ctx *ctx = arg;
 
-	if (rewrite_grow(&ctx->members, &ctx->members_cap, ctx->nmembers + 1,
-	    sizeof(*ctx->members)) != 0)
+	if (grow_array(&ctx->members, &ctx->members_cap, ctx->nmembers + 1,
+	    sizeof(*ctx->members), 16) != 0)
 		return ENVELOPE_ERR_NOMEM;
 	ctx->members[ctx->nmembers] = (struct rw_member){
 		.key = em->key, .keylen = (uint32_t)em->keylen, .vsrc = em->val,
@@ -501,7 +484,7 @@ rewrite_lookup_cb(void *arg, const struct jcond_seg *path, size_t nseg, const ch
 static int
 rewrite_push(struct rewrite_ctx *ctx, int node, unsigned level, size_t lo, size_t hi)
 {
-	if (rewrite_grow(&ctx->work, &ctx->work_cap, ctx->nwork + 1, sizeof(*ctx->work)) != 0)
+	if (grow_array(&ctx->work, &ctx->work_cap, ctx->nwork + 1, sizeof(*ctx->work), 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	ctx->work[ctx->nwork++] = (struct rw_work){ node, level, lo, hi };
 	return 0;
@@ -525,8 +508,8 @@ rewrite_parents(struct rewrite_ctx *ctx, int root, const struct rewrite_path *pa
 	while (ctx->nwork > 0) {
 		w = ctx->work[--ctx->nwork];
 		if (w.level + 1 == path->nseg) {
-			if (rewrite_grow(&ctx->targets, &ctx->targets_cap, ctx->ntargets + 1,
-			    sizeof(int)) != 0)
+			if (grow_array(&ctx->targets, &ctx->targets_cap, ctx->ntargets + 1,
+			    sizeof(int), 16) != 0)
 				return rewrite_fail(ctx, "out of memory");
 			ctx->targets[ctx->ntargets++] = w.node;
 			continue;
@@ -820,7 +803,7 @@ rewrite_value(struct rewrite_ctx *ctx, const struct rewrite_item *it,
 		case REWRITE_VAR_CLIENT_ADDR: need += 6 * (vars ? vars->client_addr.len : 0) + 2; break;
 		}
 	}
-	if (rewrite_grow(&ctx->lit, &ctx->lit_cap, ctx->litlen + need, 1) != 0)
+	if (grow_array(&ctx->lit, &ctx->lit_cap, ctx->litlen + need, 1, 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	off = ctx->litlen;
 	for (i = 0; i < it->nval; i++) {
@@ -1035,7 +1018,7 @@ rewrite_span(struct rewrite_ctx *ctx, const char *p, size_t len)
 	if (ctx->sink != NULL && ctx->nspans == REWRITE_SINK_BATCH &&
 	    rewrite_sink_flush(ctx, ctx->nspans - 1) != 0)
 		return -1;
-	if (rewrite_grow(&ctx->spans, &ctx->spans_cap, ctx->nspans + 1, sizeof(*ctx->spans)) != 0)
+	if (grow_array(&ctx->spans, &ctx->spans_cap, ctx->nspans + 1, sizeof(*ctx->spans), 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	ctx->spans[ctx->nspans++] = (struct rewrite_span){ p, len };
 	return 0;
@@ -1066,7 +1049,7 @@ rewrite_emit(struct rewrite_ctx *ctx, int root)
 	size_t depth = 0, flen;
 	int pristine;
 
-	if (rewrite_grow(&ctx->frames, &ctx->frames_cap, 1, sizeof(*f)) != 0)
+	if (grow_array(&ctx->frames, &ctx->frames_cap, 1, sizeof(*f), 16) != 0)
 		return rewrite_fail(ctx, "out of memory");
 	ctx->frames[depth++] = (struct rw_frame){ .node = root };
 	while (depth > 0) {
@@ -1135,7 +1118,7 @@ rewrite_emit(struct rewrite_ctx *ctx, int root)
 				return -1;
 			continue;
 		}
-		if (rewrite_grow(&ctx->frames, &ctx->frames_cap, depth + 1, sizeof(*f)) != 0)
+		if (grow_array(&ctx->frames, &ctx->frames_cap, depth + 1, sizeof(*f), 16) != 0)
 			return rewrite_fail(ctx, "out of memory");
 		ctx->frames[depth++] = (struct rw_frame){ .node = m->value };
 	}

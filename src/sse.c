@@ -4,6 +4,7 @@
  * it lies there whole; only an event cut by a chunk end is copied, up to the limit.
  */
 #include "sse.h"
+#include "grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,23 +66,6 @@ sse_parser_reset(struct sse_parser *sp)
 	sp->lf.p = NULL;
 }
 
-static int
-sse_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
-{
-	void **arr = arrp, *p;
-	size_t n = *cap ? *cap : 64;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if ((p = realloc(*arr, n * elsize)) == NULL)
-		return -1;
-	*arr = p;
-	*cap = n;
-	return 0;
-}
-
 /* Record the line ev[off..off+len) ended by term bytes. */
 static int
 sse_line_add(struct sse_parser *sp, const char *ev, size_t off, size_t len, unsigned term)
@@ -90,7 +74,7 @@ sse_line_add(struct sse_parser *sp, const char *ev, size_t off, size_t len, unsi
 	const char *s = ev + off, *colon;
 	size_t name;
 
-	if (sse_grow(&sp->lines, &sp->lines_cap, sp->nlines + 1, sizeof(*l)) != 0)
+	if (grow_array(&sp->lines, &sp->lines_cap, sp->nlines + 1, sizeof(*l), 64) != 0)
 		return -1;
 	l = &sp->lines[sp->nlines++];
 	if (sp->first_line && len >= 3 && memcmp(s, "\xef\xbb\xbf", 3) == 0) {
@@ -152,7 +136,7 @@ sse_dispatch(struct sse_parser *sp, const char *raw, size_t len, sse_cb cb, void
 		if (ev.ndata == 2) {
 			/* Several data lines: joined in the parser's own buffer (never larger than
 			 * the event). */
-			if (sse_grow(&sp->data, &sp->data_cap, len, 1) != 0)
+			if (grow_array(&sp->data, &sp->data_cap, len, 1, 64) != 0)
 				return -1;
 			memmove(sp->data, ev.data, ev.data_len);
 			ev.data = sp->data;
@@ -326,7 +310,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 					sp->nlines = sp->line_off = sp->len = 0;
 					return 0;
 				}
-				if (sse_grow(&sp->buf, &sp->cap, evlen, 1) != 0)
+				if (grow_array(&sp->buf, &sp->cap, evlen, 1, 64) != 0)
 					return -1;
 				memcpy(sp->buf + sp->len, p + ev0, n - ev0);
 				sp->len = evlen;
@@ -350,7 +334,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 				sp->over_blank = blank;
 				continue;
 			}
-			if (sse_grow(&sp->buf, &sp->cap, evlen, 1) != 0)
+			if (grow_array(&sp->buf, &sp->cap, evlen, 1, 64) != 0)
 				return -1;
 			memcpy(sp->buf + sp->len, p + ev0, j + term - ev0);
 			lstart = sp->line_off;
@@ -411,7 +395,7 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 			continue;
 		}
 		/* The chunk ends inside the event: keep it for the next chunk. */
-		if (sse_grow(&sp->buf, &sp->cap, n - ev0, 1) != 0)
+		if (grow_array(&sp->buf, &sp->cap, n - ev0, 1, 64) != 0)
 			return -1;
 		memcpy(sp->buf, ev, n - ev0);
 		sp->len = n - ev0;

@@ -10,6 +10,7 @@
  * loses the whitespace inside its braces and around the body.
  */
 #include "stream_envelope.h"
+#include "grow.h"
 #include "envelope.h"
 #include "jcond.h"
 #include "jscan.h"
@@ -478,23 +479,6 @@ stream_envelope_free(struct stream_envelope *se)
 }
 
 static int
-senv_grow(void *arrp, size_t *cap, size_t need, size_t elsize)
-{
-	void **arr = arrp, *p;
-	size_t n = *cap ? *cap : 16;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if ((p = realloc(*arr, n * elsize)) == NULL)
-		return -1;
-	*arr = p;
-	*cap = n;
-	return 0;
-}
-
-static int
 senv_fail(struct stream_envelope *se, int err, const char *why)
 {
 	if (se->err == 0) {
@@ -519,7 +503,7 @@ senv_keep(struct stream_envelope *se, char **buf, size_t *len, size_t *cap, cons
 	if (*len + n > se->max_hold)
 		return senv_fail(se, STREAM_ENVELOPE_LOOKAHEAD,
 		    "needs more of the body than the streaming look-ahead holds");
-	if (senv_grow(buf, cap, *len + n, 1) != 0)
+	if (grow_array(buf, cap, *len + n, 1, 16) != 0)
 		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 	memcpy(*buf + *len, p, n);
 	*len += n;
@@ -632,7 +616,7 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 	se->always_dirty = 0;
 	if (!stream_envelope_can(prog, VALIDATE_ENVELOPE, &why))
 		return senv_fail(se, STREAM_ENVELOPE_OPS, why);
-	if (senv_grow(&se->active, &se->active_cap, (prog ? prog->nops : 0) + 1, 1) != 0)
+	if (grow_array(&se->active, &se->active_cap, (prog ? prog->nops : 0) + 1, 1, 16) != 0)
 		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 	se->wrapped = 0;
 	se->target_obj = 0;
@@ -648,8 +632,8 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 		if (op->kind == REWRITE_WRAP)
 			se->wrapped = 1;
 		if (op->kind == REWRITE_UNWRAP) {
-			if (senv_grow(&se->useg, &se->useg_cap, se->nuseg + op->path.nseg,
-			    sizeof(*se->useg)) != 0)
+			if (grow_array(&se->useg, &se->useg_cap, se->nuseg + op->path.nseg,
+			    sizeof(*se->useg), 16) != 0)
 				return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 			for (j = 0; j < op->path.nseg; j++)
 				se->useg[se->nuseg++] = &op->path.seg[j];
@@ -668,12 +652,12 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 	while (prog != NULL && se->ops_to < prog->nops && prog->ops[se->ops_to].kind != REWRITE_WRAP)
 		se->ops_to++;
 	se->wraps_from = se->ops_to;
-	if (senv_grow(&se->base, &se->base_cap, (prog ? prog->nops : 0) + 1, sizeof(*se->base)) ||
-	    senv_grow(&se->reached, &se->reached_cap, nitems + 1, 1) ||
-	    senv_grow(&se->renamed_any, &se->renamed_cap, nitems + 1, 1) ||
-	    senv_grow(&se->assumed, &se->assumed_cap, nitems + 1, 1) ||
-	    senv_grow(&se->vals, &se->vals_cap, nitems + nset + 1, sizeof(*se->vals)) ||
-	    senv_grow(&se->app, &se->app_cap, nset + 1, sizeof(*se->app)))
+	if (grow_array(&se->base, &se->base_cap, (prog ? prog->nops : 0) + 1, sizeof(*se->base), 16) ||
+	    grow_array(&se->reached, &se->reached_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->renamed_any, &se->renamed_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->assumed, &se->assumed_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->vals, &se->vals_cap, nitems + nset + 1, sizeof(*se->vals), 16) ||
+	    grow_array(&se->app, &se->app_cap, nset + 1, sizeof(*se->app), 16))
 		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 	memset(se->reached, 0, nitems + 1);
 	memset(se->renamed_any, 0, nitems + 1);
