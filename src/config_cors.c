@@ -2,6 +2,7 @@
 #include "config.h"
 #include "config_parse.h"
 #include "cors.h"
+#include "http.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -66,18 +67,6 @@ config_parse_cors_methods(struct config_parse *ctx, const yaml_node_t *node, voi
 	}
 }
 
-/* A header name: an RFC 9110 token. */
-static int
-config_cors_token(const char *s)
-{
-	if (*s == '\0')
-		return 0;
-	for (; *s != '\0'; s++)
-		if (!isalnum((unsigned char)*s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
-			return 0;
-	return 1;
-}
-
 void
 config_parse_cors_headers(struct config_parse *ctx, const yaml_node_t *node, void *obj)
 {
@@ -94,7 +83,7 @@ config_parse_cors_headers(struct config_parse *ctx, const yaml_node_t *node, voi
 		item = config_list_item(ctx, node, i);
 		if ((text = config_string(ctx, item)) == NULL)
 			continue;
-		if (!config_cors_token(text)) {
+		if (!http_is_token(text, strlen(text))) {
 			config_error(ctx, item, "\"%s\" is not a header name", text);
 			continue;
 		}

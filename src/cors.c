@@ -5,25 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
 #include "http_method.h"
 
+/* a[0..alen) and b[0..blen) are equal but for ASCII case. */
 static int
 cors_lower_eq(const char *a, size_t alen, const char *b, size_t blen)
 {
-	size_t i;
-
-	if (alen != blen)
-		return 0;
-	for (i = 0; i < alen; i++) {
-		char x = a[i], y = b[i];
-		if (x >= 'A' && x <= 'Z')
-			x = (char)(x - 'A' + 'a');
-		if (y >= 'A' && y <= 'Z')
-			y = (char)(y - 'A' + 'a');
-		if (x != y)
-			return 0;
-	}
-	return 1;
+	return alen == blen && http_ieq(a, b, alen);
 }
 
 int
