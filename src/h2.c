@@ -327,9 +327,16 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	}
 	/* A body without a length goes in chunks, as an HTTP/1.1 client would send it. */
 	st->chunked_in = !end_stream && !st->has_length;
-	evbuffer_add_printf(in, "%s %s HTTP/1.1\r\n", st->method, st->path);
-	if (st->authority != NULL && !st->has_host)
-		evbuffer_add_printf(in, "Host: %s\r\n", st->authority);
+	/* Every stream's head: no printf on that path. */
+	evbuffer_add(in, st->method, strlen(st->method));
+	evbuffer_add(in, " ", 1);
+	evbuffer_add(in, st->path, strlen(st->path));
+	evbuffer_add(in, " HTTP/1.1\r\n", 11);
+	if (st->authority != NULL && !st->has_host) {
+		evbuffer_add(in, "Host: ", 6);
+		evbuffer_add(in, st->authority, strlen(st->authority));
+		evbuffer_add(in, "\r\n", 2);
+	}
 	evbuffer_add_buffer(in, st->fields);
 	if (st->cookie != NULL && evbuffer_get_length(st->cookie) != 0) {
 		evbuffer_add(in, "Cookie: ", 8);
@@ -611,7 +618,10 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 
 	if (http_parse_response(p, len, &resp) <= 0)
 		return -1;
-	snprintf(status, sizeof(status), "%03d", resp.status);
+	status[0] = (char)('0' + resp.status / 100 % 10);
+	status[1] = (char)('0' + resp.status / 10 % 10);
+	status[2] = (char)('0' + resp.status % 10);
+	status[3] = '\0';
 	nv[n++] = (nghttp2_nv){ (uint8_t *)":status", (uint8_t *)status, 7, 3,
 	    NGHTTP2_NV_FLAG_NONE };
 	for (i = 0; i < resp.nheaders; i++) {
