@@ -518,6 +518,29 @@ def metrics(env):
 
 
 @T.case
+def limits_on_the_wire(env):
+    """http2.max_concurrent_streams, stream_window and connection_window are what the client
+    is told (nghttp2 refuses streams over the limit itself)."""
+    up = env.scripted(default=answer(lambda req: http_response(200, b'{}'), delay=1))
+    gw = h2_daemon(env, h2_conf(up.address, http2={
+        'max_concurrent_streams': 2, 'stream_window': '100k', 'connection_window': '300k'}))
+    h = H2(gw.port)
+    env.check('SETTINGS received', h.pump(lambda h: any(
+        isinstance(e, h2.events.RemoteSettingsChanged) for e in h.events), 5))
+    got = {}
+    for e in h.events:
+        if isinstance(e, h2.events.RemoteSettingsChanged):
+            got.update({k: v.new_value for k, v in e.changed_settings.items()})
+    env.eq('max_concurrent_streams and the stream window', (
+        got.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS),
+        got.get(h2.settings.SettingCodes.INITIAL_WINDOW_SIZE)), (2, 100 * 1024))
+    env.eq('the connection window', h.conn.outbound_flow_control_window, 300 * 1024)
+    a, b = h.request('/a'), h.request('/b')
+    env.check('two streams at once', h.pump(lambda h: h.ended(a) and h.ended(b), 10))
+    env.eq('both answered', (h.answer(a)[0], h.answer(b)[0]), (200, 200))
+
+
+@T.case
 def idle_connection_closed(env):
     demo = env.demo()
     conf = h2_conf(demo.address)
