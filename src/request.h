@@ -568,6 +568,12 @@ void proxy_forward_response_body(struct client *c);
 /* The client read enough of the answer: its body goes on from the upstream. */
 void proxy_answer_drained(struct client *c);
 void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
+/* A proxied request ends: its tunnel and its events go. */
+void proxy_end(struct client *c);
+/* What the tries of a proxied request ask of it. */
+extern const struct tries_ops proxy_tries_ops;
+
+/* proxy_stream.c */
 /* A route with events: 1 when the answer streams through them, -1 when it is an event stream
  * that passes untouched (encoded), 0 when it is none. */
 int proxy_events_wanted(struct client *c, const struct http_response *resp);
@@ -575,12 +581,10 @@ int proxy_events_wanted(struct client *c, const struct http_response *resp);
 int proxy_events_start(struct client *c, struct http_response *resp, size_t head_len);
 /* More of an event stream came (eof: the upstream closed an answer ended so). */
 void proxy_events_forward(struct client *c, int eof);
-/* A proxied request ends: its tunnel and its events go. */
-void proxy_end(struct client *c);
+/* The answer's events are over (or the request ended first): they go back for reuse. */
+void proxy_events_put(struct client *c);
 /* The worker thread stops: the event parsers it kept go. */
 void proxy_events_worker_end(void);
-/* What the tries of a proxied request ask of it. */
-extern const struct tries_ops proxy_tries_ops;
 
 
 /* kind_jsonrpc.c */

@@ -1,0 +1,258 @@
+/* Answers rewritten while they stream: ops per event of an SSE or NDJSON answer. */
+#include "config.h"
+#include "request.h"
+
+#include "stream_event.h"
+
+/* A streamed answer's events: the parser and its ops, the variables they read (valid for the
+ * whole answer), and what the ops wrote since it last went to the client. */
+struct proxy_events {
+	struct proxy_events *next;      /* in the worker's idle list */
+	struct stream_events *se;
+	size_t max_event;               /* the limits se was made for */
+	unsigned max_depth;
+	size_t max_members;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	struct stream_events_counts counted;    /* of the counts, those in the metrics */
+	struct evbuffer *out;
+	int headers;                    /* the ops read $header.NAME: parsed again for each feed */
+};
+
+/* Idle ones kept for this worker's next event streams; beyond, they are freed. */
+#define PROXY_EVENTS_KEPT 16
+static _Thread_local struct proxy_events *events_idle;
+static _Thread_local unsigned events_nidle;
+
+static void
+proxy_events_free(struct proxy_events *pe)
+{
+	stream_events_free(pe->se);
+	if (pe->out != NULL)
+		evbuffer_free(pe->out);
+	free(pe);
+}
+
+/* An idle one made for cfg's limits, or a new one; NULL without memory. */
+static struct proxy_events *
+proxy_events_get(const struct config *cfg)
+{
+	struct proxy_events *pe;
+
+	while ((pe = events_idle) != NULL) {
+		events_idle = pe->next;
+		events_nidle--;
+		if (pe->max_event == cfg->limits.max_event && pe->max_depth == cfg->limits.max_depth &&
+		    pe->max_members == cfg->limits.max_members)
+			return pe;
+		proxy_events_free(pe);  /* made for the limits of a configuration gone */
+	}
+	if ((pe = calloc(1, sizeof(*pe))) == NULL)
+		return NULL;
+	pe->max_event = cfg->limits.max_event;
+	pe->max_depth = cfg->limits.max_depth;
+	pe->max_members = cfg->limits.max_members;
+	if ((pe->se = stream_events_new(pe->max_event, pe->max_depth, pe->max_members)) == NULL ||
+	    (pe->out = evbuffer_new()) == NULL) {
+		proxy_events_free(pe);
+		return NULL;
+	}
+	return pe;
+}
+
+/* The answer's events are over (or the request ended first): back to the idle list. */
+void
+proxy_events_put(struct client *c)
+{
+	struct proxy_events *pe = c->rq->ans.events;
+
+	if (pe == NULL)
+		return;
+	c->rq->ans.events = NULL;
+	evbuffer_drain(pe->out, evbuffer_get_length(pe->out));
+	if (events_nidle >= PROXY_EVENTS_KEPT) {
+		proxy_events_free(pe);
+		return;
+	}
+	pe->next = events_idle;
+	events_idle = pe;
+	events_nidle++;
+}
+
+void
+proxy_events_worker_end(void)
+{
+	struct proxy_events *pe;
+
+	while ((pe = events_idle) != NULL) {
+		events_idle = pe->next;
+		proxy_events_free(pe);
+	}
+	events_nidle = 0;
+}
+
+/* The route has events: 1 when this answer streams through them (a body of an event format,
+ * not encoded), -1 when it is of an event format but passes untouched (a Content-Encoding:
+ * counted), 0 when it is no event stream. */
+int
+proxy_events_wanted(struct client *c, const struct http_response *resp)
+{
+	struct http_str ct;
+	enum stream_events_format format;
+
+	if (c->rq->head_request || c->rq->ans.mode == BODY_NONE || resp->status == 204 ||
+	    resp->status == 304)
+		return 0;
+	ct = http_find_header(resp->headers, resp->nheaders, "content-type");
+	if (ct.p == NULL || !stream_events_format_of(ct.p, ct.len, &format))
+		return 0;
+	if (body_content_coding(resp->headers, resp->nheaders) != BODY_CODING_IDENTITY) {
+		metrics_envelope(c->w, c->rq->route, METRICS_RESPONSE, METRICS_PASSED,
+		    METRICS_REASON_ENCODING);
+		return -1;
+	}
+	return 1;
+}
+
+/* Each piece the ops write: gathered, for the client once the feed is over. */
+static int
+proxy_events_write_cb(void *arg, const char *p, size_t len)
+{
+	struct proxy_events *pe = arg;
+
+	return evbuffer_add(pe->out, p, len) == 0 ? 0 : -1;
+}
+
+/* What the ops wrote goes to the client, what they counted to the metrics. */
+static void
+proxy_events_flush(struct client *c, struct proxy_events *pe)
+{
+	const struct stream_events_counts *n = stream_events_counts(pe->se);
+	uint64_t over = n->over - pe->counted.over, failed = n->failed - pe->counted.failed;
+
+	if (evbuffer_get_length(pe->out) != 0)
+		c->down->body(c, pe->out, evbuffer_get_length(pe->out));
+	metrics_events(c->w, c->rq->route, METRICS_EVENTS_REWRITTEN,
+	    n->rewritten - pe->counted.rewritten);
+	metrics_events(c->w, c->rq->route, METRICS_EVENTS_OVER_LIMIT, over);
+	metrics_events(c->w, c->rq->route, METRICS_EVENTS_FAILED, failed);
+	metrics_events(c->w, c->rq->route, METRICS_EVENTS_PASSED,
+	    n->passed - pe->counted.passed - over - failed);
+	pe->counted = *n;
+}
+
+/* Feed the n bytes at the front of the upstream's input to the events, taken.  0, or -1
+ * without memory. */
+static int
+proxy_events_feed(struct client *c, struct proxy_events *pe, struct evbuffer *in, size_t n)
+{
+	struct evbuffer_iovec v;
+	size_t k;
+
+	if (pe->headers)
+		proxy_kept_request_headers(c, &pe->vars);
+	while (n != 0 && evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) >= 1 && v.iov_len != 0) {
+		k = v.iov_len < n ? v.iov_len : n;
+		if (stream_events_feed(pe->se, v.iov_base, k, proxy_events_write_cb, pe) != 0)
+			return -1;
+		evbuffer_drain(in, k);
+		n -= k;
+	}
+	return 0;
+}
+
+/* The answer is of an event format: its head goes with the length left to the session (the
+ * ops change it), and its body through the route's events ops.  0, or -1 when answered. */
+int
+proxy_events_start(struct client *c, struct http_response *resp, size_t head_len)
+{
+	const struct rewrite_program *prog = c->rq->route->events;
+	struct http_str ct;
+	enum stream_events_format format = STREAM_EVENTS_SSE;
+	struct proxy_events *pe;
+
+	if ((pe = proxy_events_get(client_cfg(c))) == NULL) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
+		return -1;
+	}
+	c->rq->ans.events = pe;
+	ct = http_find_header(resp->headers, resp->nheaders, "content-type");
+	stream_events_format_of(ct.p, ct.len, &format);
+	proxy_vars(c, proxy_prog_vars(prog), &pe->vars, &pe->tls_text);
+	pe->vars.status = resp->status;
+	pe->headers = body_needs_headers(prog);
+	memset(&pe->counted, 0, sizeof(pe->counted));
+	stream_events_start(pe->se, format, prog, c->rq->route->validate, &pe->vars);
+	proxy_remove_header(resp->headers, &resp->nheaders, "content-length");
+	/* The bytes are jsongate's: no strong ETag. */
+	proxy_write_response_head(c, resp, ANSWER_STREAM, 0, "");
+	evbuffer_drain(upconn(c)->in, head_len);
+	c->rq->ans.head_seen = 1;
+	c->rq->ans.dechunk = 1;
+	return 0;
+}
+
+/* More of an event stream's body came (eof: the upstream closed an answer that ends so):
+ * every complete event goes on, the rest waits in the parser up to limits.max_event. */
+void
+proxy_events_forward(struct client *c, int eof)
+{
+	struct proxy_events *pe = c->rq->ans.events;
+	struct evbuffer *in = upconn(c)->in;
+	struct http_chunk_piece p;
+	size_t n;
+	int done = 0, r = 0, fail = 0;
+
+	switch (c->rq->ans.mode) {
+	case BODY_LENGTH:
+		n = evbuffer_get_length(in);
+		if (n > c->rq->ans.left)
+			n = (size_t)c->rq->ans.left;
+		fail = proxy_events_feed(c, pe, in, n);
+		c->rq->ans.left -= n;
+		done = c->rq->ans.left == 0;
+		break;
+	case BODY_CHUNKED:
+		while (!fail && !done && (r = http_chunked_next(&c->rq->ans.chunk, in, 0,
+		    (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
+			if (r == HTTP_CHUNKED_ERROR)
+				break;
+			if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, p.data_off);
+				fail = proxy_events_feed(c, pe, in, p.data_len);
+				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
+			} else {
+				evbuffer_drain(in, p.consumed);
+			}
+			done = r == HTTP_CHUNKED_DONE;
+		}
+		if (r == HTTP_CHUNKED_ERROR) {
+			proxy_events_flush(c, pe);
+			tries_bad_framing(&c->rq->t);
+			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+			return;
+		}
+		break;
+	default:
+		fail = proxy_events_feed(c, pe, in, evbuffer_get_length(in));
+		done = eof;
+		break;
+	}
+	if (!fail && done)
+		fail = stream_events_finish(pe->se, proxy_events_write_cb, pe) != 0;
+	proxy_events_flush(c, pe);
+	if (fail) {
+		log_warnx("route %s: out of memory in an event stream (request %s)",
+		    c->rq->route->name, c->rq->request_id);
+		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
+		return;
+	}
+	if (done) {
+		if (eof || evbuffer_get_length(in) != 0)
+			c->rq->ans.up_close = 1;        /* bytes past the response: never reuse */
+		client_request_end(c);
+		return;
+	}
+	if (c->down->backlogged(c))
+		conn_read_stop(upconn(c));
+}
