@@ -4,6 +4,63 @@
 
 #include "stream_event.h"
 
+/* --- the payload of an answer's body, as it comes ------------------------------------------ */
+
+enum payload_result { PAYLOAD_MORE, PAYLOAD_END, PAYLOAD_BAD_FRAMING, PAYLOAD_TAKE_FAILED };
+
+/* Takes n bytes at the front of in, draining them all: 0, or -1 to stop. */
+typedef int (*payload_take_fn)(struct client *c, void *arg, struct evbuffer *in, size_t n);
+
+/*
+ * The payload of the answer's body at the front of the upstream's input goes to take, its
+ * framing (a length, chunks, the close) read here; eof: the upstream closed.  Bytes past the
+ * body stay in the input.
+ */
+static enum payload_result
+proxy_payload(struct client *c, int eof, payload_take_fn take, void *arg)
+{
+	struct evbuffer *in = upconn(c)->in;
+	struct http_chunk_piece p;
+	size_t n;
+	int r;
+
+	switch (c->rq->ans.mode) {
+	case BODY_LENGTH:
+		n = evbuffer_get_length(in);
+		if (n > c->rq->ans.left)
+			n = (size_t)c->rq->ans.left;
+		c->rq->ans.left -= n;
+		if (take(c, arg, in, n) != 0)
+			return PAYLOAD_TAKE_FAILED;
+		return c->rq->ans.left == 0 ? PAYLOAD_END : PAYLOAD_MORE;
+	case BODY_CHUNKED:
+		while ((r = http_chunked_next(&c->rq->ans.chunk, in, 0, (size_t)-1, &p)) !=
+		    HTTP_CHUNKED_NONE) {
+			if (r == HTTP_CHUNKED_ERROR)
+				return PAYLOAD_BAD_FRAMING;
+			if (r == HTTP_CHUNKED_DATA) {
+				evbuffer_drain(in, p.data_off);
+				if (take(c, arg, in, p.data_len) != 0)
+					return PAYLOAD_TAKE_FAILED;
+				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
+			} else {
+				evbuffer_drain(in, p.consumed);
+			}
+			if (r == HTTP_CHUNKED_DONE)
+				return PAYLOAD_END;
+		}
+		return PAYLOAD_MORE;
+	case BODY_NONE:
+		return PAYLOAD_END;
+	default:
+		if (take(c, arg, in, evbuffer_get_length(in)) != 0)
+			return PAYLOAD_TAKE_FAILED;
+		return eof ? PAYLOAD_END : PAYLOAD_MORE;
+	}
+}
+
+/* --- events: ops per event of an SSE or NDJSON answer ------------------------------------ */
+
 /* A streamed answer's events: the parser and its ops, the variables they read (valid for the
  * whole answer), and what the ops wrote since it last went to the client. */
 struct proxy_events {
@@ -141,11 +198,11 @@ proxy_events_flush(struct client *c, struct proxy_events *pe)
 	pe->counted = *n;
 }
 
-/* Feed the n bytes at the front of the upstream's input to the events, taken.  0, or -1
- * without memory. */
+/* Feed the n bytes at the front of in to the events, taken.  0, or -1 without memory. */
 static int
-proxy_events_feed(struct client *c, struct proxy_events *pe, struct evbuffer *in, size_t n)
+proxy_events_take(struct client *c, void *arg, struct evbuffer *in, size_t n)
 {
+	struct proxy_events *pe = arg;
 	struct evbuffer_iovec v;
 	size_t k;
 
@@ -198,47 +255,17 @@ void
 proxy_events_forward(struct client *c, int eof)
 {
 	struct proxy_events *pe = c->rq->ans.events;
-	struct evbuffer *in = upconn(c)->in;
-	struct http_chunk_piece p;
-	size_t n;
-	int done = 0, r = 0, fail = 0;
+	int r, fail;
 
-	switch (c->rq->ans.mode) {
-	case BODY_LENGTH:
-		n = evbuffer_get_length(in);
-		if (n > c->rq->ans.left)
-			n = (size_t)c->rq->ans.left;
-		fail = proxy_events_feed(c, pe, in, n);
-		c->rq->ans.left -= n;
-		done = c->rq->ans.left == 0;
-		break;
-	case BODY_CHUNKED:
-		while (!fail && !done && (r = http_chunked_next(&c->rq->ans.chunk, in, 0,
-		    (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR)
-				break;
-			if (r == HTTP_CHUNKED_DATA) {
-				evbuffer_drain(in, p.data_off);
-				fail = proxy_events_feed(c, pe, in, p.data_len);
-				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
-			} else {
-				evbuffer_drain(in, p.consumed);
-			}
-			done = r == HTTP_CHUNKED_DONE;
-		}
-		if (r == HTTP_CHUNKED_ERROR) {
-			proxy_events_flush(c, pe);
-			tries_bad_framing(&c->rq->t);
-			client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
-			return;
-		}
-		break;
-	default:
-		fail = proxy_events_feed(c, pe, in, evbuffer_get_length(in));
-		done = eof;
-		break;
+	r = proxy_payload(c, eof, proxy_events_take, pe);
+	if (r == PAYLOAD_BAD_FRAMING) {
+		proxy_events_flush(c, pe);
+		tries_bad_framing(&c->rq->t);
+		client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+		return;
 	}
-	if (!fail && done)
+	fail = r == PAYLOAD_TAKE_FAILED;
+	if (!fail && r == PAYLOAD_END)
 		fail = stream_events_finish(pe->se, proxy_events_write_cb, pe) != 0;
 	proxy_events_flush(c, pe);
 	if (fail) {
@@ -247,8 +274,8 @@ proxy_events_forward(struct client *c, int eof)
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (done) {
-		if (eof || evbuffer_get_length(in) != 0)
+	if (r == PAYLOAD_END) {
+		if (eof || evbuffer_get_length(upconn(c)->in) != 0)
 			c->rq->ans.up_close = 1;        /* bytes past the response: never reuse */
 		client_request_end(c);
 		return;
