@@ -163,15 +163,7 @@ class Stream:
 
 def scrape(gw, prefix):
     """The sample lines of /metrics starting with prefix, sorted."""
-    import http.client
-    host, port = gw.admin.rsplit(':', 1)
-    c = http.client.HTTPConnection(host, int(port), timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        text = c.getresponse().read().decode()
-    finally:
-        c.close()
-    return sorted(l for l in text.splitlines() if l.startswith(prefix))
+    return metrics_lines(gw.admin, prefix)
 
 
 @T.case
