@@ -38,6 +38,7 @@ struct metrics_route {
 	uint64_t duration_us;
 	uint64_t envelope[2][METRICS_ENVELOPE__COUNT][METRICS_REASON__COUNT];    /* direction, result, reason */
 	uint64_t events[METRICS_EVENTS__COUNT];  /* events of streamed answers, by result */
+	uint64_t streamed[METRICS_STREAMED__COUNT];     /* bodies rewritten as they streamed */
 	uint64_t batch_buckets[NBATCH]; /* JSON-RPC batch sizes, not cumulative */
 	uint64_t batch_sum;
 };
@@ -643,6 +644,17 @@ metrics_events(struct worker *w, const struct config_route *route,
 }
 
 void
+metrics_streamed(struct worker *w, const struct config_route *route,
+    enum metrics_streamed_outcome outcome)
+{
+	struct metrics_worker *mw = metrics_of(w);
+	struct metrics_route *mr;
+
+	if (mw != NULL && (mr = metrics_route_of(mw, route)) != NULL)
+		COUNT(&mr->streamed[outcome % METRICS_STREAMED__COUNT], 1);
+}
+
+void
 metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied)
 {
 	struct metrics_worker *mw = metrics_of(w);
@@ -968,6 +980,30 @@ metrics_write_events(struct evbuffer *out)
 		}
 }
 
+/* Bodies rewritten while they were forwarded: only the routes that had some. */
+static void
+metrics_write_streamed(struct evbuffer *out)
+{
+	static const char *const outcomes[] = {
+#define X(id, name) name,
+		METRICS_STREAMED_OUTCOMES(X)
+#undef X
+	};
+	uint64_t n;
+	unsigned r, k;
+
+	metrics_head(out, METRIC_STREAMED_BODIES);
+	for (r = 0; r < nroutes; r++)
+		for (k = 0; k < METRICS_STREAMED__COUNT; k++) {
+			if ((n = sum_route(r, ROUTE_OFF(streamed[k]))) == 0)
+				continue;
+			evbuffer_add_printf(out, "%s{route=\"", metric_names[METRIC_STREAMED_BODIES]);
+			metrics_label(out, route_names[r]);
+			evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", outcomes[k],
+			    (unsigned long long)n);
+		}
+}
+
 static void
 metrics_write_upstreams(struct evbuffer *out)
 {
@@ -1189,6 +1225,7 @@ metrics_write(struct evbuffer *out)
 	}
 	metrics_write_requests(out);
 	metrics_write_events(out);
+	metrics_write_streamed(out);
 	metrics_write_upstreams(out);
 	metrics_write_upstream_health(out);
 	metrics_head(out, METRIC_BYTES_SPLICED);

@@ -64,6 +64,9 @@ struct worker;
 	X(EVENTS, "jsongate_events_total", "counter", \
 	    "Events of SSE and NDJSON answers on routes with events: ops, by route and result.", \
 	    "route,result") \
+	X(STREAMED_BODIES, "jsongate_streamed_bodies_total", "counter", \
+	    "Answers over limits.max_body rewritten by envelope ops while they were forwarded, by " \
+	    "route and outcome.", "route,outcome") \
 	X(BYTES_SPLICED, "jsongate_bytes_spliced_total", "counter", \
 	    "Bytes of bodies rewritten by envelope ops that are the received body's, passed on " \
 	    "unchanged (after inflating).", "") \
@@ -232,6 +235,19 @@ enum metrics_events_result {
 	METRICS_EVENTS__COUNT
 };
 
+/* What became of an answer rewritten while it was forwarded. */
+#define METRICS_STREAMED_OUTCOMES(X) \
+	X(REWRITTEN, "rewritten")       /* complete */ \
+	X(ABORTED, "aborted")           /* cut after its answer started: found malformed, the \
+	                                 * upstream failed, or the client went */
+
+enum metrics_streamed_outcome {
+#define X(id, name) METRICS_STREAMED_##id,
+	METRICS_STREAMED_OUTCOMES(X)
+#undef X
+	METRICS_STREAMED__COUNT
+};
+
 /* Main thread, before the workers start: counters for n workers. */
 int metrics_init(unsigned nworkers);
 void metrics_free(void);
@@ -288,6 +304,8 @@ void metrics_envelope(struct worker *w, const struct config_route *route,
 /* n more events of an answer on route ended with result. */
 void metrics_events(struct worker *w, const struct config_route *route,
     enum metrics_events_result result, uint64_t n);
+void metrics_streamed(struct worker *w, const struct config_route *route,
+    enum metrics_streamed_outcome outcome);
 /* Bytes of a rewritten body: the received body's (spliced) and the ops' own (copied). */
 void metrics_bytes(struct worker *w, uint64_t spliced, uint64_t copied);
 

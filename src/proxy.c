@@ -75,7 +75,8 @@ proxy_write_response_head(struct client *c, struct http_response *resp,
 }
 
 /* 1: collect this response body for the ops its status calls for (response for the statuses
- * of response_on, else error_response); 0: stream it untouched; -1: answered already. */
+ * of response_on, else error_response); 2: it is over limits.max_body, rewrite it while it is
+ * forwarded; 0: stream it untouched; -1: answered already. */
 static int
 proxy_wants_body(struct client *c, const struct http_response *resp)
 {
@@ -110,9 +111,12 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 		    GW_UPSTREAM_INVALID, "upstream response has a Content-Encoding that cannot be "
 		    "decoded", 0);
 	}
-	if (c->rq->ans.mode == BODY_LENGTH && c->rq->ans.left > cfg->limits.max_body)
+	if (c->rq->ans.mode == BODY_LENGTH && c->rq->ans.left > cfg->limits.max_body) {
+		if (proxy_rewriting_can(c, resp))
+			return 2;
 		return -proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT,
 		    GW_UPSTREAM_INVALID, "upstream response body exceeds limits.max_body", 0);
+	}
 	return 1;
 }
 
@@ -129,7 +133,8 @@ proxy_hold_response(struct client *c, size_t head_len)
 	evbuffer_drain(c->rq->resp_head, evbuffer_get_length(c->rq->resp_head));
 	evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
 	evbuffer_remove_buffer(upconn(c)->in, c->rq->resp_head, head_len);
-	if (c->rq->ans.mode == BODY_LENGTH && upconn(c)->ssl == NULL) {
+	if (c->rq->ans.mode == BODY_LENGTH && upconn(c)->ssl == NULL &&
+	    c->rq->ans.left <= client_cfg(c)->limits.max_body) {
 		c->rq->ans.block = body_block_new(c->w->bodies, (size_t)c->rq->ans.left);
 		c->rq->ans.block_len = (size_t)c->rq->ans.left;
 	}
@@ -215,9 +220,14 @@ proxy_read_response_head(struct client *c)
 		int collect = proxy_wants_body(c, resp);
 		if (collect < 0)
 			return -1;
-		/* Envelope ops: keep the head, collect the body, answer when it is all here. */
+		/* Envelope ops: keep the head, collect the body, answer when it is all here (or
+		 * rewrite it as it comes, when it is too large to hold). */
+		if (collect && proxy_hold_response(c, (size_t)r) != 0)
+			return -1;
+		if (collect == 2)
+			proxy_rewriting_start(c);
 		if (collect)
-			return proxy_hold_response(c, (size_t)r);
+			return c->state == CLIENT_BUSY ? 0 : -1;
 	}
 	if (resp->framing.chunked && resp->status != 204 && resp->status != 304)
 		proxy_write_response_head(c, resp, c->rq->ans.dechunk ? ANSWER_STREAM :
@@ -293,6 +303,10 @@ proxy_forward_response_body(struct client *c)
 		proxy_events_forward(c, 0);
 		return;
 	}
+	if (c->rq->ans.rewriting != NULL) {
+		proxy_rewriting_forward(c, 0);
+		return;
+	}
 	switch (c->rq->ans.mode) {
 	case BODY_NONE:
 		done = 1;
@@ -316,8 +330,14 @@ proxy_forward_response_body(struct client *c)
 		c->down->body(c, in, len);
 		break;
 	}
-	if (done) {
-		if (evbuffer_get_length(in) != 0)
+	proxy_answer_went_on(c, done, 0);
+}
+
+void
+proxy_answer_went_on(struct client *c, int ended, int eof)
+{
+	if (ended) {
+		if (eof || evbuffer_get_length(upconn(c)->in) != 0)
 			c->rq->ans.up_close = 1;        /* bytes past the response: never reuse */
 		client_request_end(c);
 		return;
@@ -336,15 +356,21 @@ proxy_answer_drained(struct client *c)
 	proxy_forward_response_body(c);
 }
 
-/* The collected body outgrew limits.max_body: fail, or stream it on untouched. */
+/* The collected body outgrew limits.max_body: rewrite it as it comes when its ops can, else
+ * fail, or stream it on untouched. */
 static void
 proxy_body_overflow(struct client *c)
 {
 	struct http_response *resp = &c->w->resp;
-	size_t hl = evbuffer_get_length(c->rq->resp_head), n = evbuffer_get_length(c->rq->body);
+	size_t hl = evbuffer_get_length(c->rq->resp_head);
 
 	if (c->rq->rpc != NULL) {
 		proxy_jsonrpc_too_large(c);
+		return;
+	}
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	if (proxy_rewriting_can(c, resp)) {
+		proxy_rewriting_start(c);
 		return;
 	}
 	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->rq->route->name,
@@ -352,21 +378,37 @@ proxy_body_overflow(struct client *c)
 	if (proxy_unrewritten(c, METRICS_RESPONSE, METRICS_REASON_OVER_LIMIT, GW_UPSTREAM_INVALID,
 	    "upstream response body exceeds limits.max_body", 0))
 		return;
+	proxy_pass_held(c, 0);
+}
+
+void
+proxy_pass_held(struct client *c, int ended)
+{
+	struct http_response *resp = &c->w->resp;
+	size_t hl = evbuffer_get_length(c->rq->resp_head), n = evbuffer_get_length(c->rq->body);
+	enum answer_framing framing;
+
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
 	c->rq->ans.collecting = 0;
+	/* What was collected is de-chunked: a chunked body goes on as a stream. */
+	framing = c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM : c->rq->ans.mode == BODY_LENGTH ?
+	    ANSWER_LENGTH : ANSWER_UNTIL_CLOSE;
+	proxy_write_response_head(c, resp, framing, (uint64_t)resp->framing.content_length, NULL);
 	if (c->rq->head_as_get) {
 		/* The head GET would get: its body is not read. */
-		proxy_write_response_head(c, resp, c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM :
-		    ANSWER_UNTIL_CLOSE, 0, NULL);
 		evbuffer_drain(c->rq->body, n);
 		proxy_skip_body(c);
 	} else {
-		/* What was collected is de-chunked: it goes first, then the rest as it comes. */
-		proxy_write_response_head(c, resp, c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM :
-		    ANSWER_UNTIL_CLOSE, 0, NULL);
 		c->down->body(c, c->rq->body, n);
 	}
-	proxy_forward_response_body(c);
+	if (!ended) {
+		proxy_forward_response_body(c);
+		return;
+	}
+	if (c->rq->t.ex.uc == NULL || c->rq->ans.mode == BODY_UNTIL_CLOSE ||
+	    evbuffer_get_length(upconn(c)->in) != 0)
+		c->rq->ans.up_close = 1;
+	client_request_end(c);
 }
 
 /* The whole body is here: apply the route's ops and answer with the result (or per on_error). */
@@ -500,12 +542,13 @@ proxy_collect_response_body(struct client *c)
 		proxy_respond_rewritten(c);
 }
 
-/* A proxied request ends, however it ends: its tunnel and its events go. */
+/* A proxied request ends, however it ends: its tunnel, its events and its rewriting go. */
 void
 proxy_end(struct client *c)
 {
 	tunnel_free(c);
 	proxy_events_put(c);
+	proxy_rewriting_put(c);
 }
 
 /* --- the upstream side of a try --------------------------------------------------------- */
@@ -541,6 +584,11 @@ proxy_upstream_failed(struct client *c, int what)
 		proxy_events_forward(c, 1);
 		return;
 	}
+	if (c->rq->ans.rewriting != NULL && c->rq->ans.mode == BODY_UNTIL_CLOSE &&
+	    (what & CONN_EOF)) {
+		proxy_rewriting_forward(c, 1);
+		return;
+	}
 	if (c->rq->ans.started && c->rq->ans.mode == BODY_UNTIL_CLOSE && (what & CONN_EOF)) {
 		proxy_forward_response_body(c);
 		if (c->state == CLIENT_BUSY && c->rq->t.ex.uc != NULL) {
@@ -570,7 +618,7 @@ upstream_on_input(struct client *c)
 			return;
 		if (c->rq->ans.collecting)
 			proxy_collect_response_body(c);
-		else if (c->rq->ans.started)
+		else if (c->rq->ans.started || c->rq->ans.rewriting != NULL)
 			proxy_forward_response_body(c);
 	}
 	/* Still waiting for the rest of this answer: a reset may have come with the data.  A

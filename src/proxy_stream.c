@@ -1,7 +1,9 @@
-/* Answers rewritten while they stream: ops per event of an SSE or NDJSON answer. */
+/* Answers rewritten while they stream: ops per event of an SSE or NDJSON answer, and a JSON
+ * body over limits.max_body through ops that can stream. */
 #include "config.h"
 #include "request.h"
 
+#include "stream_envelope.h"
 #include "stream_event.h"
 
 /* --- the payload of an answer's body, as it comes ------------------------------------------ */
@@ -136,18 +138,6 @@ proxy_events_put(struct client *c)
 	events_nidle++;
 }
 
-void
-proxy_events_worker_end(void)
-{
-	struct proxy_events *pe;
-
-	while ((pe = events_idle) != NULL) {
-		events_idle = pe->next;
-		proxy_events_free(pe);
-	}
-	events_nidle = 0;
-}
-
 /* The route has events: 1 when this answer streams through them (a body of an event format,
  * not encoded), -1 when it is of an event format but passes untouched (a Content-Encoding:
  * counted), 0 when it is no event stream. */
@@ -274,12 +264,278 @@ proxy_events_forward(struct client *c, int eof)
 		client_error(c, GW_INTERNAL_ERROR, NULL, 1);
 		return;
 	}
-	if (r == PAYLOAD_END) {
-		if (eof || evbuffer_get_length(upconn(c)->in) != 0)
-			c->rq->ans.up_close = 1;        /* bytes past the response: never reuse */
-		client_request_end(c);
+	proxy_answer_went_on(c, r == PAYLOAD_END, eof);
+}
+
+/* --- a body over limits.max_body rewritten while it is forwarded -------------------------- */
+
+/* A body rewritten as it streams: the engine, and what it wrote since it last went out.
+ * The engine holds back at most limits.max_body or 64 KB, the larger (a key, whitespace, an
+ * object whose change is undecided), and the body read before the first output is kept up
+ * to twice that. */
+#define REWRITING_MIN_HOLD (64 * 1024)
+
+struct proxy_rewriting {
+	struct proxy_rewriting *next;   /* in the worker's idle list */
+	struct stream_envelope *se;
+	struct evbuffer *out;
+	size_t max_hold;                /* what se was made to hold back at most */
+	int err;                        /* the engine's error, 0 while none */
+	int complete;                   /* the whole body went out rewritten */
+};
+
+#define REWRITING_KEPT 16
+static _Thread_local struct proxy_rewriting *rewriting_idle;
+static _Thread_local unsigned rewriting_nidle;
+
+static void
+proxy_rewriting_free(struct proxy_rewriting *rw)
+{
+	stream_envelope_free(rw->se);
+	if (rw->out != NULL)
+		evbuffer_free(rw->out);
+	free(rw);
+}
+
+/* An idle one made for max_hold, or a new one; NULL without memory. */
+static struct proxy_rewriting *
+proxy_rewriting_get(size_t max_hold)
+{
+	struct proxy_rewriting *rw;
+
+	while ((rw = rewriting_idle) != NULL) {
+		rewriting_idle = rw->next;
+		rewriting_nidle--;
+		if (rw->max_hold == max_hold)
+			return rw;
+		proxy_rewriting_free(rw);       /* made for the limits of a configuration gone */
+	}
+	if ((rw = calloc(1, sizeof(*rw))) == NULL)
+		return NULL;
+	rw->max_hold = max_hold;
+	if ((rw->se = stream_envelope_new(max_hold)) == NULL ||
+	    (rw->out = evbuffer_new()) == NULL) {
+		proxy_rewriting_free(rw);
+		return NULL;
+	}
+	return rw;
+}
+
+void
+proxy_rewriting_put(struct client *c)
+{
+	struct proxy_rewriting *rw = c->rq->ans.rewriting;
+
+	if (rw == NULL)
+		return;
+	c->rq->ans.rewriting = NULL;
+	if (!rw->complete && stream_envelope_written(rw->se) != 0)
+		metrics_streamed(c->w, c->rq->route, METRICS_STREAMED_ABORTED);
+	evbuffer_drain(rw->out, evbuffer_get_length(rw->out));
+	if (rewriting_nidle >= REWRITING_KEPT) {
+		proxy_rewriting_free(rw);
 		return;
 	}
-	if (c->down->backlogged(c))
-		conn_read_stop(upconn(c));
+	rw->next = rewriting_idle;
+	rewriting_idle = rw;
+	rewriting_nidle++;
+}
+
+int
+proxy_rewriting_can(struct client *c, const struct http_response *resp)
+{
+	const char *why;
+
+	/* A JSON-RPC answer is judged whole; a HEAD asked as GET reads no body. */
+	return c->rq->rpc == NULL && !c->rq->head_request && !c->rq->head_as_get &&
+	    body_content_coding(resp->headers, resp->nheaders) == BODY_CODING_IDENTITY &&
+	    stream_envelope_can(c->rq->ans.prog, c->rq->route->validate, &why);
+}
+
+static int
+proxy_rewriting_write_cb(void *arg, const char *p, size_t len)
+{
+	struct proxy_rewriting *rw = arg;
+
+	return evbuffer_add(rw->out, p, len) == 0 ? 0 : -1;
+}
+
+/* What the ops wrote goes to the client, after the answer's head the first time. */
+static void
+proxy_rewriting_send(struct client *c, struct proxy_rewriting *rw)
+{
+	struct http_response *resp = &c->w->resp;
+	size_t hl;
+
+	if (evbuffer_get_length(rw->out) == 0)
+		return;
+	if (!c->rq->ans.started) {
+		hl = evbuffer_get_length(c->rq->resp_head);
+		http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl),
+		    hl, resp);
+		proxy_remove_header(resp->headers, &resp->nheaders, "content-length");
+		/* The bytes are jsongate's: no strong ETag. */
+		proxy_write_response_head(c, resp, ANSWER_STREAM, 0, "");
+	}
+	c->down->body(c, rw->out, evbuffer_get_length(rw->out));
+}
+
+/* Feed p[0..n) to the engine; until the engine writes, the bytes are kept (in the request's
+ * body) for on_error.  0, or the engine's error. */
+static int
+proxy_rewriting_feed(struct client *c, struct proxy_rewriting *rw, const char *p, size_t n)
+{
+	if (rw->err == 0)
+		rw->err = stream_envelope_feed(rw->se, p, n);
+	if (rw->err == 0 && stream_envelope_written(rw->se) == 0 &&
+	    evbuffer_get_length(c->rq->body) > 2 * rw->max_hold)
+		rw->err = STREAM_ENVELOPE_LOOKAHEAD;
+	return rw->err;
+}
+
+/* Take n bytes at the front of in: fed, then kept or dropped.  Always takes all n (the body's
+ * framing goes on from them); -1 once the engine failed. */
+static int
+proxy_rewriting_take(struct client *c, void *arg, struct evbuffer *in, size_t n)
+{
+	struct proxy_rewriting *rw = arg;
+	struct evbuffer_iovec v;
+	size_t k;
+
+	while (n != 0 && rw->err == 0 &&
+	    evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) >= 1 && v.iov_len != 0) {
+		k = v.iov_len < n ? v.iov_len : n;
+		proxy_rewriting_feed(c, rw, v.iov_base, k);
+		if (stream_envelope_written(rw->se) == 0) {
+			evbuffer_remove_buffer(in, c->rq->body, k);
+		} else {
+			evbuffer_drain(in, k);
+			evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
+		}
+		n -= k;
+	}
+	/* After an error: kept while on_error may still pass the body, else dropped. */
+	if (stream_envelope_written(rw->se) == 0)
+		evbuffer_remove_buffer(in, c->rq->body, n);
+	else
+		evbuffer_drain(in, n);
+	proxy_rewriting_send(c, rw);
+	return rw->err == 0 ? 0 : -1;
+}
+
+/* The engine failed: before any output the answer follows on_error with the body kept,
+ * after it the answer is cut (counted aborted when the rewriting goes). */
+static void
+proxy_rewriting_failed(struct client *c, struct proxy_rewriting *rw, int ended)
+{
+	char msg[256];
+
+	snprintf(msg, sizeof(msg), "response body over limits.max_body not rewritten: %s",
+	    stream_envelope_error(rw->se));
+	log_warnx("route %s: %s (request %s)", c->rq->route->name, msg, c->rq->request_id);
+	if (stream_envelope_written(rw->se) != 0) {
+		c->rq->ans.up_close = 1;
+		client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+		return;
+	}
+	proxy_rewriting_put(c);
+	if (proxy_unrewritten(c, METRICS_RESPONSE, rw->err == STREAM_ENVELOPE_INVALID ?
+	    METRICS_REASON_INVALID_JSON : METRICS_REASON_OP_ERROR, GW_UPSTREAM_INVALID, msg, 0))
+		return;
+	proxy_pass_held(c, ended);
+}
+
+void
+proxy_rewriting_start(struct client *c)
+{
+	const struct rewrite_program *prog = c->rq->ans.prog;
+	const struct config *cfg = client_cfg(c);
+	struct http_response *resp = &c->w->resp;
+	struct proxy_rewriting *rw;
+	struct rewrite_vars vars;
+	struct body_tls_text tls_text;
+	struct evbuffer_iovec v;
+	struct evbuffer_ptr at;
+	size_t hl = evbuffer_get_length(c->rq->resp_head);
+
+	c->rq->ans.collecting = 0;
+	if ((rw = proxy_rewriting_get(cfg->limits.max_body > REWRITING_MIN_HOLD ?
+	    cfg->limits.max_body : REWRITING_MIN_HOLD)) == NULL) {
+		client_error(c, GW_INTERNAL_ERROR, NULL, 0);
+		return;
+	}
+	c->rq->ans.rewriting = rw;
+	rw->err = 0;
+	rw->complete = 0;
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	proxy_vars(c, proxy_prog_vars(prog), &vars, &tls_text);
+	vars.status = resp->status;     /* for when: { status: ... } */
+	if (body_needs_headers(prog))
+		proxy_kept_request_headers(c, &vars);
+	rw->err = stream_envelope_start(rw->se, prog, c->rq->route->validate, cfg->limits.max_depth,
+	    cfg->limits.max_members, &vars, proxy_rewriting_write_cb, rw);
+	/* What was collected before the body outgrew max_body goes first. */
+	evbuffer_ptr_set(c->rq->body, &at, 0, EVBUFFER_PTR_SET);
+	while (rw->err == 0 && evbuffer_peek(c->rq->body, -1, &at, &v, 1) >= 1 && v.iov_len != 0) {
+		proxy_rewriting_feed(c, rw, v.iov_base, v.iov_len);
+		if (evbuffer_ptr_set(c->rq->body, &at, v.iov_len, EVBUFFER_PTR_ADD) != 0)
+			break;
+	}
+	if (stream_envelope_written(rw->se) != 0)
+		evbuffer_drain(c->rq->body, evbuffer_get_length(c->rq->body));
+	proxy_rewriting_send(c, rw);
+	if (rw->err != 0) {
+		proxy_rewriting_failed(c, rw, 0);
+		return;
+	}
+	proxy_rewriting_forward(c, 0);
+}
+
+void
+proxy_rewriting_forward(struct client *c, int eof)
+{
+	struct proxy_rewriting *rw = c->rq->ans.rewriting;
+	enum payload_result r;
+
+	r = proxy_payload(c, eof, proxy_rewriting_take, rw);
+	if (r == PAYLOAD_BAD_FRAMING) {
+		tries_bad_framing(&c->rq->t);
+		client_error(c, GW_UPSTREAM_INVALID, NULL, 1);
+		return;
+	}
+	if (r == PAYLOAD_END && rw->err == 0) {
+		rw->err = stream_envelope_finish(rw->se);
+		proxy_rewriting_send(c, rw);
+	}
+	if (rw->err != 0) {
+		proxy_rewriting_failed(c, rw, r == PAYLOAD_END);
+		return;
+	}
+	if (r == PAYLOAD_END) {
+		metrics_envelope(c->w, c->rq->route, METRICS_RESPONSE, METRICS_APPLIED,
+		    METRICS_REASON_NONE);
+		metrics_streamed(c->w, c->rq->route, METRICS_STREAMED_REWRITTEN);
+		rw->complete = 1;
+	}
+	proxy_answer_went_on(c, r == PAYLOAD_END, eof);
+}
+
+/* --- the worker's end --------------------------------------------------------------------- */
+
+void
+proxy_events_worker_end(void)
+{
+	struct proxy_events *pe;
+	struct proxy_rewriting *rw;
+
+	while ((pe = events_idle) != NULL) {
+		events_idle = pe->next;
+		proxy_events_free(pe);
+	}
+	events_nidle = 0;
+	while ((rw = rewriting_idle) != NULL) {
+		rewriting_idle = rw->next;
+		proxy_rewriting_free(rw);
+	}
+	rewriting_nidle = 0;
 }

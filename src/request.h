@@ -74,6 +74,7 @@ enum timer_mode { TIMER_OFF, TIMER_KEEPALIVE, TIMER_HEADER, TIMER_LINGER };
 
 struct h2_session;
 struct proxy_events;
+struct proxy_rewriting;
 
 /* A request on a client connection, from its head to the end of its answer, and its tries
  * with upstream servers.  Requests come from a per-worker free list: a connection waiting
@@ -183,7 +184,9 @@ struct request {
 		                         * own reasons: no fault of its server */
 		const struct rewrite_program *prog;    /* the ops this answer's status calls for */
 		struct proxy_events *events;    /* an SSE or NDJSON body through the route's
-		                                 * events ops (proxy.c), or NULL */
+		                                 * events ops (proxy_stream.c), or NULL */
+		struct proxy_rewriting *rewriting;      /* or: a body over limits.max_body
+		                                         * rewritten while it is forwarded */
 		struct body_block *block;   /* or: a Content-Length body read straight into a block */
 		size_t block_len;
 		enum body_mode mode;
@@ -562,9 +565,15 @@ void proxy_write_response_head(struct client *c, struct http_response *resp,
 /* Keep the answer's head (head_len bytes of the upstream input) and collect its body before
  * answering.  0, or -1 when answered with an error. */
 int proxy_hold_response(struct client *c, size_t head_len);
+/* The held answer goes on untouched: its head, what was collected, then the rest as it
+ * comes (ended: the body is all here already). */
+void proxy_pass_held(struct client *c, int ended);
 /* Send n bytes of a body we hold to the client, or drop them for a HEAD request. */
 void proxy_send_body(struct client *c, struct evbuffer *body, size_t n);
 void proxy_forward_response_body(struct client *c);
+/* Some of the answer's body went on: when it ended (eof: by the upstream's close) the
+ * request ends, else the upstream is read no more while the client is backlogged. */
+void proxy_answer_went_on(struct client *c, int ended, int eof);
 /* The client read enough of the answer: its body goes on from the upstream. */
 void proxy_answer_drained(struct client *c);
 void proxy_exchange_cb(struct exchange *ex, int what, void *arg);
@@ -583,7 +592,17 @@ int proxy_events_start(struct client *c, struct http_response *resp, size_t head
 void proxy_events_forward(struct client *c, int eof);
 /* The answer's events are over (or the request ended first): they go back for reuse. */
 void proxy_events_put(struct client *c);
-/* The worker thread stops: the event parsers it kept go. */
+/* 1 when the held answer (its head resp), over limits.max_body, can be rewritten by the ops
+ * of its status while it is forwarded. */
+int proxy_rewriting_can(struct client *c, const struct http_response *resp);
+/* Rewrite the held answer while it is forwarded: what was collected first, then the rest as
+ * it comes.  The first output sends the head; an error before it follows on_error. */
+void proxy_rewriting_start(struct client *c);
+/* More of the body came (eof: the upstream closed an answer ended so). */
+void proxy_rewriting_forward(struct client *c, int eof);
+/* The request ends: its rewriting goes back for reuse (counted aborted when cut short). */
+void proxy_rewriting_put(struct client *c);
+/* The worker thread stops: the event parsers and rewriters it kept go. */
 void proxy_events_worker_end(void);
 
 
