@@ -295,7 +295,71 @@ JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, 1,
     __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
+/* The bytes of a piece after its last whole block, one by one, with jscan_block's rules. */
+static ssize_t
+jscan_stream_bytes(struct jscan_state *st, const char *buf, size_t i, size_t len)
+{
+	unsigned char c;
+
+	for (; i < len; i++) {
+		c = (unsigned char)buf[i];
+		if (st->esc_carry) {
+			/* An escaped quote or backslash means nothing; a bracket still counts. */
+			st->esc_carry = 0;
+			if (c == '"' || c == '\\')
+				continue;
+		} else if (c == '\\') {
+			st->esc_carry = 1;
+			continue;
+		}
+		if (c == '"') {
+			st->in_string = ~st->in_string;
+			if (st->depth == 0)
+				return (ssize_t)i + 1;  /* a string value ends */
+			continue;
+		}
+		if (st->in_string)
+			continue;
+		if (c == '{' || c == '[') {
+			if (++st->depth > st->max_depth)
+				return JSCAN_ERR_DEPTH;
+			st->squares -= c == '[';
+		} else if (c == '}' || c == ']') {
+			st->squares += c == ']';
+			if (--st->depth == 0)
+				return st->squares != 0 ? JSCAN_ERR_SYNTAX : (ssize_t)i + 1;
+		}
+	}
+	return JSCAN_MORE;
+}
+
+#define JSCAN_STREAM_DEFINE(name, masks_fn, clmul, attr)				\
+attr static ssize_t									\
+name(struct jscan_state *st, const char *buf, size_t len)				\
+{											\
+	struct jscan_masks m;								\
+	size_t i;									\
+	int end = 0, r;									\
+											\
+	for (i = 0; i + 64 <= len; i += 64) {						\
+		masks_fn(buf + i, &m);							\
+		if ((r = jscan_block(st, buf + i, &m, &end, clmul)) != 0)			\
+			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
+	}										\
+	return jscan_stream_bytes(st, buf, i, len);					\
+}
+
+JSCAN_STREAM_DEFINE(jscan_stream_scalar, jscan_masks_scalar, 0, )
+#ifdef JSCAN_X86
+JSCAN_STREAM_DEFINE(jscan_stream_sse2, jscan_masks_sse2, 0, __attribute__((target("sse2"))))
+JSCAN_STREAM_DEFINE(jscan_stream_avx2, jscan_masks_avx2, 1,
+    __attribute__((target("avx2,popcnt,bmi,pclmul"))))
+JSCAN_STREAM_DEFINE(jscan_stream_avx512, jscan_masks_avx512, 1,
+    __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
+#endif
+
 typedef ssize_t (*jscan_fn)(const char *, size_t, size_t, unsigned);
+typedef ssize_t (*jscan_stream_fn)(struct jscan_state *, const char *, size_t);
 
 int
 jscan_impl_available(enum jscan_impl impl)
@@ -367,8 +431,26 @@ jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
 	return jscan_impl_fn(impl)(buf, len, pos, max_depth);
 }
 
+static jscan_stream_fn
+jscan_stream_impl_fn(enum jscan_impl impl)
+{
+	switch (impl) {
+#ifdef JSCAN_X86
+	case JSCAN_SSE2:
+		return jscan_stream_sse2;
+	case JSCAN_AVX2:
+		return jscan_stream_avx2;
+	case JSCAN_AVX512:
+		return jscan_stream_avx512;
+#endif
+	default:
+		return jscan_stream_scalar;
+	}
+}
+
 /* Resolved on first use; a racing first call stores the same value. */
 static jscan_fn jscan_chosen;
+static jscan_stream_fn jscan_stream_chosen;
 
 int
 jscan_use(enum jscan_impl impl)
@@ -376,6 +458,7 @@ jscan_use(enum jscan_impl impl)
 	if (!jscan_impl_available(impl))
 		return -1;
 	__atomic_store_n(&jscan_chosen, jscan_impl_fn(impl), __ATOMIC_RELAXED);
+	__atomic_store_n(&jscan_stream_chosen, jscan_stream_impl_fn(impl), __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -391,4 +474,41 @@ jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth)
 	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
 		return JSCAN_ERR_SYNTAX;
 	return fn(buf, len, pos, max_depth);
+}
+
+int
+jscan_stream_start(struct jscan_stream *st, char c, unsigned max_depth)
+{
+	st->esc_carry = 0;
+	st->max_depth = max_depth > JSCAN_MAX_DEPTH ? JSCAN_MAX_DEPTH : max_depth;
+	if (c == '"') {
+		st->depth = 0;
+		st->squares = 0;
+		st->in_string = ~0ULL;
+		return 0;
+	}
+	st->depth = 1;
+	st->in_string = 0;
+	st->squares = -(c == '[');
+	return st->max_depth < 1 ? JSCAN_ERR_DEPTH : 0;
+}
+
+ssize_t
+jscan_stream_feed(struct jscan_stream *st, const char *buf, size_t len)
+{
+	jscan_stream_fn fn = __atomic_load_n(&jscan_stream_chosen, __ATOMIC_RELAXED);
+	struct jscan_state s = { st->esc_carry, st->in_string, st->depth, st->max_depth,
+	    st->squares };
+	ssize_t r;
+
+	if (fn == NULL) {
+		fn = jscan_stream_impl_fn(jscan_impl_best());
+		__atomic_store_n(&jscan_stream_chosen, fn, __ATOMIC_RELAXED);
+	}
+	r = fn(&s, buf, len);
+	st->esc_carry = s.esc_carry;
+	st->in_string = s.in_string;
+	st->depth = s.depth;
+	st->squares = s.squares;
+	return r;
 }

@@ -7,6 +7,7 @@
 #define JG_JSCAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define JSCAN_MAX_DEPTH 16384           /* larger depth limits are clamped to this */
@@ -34,5 +35,26 @@ int jscan_use(enum jscan_impl impl);
 /* The implementation jscan_skip uses on this CPU, and its name. */
 enum jscan_impl jscan_impl_best(void);
 const char *jscan_impl_name(enum jscan_impl impl);
+
+/*
+ * The same skip over a value that comes in pieces (a body as it streams): the state carried
+ * from piece to piece.  Each piece is scanned in 64-byte blocks like jscan_skip and its last
+ * bytes one by one, with the same rules.
+ */
+struct jscan_stream {
+	uint64_t esc_carry;             /* 1: the next byte is escaped */
+	uint64_t in_string;             /* all ones while inside a string */
+	unsigned depth;
+	unsigned max_depth;
+	int squares;                    /* ']' minus '[' so far */
+};
+
+#define JSCAN_MORE (-3)                 /* the value goes on past the piece */
+
+/* The value began with c ('"', '{' or '[', taken already).  0, or JSCAN_ERR_DEPTH. */
+int jscan_stream_start(struct jscan_stream *st, char c, unsigned max_depth);
+/* The next piece of the value: the offset one past its end in buf, JSCAN_MORE, or a
+ * JSCAN_ERR_*. */
+ssize_t jscan_stream_feed(struct jscan_stream *st, const char *buf, size_t len);
 
 #endif

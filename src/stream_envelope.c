@@ -340,9 +340,8 @@ struct stream_envelope {
 	size_t run;                     /* start of the value's bytes in this chunk */
 	/* strings */
 	int strict, esc, uhex;
-	/* containers (as jscan_skip) */
-	unsigned cdepth, climit;
-	int squares, in_str;
+	/* containers, skipped as they come */
+	struct jscan_stream scan;
 	/* a key or a primitive */
 	char *key;
 	size_t keylen, key_cap;
@@ -921,11 +920,8 @@ senv_member(struct stream_envelope *se)
 	return 0;
 }
 
-/* Bytes that matter inside a string, and inside a container outside strings. */
+/* Bytes that matter inside a string. */
 static const unsigned char senv_string_special[256] = { ['"'] = 1, ['\\'] = 1, [0] = 1 };
-static const unsigned char senv_cont_special[256] = {
-	['"'] = 1, ['\\'] = 1, ['{'] = 1, ['}'] = 1, ['['] = 1, [']'] = 1
-};
 
 static int
 senv_ws(unsigned char c)
@@ -1006,14 +1002,10 @@ senv_value(struct stream_envelope *se, unsigned char c, size_t i)
 	case '{':
 	case '[':
 		se->state = SE_CONT;
-		se->cdepth = 1;
-		se->climit = member ? se->max_depth - (unsigned)se->level - 1 : se->max_depth;
-		if (se->climit > JSCAN_MAX_DEPTH)
-			se->climit = JSCAN_MAX_DEPTH;
-		if (se->max_depth < se->level + 1 + (unsigned)member || se->climit < 1)
+		if (se->max_depth < se->level + 1 + (unsigned)member ||
+		    jscan_stream_start(&se->scan, (char)c, member ? se->max_depth -
+		    (unsigned)se->level - 1 : se->max_depth) != 0)
 			return senv_depth_err(se);
-		se->squares = -(c == '[');
-		se->in_str = se->esc = 0;
 		return 0;
 	case '"':
 		se->state = SE_STRING;
@@ -1184,6 +1176,7 @@ int
 stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 {
 	size_t i = 0, j;
+	ssize_t skipped;
 	unsigned char c;
 	int r;
 
@@ -1355,49 +1348,16 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 			i++;
 			break;
 		case SE_CONT:
-			for (; i < n; i++) {
-				/* Most bytes mean nothing here: skip them in a tight loop. */
-				if (!se->esc) {
-					const unsigned char *t = se->in_str ? senv_string_special :
-					    senv_cont_special;
-
-					while (i < n && !t[(unsigned char)p[i]])
-						i++;
-					if (i == n)
-						break;
-				}
-				c = (unsigned char)p[i];
-				if (se->esc) {
-					/* jscan_skip: a backslash escapes a quote or a backslash; a
-					 * bracket after one still counts outside strings */
-					se->esc = 0;
-					if (c == '"' || c == '\\')
-						continue;
-				} else if (c == '\\') {
-					se->esc = 1;
-					continue;
-				}
-				if (c == '"') {
-					se->in_str = !se->in_str;
-					continue;
-				}
-				if (se->in_str)
-					continue;
-				if (c == '{' || c == '[') {
-					if (++se->cdepth > se->climit)
-						return senv_depth_err(se);
-					se->squares -= c == '[';
-				} else if (c == '}' || c == ']') {
-					se->squares += c == ']';
-					if (--se->cdepth == 0)
-						break;
-				}
-			}
-			if (i == n)
+			/* Most bytes mean nothing here: skipped a block at a time. */
+			if ((skipped = jscan_stream_feed(&se->scan, p + i, n - i)) == JSCAN_MORE) {
+				i = n;
 				break;
-			if (se->squares != 0)
-				return senv_invalid(se);
-			if (senv_value_end(se, p, ++i) != 0)
+			}
+			if (skipped < 0)
+				return skipped == JSCAN_ERR_DEPTH ? senv_depth_err(se) :
+				    senv_invalid(se);
+			i += (size_t)skipped;
+			if (senv_value_end(se, p, i) != 0)
 				return se->err;
 			break;
 		}

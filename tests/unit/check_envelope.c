@@ -72,11 +72,36 @@ skip_reference(const char *buf, size_t len, size_t pos, unsigned max_depth)
 	return JSCAN_ERR_SYNTAX;
 }
 
-/* Every variant against the reference on buf[0..len) from start. */
+/* The streaming skip over buf[start + 1..len) in pieces that end at the cut positions
+ * (every step bytes, the last piece shorter): what jscan_skip would return. */
+static ssize_t
+skip_streamed(const char *buf, size_t len, size_t start, unsigned max_depth, size_t step)
+{
+	struct jscan_stream st;
+	size_t at = start + 1, n;
+	ssize_t r;
+
+	if (jscan_stream_start(&st, buf[start], max_depth) != 0)
+		return JSCAN_ERR_DEPTH;
+	while (at < len) {
+		n = len - at < step ? len - at : step;
+		if ((r = jscan_stream_feed(&st, buf + at, n)) != JSCAN_MORE)
+			return r < 0 ? r : (ssize_t)at + r;
+		at += n;
+	}
+	return JSCAN_ERR_SYNTAX;
+}
+
+/* Every variant against the reference on buf[0..len) from start, whole, and every fourth
+ * body in pieces too (of a size that changes from body to body). */
 static void
 skip_agrees(const char *buf, size_t len, size_t start, unsigned max_depth)
 {
+	static const size_t steps[] = { 1, 3, 63, 64, 65, 130 };
+	static unsigned calls;
 	ssize_t ref = skip_reference(buf, len, start, max_depth), got;
+	size_t step = steps[(calls / 4) % (sizeof(steps) / sizeof(steps[0]))];
+	int pieces = calls++ % 4 == 0;
 
 	for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
 		if (!jscan_impl_available((enum jscan_impl)impl))
@@ -84,7 +109,15 @@ skip_agrees(const char *buf, size_t len, size_t start, unsigned max_depth)
 		got = jscan_skip_impl((enum jscan_impl)impl, buf, len, start, max_depth);
 		ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
 		    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
+		if (!pieces)
+			continue;
+		ck_assert_int_eq(jscan_use((enum jscan_impl)impl), 0);
+		got = skip_streamed(buf, len, start, max_depth, step);
+		ck_assert_msg(got == ref, "%s streamed in %zu: %zd, reference %zd on %.*s",
+		    jscan_impl_name((enum jscan_impl)impl), step, got, ref, (int)len, buf);
 	}
+	if (pieces)
+		ck_assert_int_eq(jscan_use(jscan_impl_best()), 0);
 }
 
 /* Random bodies over alphabet, each from every variant against the reference. */
