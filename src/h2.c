@@ -786,9 +786,12 @@ static void
 h2_read_body(struct client *c, enum body_reading how)
 {
 	struct h2_stream *st = h2_stream_of(c);
+	unsigned was = st->reading;
 
+	/* While it read, what came was queued as it came: only what came while it did not
+	 * is news (queued again, a request that waits for more would never leave the work). */
 	st->reading = how == BODY_READING;
-	if (st->reading && evbuffer_get_length(c->conn.in) != 0)
+	if (st->reading && !was && evbuffer_get_length(c->conn.in) != 0)
 		h2_queue(st);
 }
 

@@ -8,6 +8,7 @@ connection goes on); the known attacks (rapid reset, an HPACK bomb against
 limits.max_header, a CONTINUATION flood, a PING flood never read, an oversized frame);
 SIGTERM's GOAWAY with the streams in flight finishing; the idle close."""
 
+import json
 import os
 import re
 import signal
@@ -210,6 +211,52 @@ def uploads_byte_for_byte(env):
     env.eq('upstream: chunked, byte for byte', (up.requests[-1].framing,
                                                 up.requests[-1].body == data),
            ('chunked', True))
+
+
+@T.case
+def a_body_without_a_length_is_its_payload(env):
+    """DATA without a content-length reaches the request as its payload, ended by
+    END_STREAM, even one that comes alone after a pause: a route chosen by a body field,
+    request ops, a body kept for another try, a body streamed on."""
+    up = env.scripted(default=answer(echo))
+    gw = h2_daemon(env, h2_conf(up.address, routes=[
+        {'name': 'typed', 'match': {'path': '/typed', 'json': {'field': 'type', 'equals': 'a'}},
+         'upstream': 'app'},
+        {'name': 'ops', 'match': {'path': '/ops'}, 'upstream': 'app',
+         'request': [{'wrap': 'r'}]},
+        {'name': 'all', 'upstream': 'app'}]))
+    h = H2(gw.port)
+    json_ct = [('content-type', 'application/json')]
+
+    def send(path, pieces, method='POST'):
+        sid = h.request(path, json_ct, method=method, end=False)
+        for p in pieces:
+            h.conn.send_data(sid, p)
+            h.flush()
+            time.sleep(0.05)
+        h.conn.end_stream(sid)
+        h.flush()
+        env.check('%s %s: an answer' % (method, path), h.pump(lambda h: h.ended(sid)))
+        return h.answer(sid)
+
+    status, _, body, _ = send('/typed', [b'{"type":', b'"a","n":1}'])
+    req = up.requests[-1]
+    env.eq('the route its field chose, once END_STREAM came alone',
+           (status, json.loads(body)['target'], req.framing, req.body),
+           (200, '/typed', 'chunked', b'{"type":"a","n":1}'))
+    status, _, _, _ = send('/typed', [b'{"type":"b"}'])
+    env.eq('no match: the next route', (status, up.requests[-1].target,
+                                        up.requests[-1].body), (200, '/typed', b'{"type":"b"}'))
+    status, _, _, _ = send('/ops', [b'{"a":', b'1}'])
+    req = up.requests[-1]
+    env.eq('request ops: the whole payload, sent with its length',
+           (status, req.framing, req.body), (200, 'length', b'{"r":{"a":1}}'))
+    status, _, _, _ = send('/put', [b'hello ', b'world'], method='PUT')
+    req = up.requests[-1]
+    env.eq('kept for another try: sent with its length',
+           (status, req.framing, req.all('Content-Length'), req.body),
+           (200, 'length', ['11'], b'hello world'))
+    h.close()
 
 
 @T.case
