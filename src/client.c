@@ -225,6 +225,8 @@ client_read_head(struct client *c)
 	}
 
 	c->http_minor = req->version_minor;
+	if (req->framing.chunked)
+		http_chunked_init(&c->body_chunk);
 	/* timeouts.keepalive: 0 disables keep-alive: every answer says Connection: close. */
 	c->keepalive = cfg->timeouts.keepalive != 0 && (req->version_minor == 1 ?
 	    !req->framing.conn_close : req->framing.conn_keepalive && !req->framing.conn_close);
@@ -514,6 +516,62 @@ client_input_room(struct client *c, size_t n)
 	conn_set_read_max(&c->conn, n != 0 ? n : FLOW_HIGH);
 }
 
+/*
+ * The h1 body reader: the next run of a chunked body's payload at cur->at in the input,
+ * through cur's decoder, cur->at moved past it (and past the framing before it).  Chunk
+ * extensions and trailers stop here.  An enum body_run.
+ */
+static int
+client_body_run(struct client *c, struct body_cursor *cur, const char **p, size_t *n)
+{
+	struct http_chunk_piece piece;
+	int r;
+
+	for (;;) {
+		r = http_chunked_next(&cur->ch, c->conn.in, cur->at, (size_t)-1, &piece);
+		if (r == HTTP_CHUNKED_NONE)
+			return BODY_RUN_NONE;
+		if (r == HTTP_CHUNKED_ERROR)
+			return BODY_RUN_BAD;
+		cur->at += piece.consumed;
+		if (r == HTTP_CHUNKED_DATA) {
+			/* A run ends its piece: the framing after it is the next piece's. */
+			*p = piece.data;
+			*n = piece.data_len;
+			return BODY_RUN_DATA;
+		}
+		if (r == HTTP_CHUNKED_DONE)
+			return BODY_RUN_END;
+	}
+}
+
+static int
+client_body_peek(struct client *c, struct body_cursor *cur, const char **p, size_t *n)
+{
+	return client_body_run(c, cur, p, n);
+}
+
+/* The framing before the run leaves the input, the run stays at its front for the request;
+ * bytes after the body's end are the next request's.  Bad framing is a 400, and the close:
+ * nothing after it can be framed. */
+static int
+client_body_next(struct client *c, size_t *n)
+{
+	struct body_cursor cur = { 0, c->body_chunk };
+	const char *p;
+	int r;
+
+	r = client_body_run(c, &cur, &p, n);
+	c->body_chunk = cur.ch;
+	if (r == BODY_RUN_BAD) {
+		c->rq->ans.up_close = 1;
+		client_error(c, GW_BAD_REQUEST, NULL, 1);
+		return r;
+	}
+	evbuffer_drain(c->conn.in, cur.at - (r == BODY_RUN_DATA ? *n : 0));
+	return r;
+}
+
 static const struct conn *
 client_transport(struct client *c)
 {
@@ -755,7 +813,8 @@ client_upgrade(struct client *c, const struct answer_head *h, struct http_str pr
 
 const struct downstream client_downstream = {
 	/* in the order of struct downstream (request.h) */
-	client_read_body, client_input_room, client_transport, client_takes_chunks, client_continue, client_answer_head, client_answer_body,
+	client_read_body, client_input_room, client_body_next, client_body_peek,
+	client_transport, client_takes_chunks, client_continue, client_answer_head, client_answer_body,
 	client_answer_finish, client_answer_error, client_answer_abort, client_answer_backlogged,
 	client_request_over, client_flush, client_upgrade
 };

@@ -2,10 +2,11 @@
  * The HTTP/2 session of a client connection, on nghttp2.  Each stream is a struct client of
  * its own (h2_stream.c's is the connection's): its request sees the head as HTTP/1.1 in its
  * input (the fields as received, :authority as Host, cookie crumbs joined, a body without a
- * length chunked) and answers through h2_downstream, which maps heads to HEADERS frames and
- * moves body bytes into DATA frames without copying them.  Flow control bounds what a stream
- * holds both ways: a request body reads ahead at most the stream window; an answer's client
- * that opens no window makes its request stop reading the upstream once FLOW_HIGH waits.
+ * length announced as chunked), then its DATA payload as it came, and answers through
+ * h2_downstream, which maps heads to HEADERS frames and moves body bytes into DATA frames
+ * without copying them.  Flow control bounds what a stream holds both ways: a request body
+ * reads ahead at most the stream window; an answer's client that opens no window makes its
+ * request stop reading the upstream once FLOW_HIGH waits.
  */
 #include "config.h"
 #include "request.h"
@@ -40,7 +41,6 @@ struct h2_stream {
 	uint64_t progress;              /* ms (monotonic) its answer last moved, or began to wait */
 	unsigned queued : 1;            /* in s->work */
 	unsigned reading : 1;           /* its request takes body bytes now */
-	unsigned chunked_in : 1;        /* the body goes into the input chunked (no length) */
 	unsigned in_done : 1;           /* the client's half is closed */
 	unsigned out_done : 1;          /* the answer's last byte is in out */
 	unsigned deferred : 1;          /* the answer waits for bytes in out */
@@ -325,8 +325,6 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		h2_refuse(st, GW_NOT_IMPLEMENTED);
 		return;
 	}
-	/* A body without a length goes in chunks, as an HTTP/1.1 client would send it. */
-	st->chunked_in = !end_stream && !st->has_length;
 	/* Every stream's head: no printf on that path. */
 	evbuffer_add(in, st->method, strlen(st->method));
 	evbuffer_add(in, " ", 1);
@@ -343,7 +341,8 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		evbuffer_add_buffer(in, st->cookie);
 		evbuffer_add(in, "\r\n", 2);
 	}
-	if (st->chunked_in)
+	/* A body without a length: the request takes its payload through h2_body_next. */
+	if (!end_stream && !st->has_length)
 		evbuffer_add(in, "Transfer-Encoding: chunked\r\n", 28);
 	evbuffer_add(in, "\r\n", 2);
 	len = evbuffer_get_length(in);
@@ -444,8 +443,6 @@ h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *
 {
 	struct h2_session *s = arg;
 	struct h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
-	char line[24];
-	int n;
 
 	(void)flags;
 	/* A body no request takes any more: its window goes back at once. */
@@ -455,14 +452,8 @@ h2_on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *
 			nghttp2_session_consume_stream(s->ng, id, len);
 		return 0;
 	}
-	if (st->chunked_in) {
-		n = snprintf(line, sizeof(line), "%zx\r\n", len);
-		evbuffer_add(st->c.conn.in, line, (size_t)n);
-	}
 	st->unconsumed += len;
 	evbuffer_add(st->c.conn.in, data, len);
-	if (st->chunked_in)
-		evbuffer_add(st->c.conn.in, "\r\n", 2);
 	if (st->reading)
 		h2_queue(st);
 	return 0;
@@ -489,8 +480,6 @@ h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 	}
 	if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->in_done) {
 		st->in_done = 1;
-		if (st->chunked_in && st->c.state == CLIENT_BUSY)
-			evbuffer_add(st->c.conn.in, "0\r\n\r\n", 5);
 		if (st->reading)
 			h2_queue(st);
 	}
@@ -782,6 +771,13 @@ h2_request_over(struct client *c)
 	h2_request_gone(h2_stream_of(c));
 }
 
+/* The request has something to read: body bytes, or the news that its body ended. */
+static int
+h2_body_waits(struct h2_stream *st)
+{
+	return evbuffer_get_length(st->c.conn.in) != 0 || (st->in_done && !st->c.rq->up.done);
+}
+
 static void
 h2_read_body(struct client *c, enum body_reading how)
 {
@@ -791,7 +787,7 @@ h2_read_body(struct client *c, enum body_reading how)
 	/* While it read, what came was queued as it came: only what came while it did not
 	 * is news (queued again, a request that waits for more would never leave the work). */
 	st->reading = how == BODY_READING;
-	if (st->reading && !was && evbuffer_get_length(c->conn.in) != 0)
+	if (st->reading && !was && h2_body_waits(st))
 		h2_queue(st);
 }
 
@@ -800,6 +796,32 @@ h2_input_room(struct client *c, size_t n)
 {
 	(void)c;
 	(void)n;        /* the stream window bounds the input */
+}
+
+/* A body without a length is its DATA payload as it came: all of the input, ended by
+ * END_STREAM. */
+static int
+h2_body_next(struct client *c, size_t *n)
+{
+	if ((*n = evbuffer_get_length(c->conn.in)) != 0)
+		return BODY_RUN_DATA;
+	return h2_stream_of(c)->in_done ? BODY_RUN_END : BODY_RUN_NONE;
+}
+
+static int
+h2_body_peek(struct client *c, struct body_cursor *cur, const char **p, size_t *n)
+{
+	struct evbuffer_ptr pos;
+	struct evbuffer_iovec v;
+
+	if (evbuffer_ptr_set(c->conn.in, &pos, cur->at, EVBUFFER_PTR_SET) == 0 &&
+	    evbuffer_peek(c->conn.in, -1, &pos, &v, 1) > 0 && v.iov_len != 0) {
+		*p = v.iov_base;
+		*n = v.iov_len;
+		cur->at += v.iov_len;
+		return BODY_RUN_DATA;
+	}
+	return h2_stream_of(c)->in_done ? BODY_RUN_END : BODY_RUN_NONE;
 }
 
 static const struct conn *
@@ -817,7 +839,8 @@ h2_flush(struct client *c)
 }
 
 const struct downstream h2_downstream = {
-	h2_read_body, h2_input_room, h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
+	h2_read_body, h2_input_room, h2_body_next, h2_body_peek,
+	h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
 	h2_answer_body, h2_answer_finish, h2_answer_error, h2_answer_abort, h2_answer_backlogged,
 	h2_request_over, h2_flush,
 	NULL    /* no upgrade over HTTP/2: extended CONNECT (RFC 8441) would be its tunnel */
@@ -925,8 +948,7 @@ h2_kick_cb(evutil_socket_t fd, short what, void *arg)
 			st->drained = 0;
 			proxy_answer_drained(&st->c);
 		}
-		if (st->c.state == CLIENT_BUSY && st->reading &&
-		    evbuffer_get_length(st->c.conn.in) != 0)
+		if (st->c.state == CLIENT_BUSY && st->reading && h2_body_waits(st))
 			request_body_in(&st->c);
 		proxy_flush(&st->c);
 	}

@@ -1,7 +1,7 @@
 /*
  * A chunked body read from an evbuffer a piece at a time: the one driver of the chunked
- * decoder for every reader (proxied bodies both ways, fetched answers, the route scan's
- * window, health checks).  A piece is framing, a run of data or the body's end; the caller
+ * decoder for every reader (request bodies in the HTTP/1.1 session, proxied and fetched
+ * answers, health checks).  A piece is framing, a run of data or the body's end; the caller
  * takes it (drains it, or moves its cursor past it) and does with the data what it does.
  */
 #ifndef JG_HTTP_BODY_H
@@ -33,5 +33,34 @@ int http_chunked_next(struct http_chunked *ch, struct evbuffer *in, size_t off, 
 /* The next piece at the front of in, taken: its data moved to dst (NULL: dropped), its
  * framing dropped.  What http_chunked_next says. */
 int http_chunked_take(struct http_chunked *ch, struct evbuffer *in, struct evbuffer *dst);
+
+/*
+ * A request body as its session hands it over, a run of payload at a time (framing, if the
+ * protocol has any, stays the session's): what the next look found.
+ */
+enum body_run {
+	BODY_RUN_NONE,          /* no more of it came yet */
+	BODY_RUN_DATA,          /* a run of payload */
+	BODY_RUN_END,           /* the body ended: the input past it is not the body's */
+	BODY_RUN_BAD            /* its framing is bad */
+};
+
+/* A reader's place in a body it reads where it lies, without taking it. */
+struct body_cursor {
+	size_t at;                      /* the input's next byte to look at */
+	struct http_chunked ch;         /* the session's, for a body it de-chunks */
+};
+
+/* A body read without taking it: the next run from cur on (*p, *n for BODY_RUN_DATA), cur
+ * moved past it.  An enum body_run. */
+typedef int (*body_peek_fn)(void *arg, struct body_cursor *cur, const char **p, size_t *n);
+
+/* cur at the first byte of a body that begins at off bytes into the input. */
+static inline void
+body_cursor_init(struct body_cursor *cur, size_t off)
+{
+	cur->at = off;
+	http_chunked_init(&cur->ch);
+}
 
 #endif

@@ -1,10 +1,11 @@
 /* A proxied request, the way up: the head sent upstream, and the body taken
- * whole (request ops, another try), kept de-chunked, or streamed as it comes. */
+ * whole (request ops, another try), kept, or streamed as it comes: its payload, as the
+ * session hands it over. */
 #include "config.h"
 #include "request.h"
 
 static int proxy_head_framing(struct client *c, int whole);
-static int proxy_dechunk_into_block(struct client *c, struct evbuffer *in);
+static int proxy_collect_runs(struct client *c, struct evbuffer *in);
 static void proxy_upstream_timeouts(struct client *c);
 
 /* The target to send upstream (the route's strip_prefix applied) in the worker's buffer: its
@@ -213,7 +214,7 @@ proxy_request_text(struct client *c, enum body_coding *coding, size_t *len)
 	return b;
 }
 
-/* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
+/* Collect the request body's payload; when complete, rewrite it and send it upstream. */
 void
 proxy_collect_request_body(struct client *c)
 {
@@ -239,13 +240,8 @@ proxy_collect_request_body(struct client *c)
 		c->rq->up.left -= n;
 		c->rq->up.done = c->rq->up.left == 0;
 	} else {
-		while (!c->rq->up.done && (r = proxy_dechunk_into_block(c, in)) != HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR) {
-				client_error(c, GW_BAD_REQUEST, NULL, 1);
-				return;
-			}
-			c->rq->up.done = r == HTTP_CHUNKED_DONE;
-		}
+		if (proxy_collect_runs(c, in) < 0)
+			return;
 		if (request_body_too_large(c, c->rq->up.block_len - c->rq->up.seen))
 			return;
 	}
@@ -353,25 +349,28 @@ proxy_collect_request_body(struct client *c)
 	proxy_send_collected(c);
 }
 
-/* Take the next piece of the chunked body at the front of in into the request block.
- * Returns what http_chunked_next said. */
+/* Take the runs of a body without a length that came into the request block.  0, or -1
+ * when the request was answered. */
 static int
-proxy_dechunk_into_block(struct client *c, struct evbuffer *in)
+proxy_collect_runs(struct client *c, struct evbuffer *in)
 {
-	struct http_chunk_piece p;
+	size_t n;
 	int r;
 
-	r = http_chunked_next(&c->rq->up.chunk, in, 0, (size_t)-1, &p);
-	if (r == HTTP_CHUNKED_ERROR || r == HTTP_CHUNKED_NONE)
-		return r;
-	if (r == HTTP_CHUNKED_DATA) {
-		if (body_block_reserve(&c->rq->up.block, c->rq->up.block_len + p.data_len) < 0)
-			return HTTP_CHUNKED_ERROR;
-		memcpy(body_block_data(c->rq->up.block) + c->rq->up.block_len, p.data, p.data_len);
-		c->rq->up.block_len += p.data_len;
+	while (!c->rq->up.done && (r = c->down->body_next(c, &n)) != BODY_RUN_NONE) {
+		if (r == BODY_RUN_BAD)
+			return -1;
+		if (r == BODY_RUN_DATA) {
+			if (body_block_reserve(&c->rq->up.block, c->rq->up.block_len + n) < 0) {
+				client_error(c, GW_BAD_REQUEST, NULL, 1);
+				return -1;
+			}
+			evbuffer_remove(in, body_block_data(c->rq->up.block) + c->rq->up.block_len, n);
+			c->rq->up.block_len += n;
+		}
+		c->rq->up.done = r == BODY_RUN_END;
 	}
-	evbuffer_drain(in, p.consumed);
-	return r;
+	return 0;
 }
 
 /* The collected request body went into req_body (by reference) or was rewritten. */
@@ -455,7 +454,7 @@ proxy_plan_body(struct client *c)
 }
 
 /*
- * A chunked body of an idempotent request is kept, de-chunked, for another try while it stays
+ * A body without a length of an idempotent request is kept for another try while it stays
  * within retry_body; all of it here, it goes with a Content-Length.  Larger, what came goes
  * as one chunk and the rest streams in chunks: the request cannot be sent twice.
  */
@@ -464,23 +463,25 @@ proxy_keep_chunked(struct client *c)
 {
 	size_t max = c->rq->upool->cfg->retry_body;
 	struct evbuffer *in = client_input(c);
-	int r = HTTP_CHUNKED_MORE, taken, sl;
+	int r = BODY_RUN_NONE, sl;
 	char size_line[24];
 	size_t n;
 
-	while (r != HTTP_CHUNKED_DONE && evbuffer_get_length(c->rq->req_body) <= max &&
-	    (taken = http_chunked_take(&c->rq->up.chunk, in, c->rq->req_body)) != HTTP_CHUNKED_NONE)
-		if ((r = taken) == HTTP_CHUNKED_ERROR) {
-			client_error(c, GW_BAD_REQUEST, NULL, 1);
+	while (r != BODY_RUN_END && evbuffer_get_length(c->rq->req_body) <= max) {
+		if ((r = c->down->body_next(c, &n)) == BODY_RUN_NONE)
+			break;
+		if (r == BODY_RUN_BAD)
 			return;
-		}
+		if (r == BODY_RUN_DATA)
+			evbuffer_remove_buffer(in, c->rq->req_body, n);
+	}
 	n = evbuffer_get_length(c->rq->req_body);
 	if (request_body_too_large(c, n - c->rq->up.seen))
 		return;
-	if (r != HTTP_CHUNKED_DONE && n <= max)
+	if (r != BODY_RUN_END && n <= max)
 		return;
 	c->rq->up.buffer_body = c->rq->up.keep_chunked = 0;
-	c->rq->up.done = r == HTTP_CHUNKED_DONE;
+	c->rq->up.done = r == BODY_RUN_END;
 	c->rq->t.replayable = c->rq->up.done && n <= max;
 	sl = snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
 	if ((!c->rq->up.done && (evbuffer_prepend(c->rq->req_body, size_line, (size_t)sl) < 0 ||
@@ -551,7 +552,6 @@ proxy_forward_request_body(struct client *c)
 {
 	struct evbuffer *in = client_input(c);
 	struct evbuffer *out = upconn(c)->out;
-	struct http_chunk_piece p;
 	size_t n;
 	int r;
 
@@ -563,28 +563,20 @@ proxy_forward_request_body(struct client *c)
 		c->rq->up.left -= n;
 		c->rq->up.done = c->rq->up.left == 0;
 	} else if (c->rq->up.mode == BODY_CHUNKED) {
-		/* The payload goes in chunks of our own: extensions and trailers stop here. */
-		while (!c->rq->up.done && (r = http_chunked_next(&c->rq->up.chunk, in, 0,
-		    (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR) {
-				c->rq->ans.up_close = 1;
-				client_error(c, GW_BAD_REQUEST, NULL, 1);
+		/* The payload, run by run, goes in chunks of our own. */
+		while (!c->rq->up.done && (r = c->down->body_next(c, &n)) != BODY_RUN_NONE) {
+			if (r == BODY_RUN_BAD)
 				return;
-			}
-			if (r == HTTP_CHUNKED_DATA) {
-				if (request_body_too_large(c, p.data_len))
+			if (r == BODY_RUN_DATA) {
+				if (request_body_too_large(c, n))
 					return;
-				evbuffer_drain(in, p.data_off);
-				evbuffer_add_printf(out, "%zx\r\n", p.data_len);
-				evbuffer_remove_buffer(in, out, p.data_len);
+				evbuffer_add_printf(out, "%zx\r\n", n);
+				evbuffer_remove_buffer(in, out, n);
 				evbuffer_add(out, "\r\n", 2);
-				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
 			} else {
-				evbuffer_drain(in, p.consumed);
-				if (r == HTTP_CHUNKED_DONE)
-					evbuffer_add(out, "0\r\n\r\n", 5);
+				evbuffer_add(out, "0\r\n\r\n", 5);
 			}
-			c->rq->up.done = r == HTTP_CHUNKED_DONE;
+			c->rq->up.done = r == BODY_RUN_END;
 		}
 	}
 	if (c->rq->up.done) {

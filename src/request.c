@@ -560,7 +560,6 @@ request_body_framing(struct client *c, const struct http_request *req)
 {
 	if (req->framing.chunked) {
 		c->rq->up.mode = BODY_CHUNKED;
-		http_chunked_init(&c->rq->up.chunk);
 	} else if (req->framing.content_length > 0) {
 		c->rq->up.mode = BODY_LENGTH;
 		c->rq->up.left = (uint64_t)req->framing.content_length;
@@ -679,6 +678,15 @@ request_take_head(struct client *c, struct http_request *req, unsigned char *hea
 	client_route(c, req, (ssize_t)len);
 }
 
+/* The route scan reads a body without a length as its session hands it over. */
+static int
+request_body_peek(void *arg, struct body_cursor *cur, const char **p, size_t *n)
+{
+	struct client *c = arg;
+
+	return c->down->body_peek(c, cur, p, n);
+}
+
 /* A CORS preflight asks with OPTIONS about the method that follows: a route that takes that
  * method and admits the origin answers it, though OPTIONS is not one of its methods. */
 static void
@@ -694,7 +702,7 @@ client_route_preflight(struct client *c, struct http_request *req, size_t head_l
 		return;
 	req->method_bit = http_method_bit(m.p, m.len);
 	if (route_scan_match(&c->rq->scan, c->w->bodies, client_cfg(c), req, client_input(c),
-	    head_len, &route, &allow) == ROUTE_SCAN_WAIT) {
+	    head_len, request_body_peek, c, &route, &allow) == ROUTE_SCAN_WAIT) {
 		c->rq->scan.waiting = 0;        /* a preflight has no body to wait for */
 		route = NULL;
 	}
@@ -734,8 +742,8 @@ client_route(struct client *c, struct http_request *req, ssize_t r)
 	struct evbuffer *in = client_input(c);
 	const struct config *cfg = client_cfg(c);
 
-	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, &c->rq->route,
-	    &c->rq->allow) == ROUTE_SCAN_WAIT) {
+	if (route_scan_match(&c->rq->scan, w->bodies, cfg, req, in, (size_t)r, request_body_peek,
+	    c, &c->rq->route, &c->rq->allow) == ROUTE_SCAN_WAIT) {
 		client_scan_wait(c, (size_t)r);
 		return;
 	}

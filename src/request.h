@@ -165,9 +165,8 @@ struct request {
 		int64_t out_len;        /* Content-Length sent upstream instead of the client's, or -1 */
 		uint64_t seen;          /* body bytes taken so far (de-chunked), against the
 		                         * route's max_request_body */
-		enum body_mode mode;
+		enum body_mode mode;    /* BODY_CHUNKED: no length, taken through down->body_next */
 		uint64_t left;
-		struct http_chunked chunk;
 		struct body_block *block;   /* a request body collected for request ops */
 		size_t block_len;       /* its bytes so far, de-chunked */
 	} up;
@@ -232,6 +231,8 @@ struct client {
 	unsigned h2_possible : 1;       /* its listener takes HTTP/2: the first bytes tell */
 	unsigned h2_stream : 1;         /* an HTTP/2 stream (h2.c), not a connection */
 	TAILQ_ENTRY(client) resume_entry;
+	struct http_chunked body_chunk; /* the framing of a request body without a length, which
+	                                 * the HTTP/1.1 session takes off (client_body_next) */
 
 	struct request *rq;             /* from its head to its end (until the reaper once closed) */
 };
@@ -302,8 +303,12 @@ enum body_reading {
 };
 
 /*
- * The request's input, client_input(c), holds it as HTTP/1.1: its head at the front, then its
- * body as the client framed it.
+ * The request's input, client_input(c), holds its head as HTTP/1.1 at the front: its framing
+ * lines say whether a body follows and whether its length is known (Content-Length, or
+ * Transfer-Encoding: chunked for a body without one, whatever the protocol).  A body with a
+ * length follows as its payload, bytes past that length not the request's; one without is
+ * the session's to hand over, payload only (body_next, body_peek): chunk framing, extensions
+ * and trailers never reach the request.
  */
 struct downstream {
 	/* How the request takes its body from now on. */
@@ -311,6 +316,18 @@ struct downstream {
 	/* The input may hold n bytes (0: FLOW_HIGH, the usual limit); what it held back while
 	 * it was smaller is read. */
 	void (*input_room)(struct client *c, size_t n);
+	/*
+	 * A body without a length, its head out of the input: the next run of its payload
+	 * (an enum body_run).  BODY_RUN_DATA: *n bytes at the front of the input, which the
+	 * request takes (drains or moves) before it asks again.  BODY_RUN_END: the body ended.
+	 * BODY_RUN_BAD: its framing is bad, and the session answered 400 (the request is
+	 * over).  BODY_RUN_NONE: no more came yet (read_body says when to look again).
+	 */
+	int (*body_next)(struct client *c, size_t *n);
+	/* The same body read where it lies, without taking it (the route scan, its head still
+	 * in the input): the run at cur (body_cursor_init at the head's end), cur moved past
+	 * it; BODY_RUN_BAD answers nothing. */
+	int (*body_peek)(struct client *c, struct body_cursor *cur, const char **p, size_t *n);
 	/* The connection the request came over (its TLS session for $ssl_* variables). */
 	const struct conn *(*transport)(struct client *c);
 	/* 1: the client takes the upstream's chunked framing as it came (ANSWER_CHUNKS). */
@@ -526,7 +543,7 @@ void proxy_send_collected(struct client *c);
 /* The request's upstream balances by a field of the body: read whole by request ops, the
  * body is in before a server is chosen. */
 int proxy_hashes_by_field(const struct client *c);
-/* Collect the request body, de-chunked; when complete, rewrite it and send it upstream. */
+/* Collect the request body's payload; when complete, rewrite it and send it upstream. */
 void proxy_collect_request_body(struct client *c);
 /* The collected request body went into req_body (by reference) or was rewritten. */
 void proxy_drop_request_block(struct client *c);
@@ -541,7 +558,7 @@ int proxy_wants_request_body(struct client *c, const struct http_request *req);
  * when it is within retry_body, else streamed once the connection is ready. */
 void proxy_plan_body(struct client *c);
 /*
- * A chunked body of an idempotent request is kept, de-chunked, for another try while it stays
+ * A body without a length of an idempotent request is kept for another try while it stays
  * within retry_body; all of it here, it goes with a Content-Length.  Larger, what came goes
  * as one chunk and the rest streams in chunks: the request cannot be sent twice.
  */

@@ -1,8 +1,9 @@
 /*
  * A look builds the window once, from the input as it is: an identity body whose window lies
- * in one piece of the input is read in place; a chunked one is de-chunked, a compressed one
- * inflated, into a block of the worker's body pool given back after the look.  The input
- * itself is never changed, so the request head parsed from it stays valid.
+ * in one piece of the input is read in place; one without a length comes through its
+ * session's peek (payload only: de-chunked there), a compressed one is inflated, into a
+ * block of the worker's body pool given back after the look.  The input itself is never
+ * changed, so the request head parsed from it stays valid.
  */
 #include "config.h"
 #include "route_scan.h"
@@ -68,13 +69,14 @@ route_scan_collects(const struct config *cfg, const struct config_route *route,
 	    (req->framing.chunked || (uint64_t)req->framing.content_length <= cfg->limits.max_body);
 }
 
-/* Follow the body's framing over the bytes that arrived since: is all of it here, and how
- * much payload is (cheap: nothing is decoded). */
+/* Follow the body over the bytes that arrived since: is all of it here, and how much
+ * payload is (cheap: nothing is copied). */
 static void
-route_scan_follow(struct route_scan *rs, const struct http_request *req, struct evbuffer *in)
+route_scan_follow(struct route_scan *rs, const struct http_request *req, struct evbuffer *in,
+    body_peek_fn peek, void *arg)
 {
-	size_t avail = evbuffer_get_length(in) - rs->head_len;
-	struct http_chunk_piece p;
+	size_t avail = evbuffer_get_length(in) - rs->head_len, n;
+	const char *p;
 	int r;
 
 	if (!req->framing.chunked) {
@@ -82,29 +84,30 @@ route_scan_follow(struct route_scan *rs, const struct http_request *req, struct 
 		rs->payload = avail;
 		return;
 	}
-	while (!rs->body_ended && !rs->framing_bad && (r = http_chunked_next(&rs->frame, in,
-	    rs->head_len + rs->framed, (size_t)-1, &p)) != HTTP_CHUNKED_NONE) {
-		if (r == HTTP_CHUNKED_ERROR || p.consumed == 0) {
+	while (!rs->body_ended && !rs->framing_bad &&
+	    (r = peek(arg, &rs->follow, &p, &n)) != BODY_RUN_NONE) {
+		if (r == BODY_RUN_BAD) {
 			rs->framing_bad = 1;
 			break;
 		}
-		if (r == HTTP_CHUNKED_DATA)
-			rs->payload += p.data_len;
-		rs->body_ended = r == HTTP_CHUNKED_DONE;
-		rs->framed += p.consumed;
+		if (r == BODY_RUN_DATA)
+			rs->payload += n;
+		rs->body_ended = r == BODY_RUN_END;
 	}
 }
 
-/* Whether the body grew enough since the last look for another one. */
+/* Whether the body grew enough, or ended, since the last look for another one. */
 static int
 route_scan_worth(struct route_scan *rs, const struct config *cfg,
-    const struct http_request *req, struct evbuffer *in)
+    const struct http_request *req, struct evbuffer *in, body_peek_fn peek, void *arg)
 {
 	size_t avail = evbuffer_get_length(in) - rs->head_len;
+	unsigned ended = rs->body_ended;
 
-	if (avail <= rs->seen)
+	/* A session may say that a body without a length ended with no byte more. */
+	route_scan_follow(rs, req, in, peek, arg);
+	if (avail <= rs->seen && (ended || !rs->body_ended))
 		return 0;
-	route_scan_follow(rs, req, in);
 	return rs->body_ended || rs->framing_bad || rs->payload >= cfg->limits.route_scan ||
 	    evbuffer_get_length(in) >= route_scan_input_max(cfg, rs->head_len) ||
 	    rs->seen < ROUTE_SCAN_EAGER || avail - rs->seen >= rs->seen / 8;
@@ -133,12 +136,12 @@ route_scan_feed(struct route_scan_window *win, struct body_pool *pool,
 static void
 route_scan_window(struct route_scan_window *win, const struct route_scan *rs,
     struct body_pool *pool, const struct config *cfg, const struct http_request *req,
-    struct evbuffer *in)
+    struct evbuffer *in, body_peek_fn peek, void *arg)
 {
-	size_t cap = cfg->limits.route_scan, left, n, at = rs->head_len;
+	size_t cap = cfg->limits.route_scan, left, n;
 	enum body_coding coding = body_content_coding(req->headers, req->nheaders);
-	struct http_chunked ch;
-	struct http_chunk_piece piece;
+	struct body_cursor cur;
+	const char *run;
 	struct evbuffer_ptr pos;
 	struct evbuffer_iovec v;
 	int ended = 0, stop = 0, r;
@@ -169,19 +172,17 @@ route_scan_window(struct route_scan_window *win, const struct route_scan *rs,
 		return;
 	}
 	win->p = body_block_data(win->block);
-	http_chunked_init(&ch);
-	while (req->framing.chunked && !stop && left > 0 &&
-	    (r = http_chunked_next(&ch, in, at, left, &piece)) != HTTP_CHUNKED_NONE) {
-		if (r == HTTP_CHUNKED_ERROR) {
+	body_cursor_init(&cur, rs->head_len);
+	while (req->framing.chunked && !stop &&
+	    (r = peek(arg, &cur, &run, &n)) != BODY_RUN_NONE) {
+		if (r == BODY_RUN_BAD) {
 			win->bad = 1;
 			return;
 		}
-		if (r == HTTP_CHUNKED_DATA)
-			stop = route_scan_feed(win, pool, coding, cap, piece.data, piece.data_len);
-		if (r == HTTP_CHUNKED_DONE)
+		if (r == BODY_RUN_DATA)
+			stop = route_scan_feed(win, pool, coding, cap, run, n);
+		if (r == BODY_RUN_END)
 			ended = stop = 1;
-		at += piece.consumed;
-		left -= piece.consumed;
 	}
 	while (!req->framing.chunked && !stop && left > 0 &&
 	    evbuffer_peek(in, (ev_ssize_t)left, &pos, &v, 1) > 0) {
@@ -348,8 +349,8 @@ route_scan_capture(struct route_scan *rs, const struct config *cfg,
 
 int
 route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct config *cfg,
-    const struct http_request *req, struct evbuffer *in, size_t head_len,
-    const struct config_route **out, unsigned *allowed)
+    const struct http_request *req, struct evbuffer *in, size_t head_len, body_peek_fn peek,
+    void *arg, const struct config_route **out, unsigned *allowed)
 {
 	struct route_scan_window win;
 	const struct config_route *route;
@@ -359,11 +360,11 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 
 	if (!rs->waiting) {
 		rs->head_len = head_len;
-		rs->seen = rs->framed = 0;
+		rs->seen = 0;
 		rs->payload = 0;
 		rs->body_ended = rs->framing_bad = 0;
-		http_chunked_init(&rs->frame);
-	} else if (!route_scan_worth(rs, cfg, req, in)) {
+		body_cursor_init(&rs->follow, head_len);
+	} else if (!route_scan_worth(rs, cfg, req, in, peek, arg)) {
 		return ROUTE_SCAN_WAIT;
 	}
 	rs->nvals = rs->text_len = 0;
@@ -382,7 +383,7 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 			if (!json)
 				continue;
 			if (!win.built)
-				route_scan_window(&win, rs, pool, cfg, req, in);
+				route_scan_window(&win, rs, pool, cfg, req, in, peek, arg);
 			if (win.bad || (r = route_scan_conds(route, cfg, &win)) == 0)
 				continue;
 			if (r < 0)
@@ -391,7 +392,7 @@ route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct con
 		if (json && route_scan_reads_values(cfg, route) &&
 		    !route_scan_collects(cfg, route, req)) {
 			if (!win.built)
-				route_scan_window(&win, rs, pool, cfg, req, in);
+				route_scan_window(&win, rs, pool, cfg, req, in, peek, arg);
 			if (!win.bad)
 				r = route_scan_capture(rs, cfg, route, &win);
 		}

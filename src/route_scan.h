@@ -28,6 +28,7 @@
 #include "body.h"
 #include "config.h"
 #include "http.h"
+#include "http_body.h"
 
 struct access_field;
 struct body_pool;
@@ -46,9 +47,8 @@ struct route_scan_value {
 struct route_scan {
 	size_t head_len;                /* the request head ahead of the body in the input */
 	size_t seen;                    /* body bytes in the input at the last look */
-	size_t framed;                  /* of them, fed to frame */
-	uint64_t payload;               /* chunked: payload bytes framed */
-	struct http_chunked frame;      /* a chunked body's framing, to know when it ends */
+	uint64_t payload;               /* without a length: payload bytes followed so far */
+	struct body_cursor follow;      /* how far, to know when it ends */
 	unsigned waiting : 1;           /* the route waits for more of the body */
 	unsigned body_ended : 1;        /* the whole body is in the input */
 	unsigned framing_bad : 1;
@@ -67,11 +67,13 @@ enum route_scan_result {
  * The route of the request whose head req (head_len bytes, parsed from the front of in)
  * comes before its body in in: the first route in file order whose host, path, methods and
  * match.json hold, with its $json.PATH values.  Routes that read no field never wait.
- * *allowed as route_match sets it.  Returns an enum route_scan_result.
+ * *allowed as route_match sets it.  A body with a Content-Length is read in in; one
+ * without is read through peek (its session's, arg), which hands its payload over.
+ * Returns an enum route_scan_result.
  */
 int route_scan_match(struct route_scan *rs, struct body_pool *pool, const struct config *cfg,
-    const struct http_request *req, struct evbuffer *in, size_t head_len,
-    const struct config_route **route, unsigned *allowed);
+    const struct http_request *req, struct evbuffer *in, size_t head_len, body_peek_fn peek,
+    void *arg, const struct config_route **route, unsigned *allowed);
 
 /* How much input to hold while waiting: the head and enough body to fill the window. */
 size_t route_scan_input_max(const struct config *cfg, size_t head_len);

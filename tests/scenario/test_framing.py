@@ -68,6 +68,40 @@ def chunked_request_body(env):
 
 
 @T.case
+def pipelined_chunked_bodies(env):
+    """Chunked bodies pipelined in one write, with extensions, trailers and payload that
+    looks like framing, then the same bytes one at a time: each request gets its payload
+    only (kept and sent with its length, or streamed in chunks of our own), and what
+    follows a body's last chunk is the next request."""
+    put = (build_request('PUT', '/kept', [('Host', 'a'), ('Transfer-Encoding', 'chunked')]) +
+           b'3;a=b\r\nabc\r\n2\r\nde\r\n0\r\nX-T: 1\r\n\r\n')
+    post = (build_request('POST', '/streamed', [('Host', 'a'), ('Transfer-Encoding', 'chunked')]) +
+            b'5;x\r\n0\r\n\r\n\r\n1\r\n!\r\n0;end\r\nX-T: 2\r\nX-U: 3\r\n\r\n')
+    get = build_request('GET', '/after', [('Host', 'a')])
+    want = [('PUT', '/kept', 'length', b'abcde'), ('POST', '/streamed', 'chunked', b'0\r\n\r\n!'),
+            ('GET', '/after', 'none', b'')]
+    for how in ('one write', 'byte by byte'):
+        up, gw, c = gateway(env)
+        if how == 'one write':
+            c.send(put + post + get)
+        else:
+            for i in range(len(put + post + get)):
+                c.send((put + post + get)[i:i + 1])
+        got = [c.read_response(m).status for m in ('PUT', 'POST', 'GET')]
+        env.eq('%s: three answers' % how, got, [200, 200, 200])
+        env.eq('%s: each request upstream with its payload only' % how,
+               [(q.method, q.target, q.framing, q.body) for q in up.requests], want)
+        env.eq('%s: the kept body\'s length, no trailer' % how,
+               (up.requests[0].all('Content-Length'), 'x-t' in up.requests[0].names()),
+               (['5'], False))
+        if how == 'one write':
+            raw = up.requests[1].raw
+            env.eq('the streamed body in chunks of our own, one per chunk that came',
+                   raw[raw.index(b'\r\n\r\n') + 4:], b'5\r\n0\r\n\r\n\r\n1\r\n!\r\n0\r\n\r\n')
+        env.eq('%s: nothing else' % how, up.errors, [])
+
+
+@T.case
 def a_body_cut_short_leaves_nothing_behind(env):
     """A client that closes halfway through a chunked PUT (its body kept for another try:
     PUT is idempotent) leaves none of it to the requests that come after on the same worker:
