@@ -611,7 +611,7 @@ proxy_start(struct client *c, struct http_request *req, size_t head_len)
 	struct evbuffer *in = client_input(c);
 	const struct config *cfg = client_cfg(c);
 	ssize_t r = (ssize_t)head_len;
-	int wants;
+	int wants = 0;
 
 	c->rq->upool = &c->rq->wr->pools[c->rq->route->upstream - cfg->upstreams];
 	tries_begin(&c->rq->t, c->rq->upool, c->rq->request_id);
