@@ -282,6 +282,11 @@ struct proxy_rewriting {
 	size_t max_hold;                /* what se was made to hold back at most */
 	int err;                        /* the engine's error, 0 while none */
 	int complete;                   /* the whole body went out rewritten */
+	/* While a piece of the upstream's input is fed: the piece (cur_len bytes at the front
+	 * of in, of which cur_done are taken), and the body kept before the first output. */
+	struct evbuffer *in, *kept;
+	const char *cur;
+	size_t cur_len, cur_done;
 };
 
 #define REWRITING_KEPT 16
@@ -356,8 +361,20 @@ static int
 proxy_rewriting_write_cb(void *arg, const char *p, size_t len)
 {
 	struct proxy_rewriting *rw = arg;
+	size_t skip;
 
-	return evbuffer_add(rw->out, p, len) == 0 ? 0 : -1;
+	if (rw->cur == NULL || p < rw->cur + rw->cur_done || p + len > rw->cur + rw->cur_len)
+		return evbuffer_add(rw->out, p, len) == 0 ? 0 : -1;
+	/* Bytes of the piece being fed: moved out of the input, not copied (a whole chain of
+	 * the input's buffer moves as it is); what the ops left out before them is dropped. */
+	if (stream_envelope_written(rw->se) == 0)
+		evbuffer_drain(rw->kept, evbuffer_get_length(rw->kept));
+	skip = (size_t)(p - rw->cur) - rw->cur_done;
+	evbuffer_drain(rw->in, skip);
+	if (evbuffer_remove_buffer(rw->in, rw->out, len) != (int)len)
+		return -1;
+	rw->cur_done += skip + len;
+	return 0;
 }
 
 /* What the ops wrote goes to the client, after the answer's head the first time. */
@@ -405,7 +422,16 @@ proxy_rewriting_take(struct client *c, void *arg, struct evbuffer *in, size_t n)
 	while (n != 0 && rw->err == 0 &&
 	    evbuffer_peek(in, (ev_ssize_t)n, NULL, &v, 1) >= 1 && v.iov_len != 0) {
 		k = v.iov_len < n ? v.iov_len : n;
+		rw->in = in;
+		rw->kept = c->rq->body;
+		rw->cur = v.iov_base;
+		rw->cur_len = k;
+		rw->cur_done = 0;
 		proxy_rewriting_feed(c, rw, v.iov_base, k);
+		rw->cur = NULL;
+		/* What the output took of the piece is out of the input already. */
+		n -= rw->cur_done;
+		k -= rw->cur_done;
 		if (stream_envelope_written(rw->se) == 0) {
 			evbuffer_remove_buffer(in, c->rq->body, k);
 		} else {
@@ -467,6 +493,7 @@ proxy_rewriting_start(struct client *c)
 	c->rq->ans.rewriting = rw;
 	rw->err = 0;
 	rw->complete = 0;
+	rw->cur = NULL;
 	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
 	proxy_vars(c, proxy_prog_vars(prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
