@@ -240,7 +240,8 @@ def over_http2(env):
 @T.case
 def large_body_to_a_slow_reader(env):
     """64 MB through unwrap (chunked) and drop (a Content-Length) to a client that pauses:
-    the upstream is held back and the daemon's RSS stays within idle + 32 MB; exact bytes."""
+    the upstream is held back and the daemon's RSS stays within idle + 32 MB (512 under
+    sanitizers); exact bytes."""
     item = b'{"i":%d,"v":1.50e+3,"s":"\\u00e9 x"}'
     data = b'[' + b','.join(item % i for i in range(1600000)) + b']'
     head_part = b'{"code":0,"msg":"ok","debug":"' + b'd' * 100 + b'","data":'
@@ -255,6 +256,8 @@ def large_body_to_a_slow_reader(env):
         answer(http_response(200, body))])
     gw = start(env, up, '1m')
     idle = gw.rss()['VmRSS']
+    # Sanitizers keep freed memory in quarantine: the bound is then a loose one.
+    bound_mb = 512 if instrumented() else 32
     for name in ('unwrap', 'drop'):
         c = env.client(gw.port)
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
@@ -266,8 +269,8 @@ def large_body_to_a_slow_reader(env):
                (200, 'chunked', True))
         env.eq('%s: exact bytes' % name, (r.body_len, r.body_crc),
                (len(want[name]), zlib.crc32(want[name])))
-        env.check('%s: peak RSS within idle + 32 MB' % name,
-                  peak - idle < 32 * 1024, '%d kB over idle' % (peak - idle))
+        env.check('%s: peak RSS within idle + %d MB' % (name, bound_mb),
+                  peak - idle < bound_mb * 1024, '%d kB over idle' % (peak - idle))
 
 
 if __name__ == '__main__':
