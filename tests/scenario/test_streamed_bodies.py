@@ -168,6 +168,16 @@ def head_of_a_rewritten_answer(env):
 
 
 @T.case
+def to_an_http10_client(env):
+    """No chunks for HTTP/1.0: the rewritten body goes until the close."""
+    up = env.scripted([answer(http_response(200, ENVELOPE))])
+    gw = start(env, up, '1k')
+    r = env.client(gw.port).request('GET', '/unwrap/x', [('Host', 'a')], version='HTTP/1.0')
+    env.eq('until the close', (r.status, r.framing, r.header('Content-Length'), r.body),
+           (200, 'close', None, b'{"id":7,"v":1.50e+3,"s":"\\u00e9"}'))
+
+
+@T.case
 def errors_before_output_follow_on_error(env):
     """The unwrap key is missing (found at the body's end) or begins too late: pass gives the
     body untouched with its own framing, fail a 502; ops that cannot stream as before."""
