@@ -7,11 +7,15 @@
  * without copying them.  Flow control bounds what a stream holds both ways: a request body
  * reads ahead at most the stream window; an answer's client that opens no window makes its
  * request stop reading the upstream once FLOW_HIGH waits.
+ * An extended CONNECT for a WebSocket (RFC 8441) is written as RFC 6455's GET with Upgrade;
+ * the upstream's 101 makes the stream a tunnel's client end (h2_upgrade, h2_tunnel_ops).
  */
 #include "config.h"
 #include "request.h"
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include "h2.h"
 
@@ -22,6 +26,8 @@
 #define H2_OUT_LOW (16 * 1024)
 /* Longest :method, :path and :authority kept. */
 #define H2_METHOD_MAX 16
+/* Longest sec-websocket-version kept (it is "13"). */
+#define H2_WS_VERSION_MAX 8
 
 struct h2_stream {
 	struct client c;                /* first: the request core's view of the stream */
@@ -39,6 +45,9 @@ struct h2_stream {
 	size_t field_bytes;             /* decoded fields + 32 each, against limits.max_header */
 	uint64_t unconsumed;            /* DATA bytes received not yet given back as window */
 	uint64_t progress;              /* ms (monotonic) its answer last moved, or began to wait */
+	size_t low;                     /* the mark out must fall to before drained is told */
+	struct tunnel *tunnel;          /* the tunnel this stream is the client end of, or NULL */
+	char ws_version[H2_WS_VERSION_MAX];     /* an extended CONNECT's sec-websocket-version */
 	unsigned queued : 1;            /* in s->work */
 	unsigned reading : 1;           /* its request takes body bytes now */
 	unsigned in_done : 1;           /* the client's half is closed */
@@ -50,6 +59,9 @@ struct h2_stream {
 	unsigned aborted : 1;           /* reset by us: its request ended in an error */
 	unsigned has_host : 1;
 	unsigned has_length : 1;
+	unsigned websocket : 1;         /* an extended CONNECT with :protocol websocket */
+	unsigned ws_eof_told : 1;       /* its tunnel heard of the client's END_STREAM */
+	unsigned ws_shut : 1;           /* its tunnel ended the answer's direction */
 };
 
 LIST_HEAD(h2_stream_list, h2_stream);
@@ -78,6 +90,8 @@ extern const struct downstream h2_downstream;
 
 static void h2_send(struct h2_session *s);
 static void h2_kick(struct h2_session *s);
+static void h2_answer_error(struct client *c, enum gateway_error err, const char *message,
+    const char *extra, int must_close);
 
 static struct h2_stream *
 h2_stream_of(struct client *c)
@@ -279,6 +293,7 @@ h2_request_gone(struct h2_stream *st)
 	/* What it did not read of the body is window again: the connection's is shared. */
 	evbuffer_drain(st->c.conn.in, evbuffer_get_length(st->c.conn.in));
 	h2_consume(st, (size_t)st->unconsumed);
+	st->tunnel = NULL;
 	client_request_detach(&st->c);
 	st->c.state = CLIENT_IDLE;
 	if (st->closed)
@@ -288,7 +303,7 @@ h2_request_gone(struct h2_stream *st)
 /* --- the request's head ------------------------------------------------------------------ */
 
 static void
-h2_refuse(struct h2_stream *st, enum gateway_error err)
+h2_refuse(struct h2_stream *st, enum gateway_error err, const char *message)
 {
 	struct client *c = &st->c;
 
@@ -297,7 +312,33 @@ h2_refuse(struct h2_stream *st, enum gateway_error err)
 	headers_request_id_generate(c->rq->request_id);
 	c->rq->request_id_len = REQUEST_ID_LEN;
 	c->rq->request_id[REQUEST_ID_LEN] = '\0';
-	client_error(c, err, NULL, 1);
+	client_error(c, err, message, 1);
+}
+
+/* The lines that make an extended CONNECT (RFC 8441) RFC 6455's opening handshake for the
+ * upstream: Upgrade, Connection, a key of our own (the client sent none: the accept that
+ * answers it is for us) and the client's version. */
+static void
+h2_websocket_head(struct evbuffer *in, const char *version)
+{
+	static const char upgrade[] =
+	    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ";
+	static const char version_field[] = "\r\nSec-WebSocket-Version: ";
+	unsigned char nonce[16] = { 0 };
+	char key[4 * ((sizeof(nonce) + 2) / 3) + 1];
+
+	/* The key proves nothing to us (RFC 6455 4.1: a nonce against caches); a failing
+	 * generator still gives a well-formed one. */
+	if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+		log_warnx("RAND_bytes failed: a WebSocket key of zeros");
+	EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));
+	evbuffer_add(in, upgrade, sizeof(upgrade) - 1);
+	evbuffer_add(in, key, sizeof(key) - 1);
+	evbuffer_add(in, version_field, sizeof(version_field) - 1);
+	if (version[0] == '\0')
+		version = "13";
+	evbuffer_add(in, version, strlen(version));
+	evbuffer_add(in, "\r\n", 2);
 }
 
 /* All the fields are in: the head as HTTP/1.1 at the front of the input, then its request. */
@@ -318,18 +359,27 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	}
 	c->state = CLIENT_BUSY;
 	if (st->too_large) {
-		h2_refuse(st, GW_HEADER_TOO_LARGE);
+		h2_refuse(st, GW_HEADER_TOO_LARGE, NULL);
 		return;
 	}
 	if (st->path == NULL || strcmp(st->method, "CONNECT") == 0) {
-		h2_refuse(st, GW_NOT_IMPLEMENTED);
-		return;
+		/* CONNECT is no method jsongate proxies; RFC 8441's extended CONNECT for a
+		 * WebSocket goes on as RFC 6455's GET with Upgrade (h2_websocket_head), any other
+		 * :protocol is refused. */
+		if (!st->websocket || st->path == NULL) {
+			h2_refuse(st, GW_NOT_IMPLEMENTED, st->path != NULL ?
+			    "only the websocket protocol is tunnelled" : NULL);
+			return;
+		}
+		memcpy(st->method, "GET", 4);
 	}
 	/* Every stream's head: no printf on that path. */
 	evbuffer_add(in, st->method, strlen(st->method));
 	evbuffer_add(in, " ", 1);
 	evbuffer_add(in, st->path, strlen(st->path));
 	evbuffer_add(in, " HTTP/1.1\r\n", 11);
+	if (st->websocket)
+		h2_websocket_head(in, st->ws_version);
 	if (st->authority != NULL && !st->has_host) {
 		evbuffer_add(in, "Host: ", 6);
 		evbuffer_add(in, st->authority, strlen(st->authority));
@@ -341,8 +391,9 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		evbuffer_add_buffer(in, st->cookie);
 		evbuffer_add(in, "\r\n", 2);
 	}
-	/* A body without a length: the request takes its payload through h2_body_next. */
-	if (!end_stream && !st->has_length)
+	/* A body without a length: the request takes its payload through h2_body_next.  A
+	 * WebSocket's stream has none: what it sends after the head is the tunnel's. */
+	if (!end_stream && !st->has_length && !st->websocket)
 		evbuffer_add(in, "Transfer-Encoding: chunked\r\n", 28);
 	evbuffer_add(in, "\r\n", 2);
 	len = evbuffer_get_length(in);
@@ -350,7 +401,7 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	r = http_parse_request((const char *)p, len, req);
 	if (r != (ssize_t)len) {
 		h2_refuse(st, r == HTTP_ERR_TOO_MANY_HEADERS ? GW_HEADER_TOO_LARGE :
-		    GW_BAD_REQUEST);
+		    GW_BAD_REQUEST, NULL);
 		return;
 	}
 	request_take_head(c, req, p, len);
@@ -412,7 +463,20 @@ h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *nam
 		} else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
 			free(st->authority);
 			st->authority = h2_strndup(value, valuelen);
+		} else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
+			st->websocket = HTTP_IEQ((const char *)value, valuelen, "websocket");
 		}
+		return 0;
+	}
+	/* The handshake's key is ours to make, its version written with it (h2_websocket_head):
+	 * pseudo-fields come first, so :protocol is known here. */
+	if (st->websocket && namelen == 17 && memcmp(name, "sec-websocket-key", 17) == 0)
+		return 0;
+	if (st->websocket && namelen == 21 && memcmp(name, "sec-websocket-version", 21) == 0) {
+		if (valuelen >= sizeof(st->ws_version))
+			st->too_large = 1;
+		else
+			memcpy(st->ws_version, value, valuelen + 1);
 		return 0;
 	}
 	if (namelen == 6 && memcmp(name, "cookie", 6) == 0) {
@@ -478,6 +542,14 @@ h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 		h2_stream_start(st, st->in_done);
 		return 0;
 	}
+	/* A tunnel's client end: its END_STREAM is the tunnel's EOF, from the loop. */
+	if (st->tunnel != NULL) {
+		if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->in_done) {
+			st->in_done = 1;
+			h2_queue(st);
+		}
+		return 0;
+	}
 	if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !st->in_done) {
 		st->in_done = 1;
 		if (st->reading)
@@ -507,13 +579,19 @@ h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code, void *a
 	struct h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
 	struct client *c;
 
-	(void)error_code;
 	(void)arg;
 	if (st == NULL)
 		return 0;
 	nghttp2_session_set_stream_user_data(ng, id, NULL);
 	st->closed = 1;
 	c = &st->c;
+	if (c->state == CLIENT_BUSY && c->rq != NULL && st->tunnel != NULL) {
+		/* Closed both ways in order (our END_STREAM went, the client's came): its EOF;
+		 * else a reset, the tunnel's error.  Its end writes the line. */
+		tunnel_event(st->tunnel, TUNNEL_CLIENT, error_code == NGHTTP2_NO_ERROR &&
+		    st->in_done ? TUNNEL_READ | TUNNEL_EOF : TUNNEL_ERROR);
+		return 0;
+	}
 	if (c->state == CLIENT_BUSY && c->rq != NULL) {
 		/* The client reset it (or the connection went) before the answer was whole:
 		 * logged like HTTP/1.1's, 499 before the answer started. */
@@ -573,7 +651,7 @@ h2_send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd,
 	evbuffer_add(out, framehd, 9);
 	evbuffer_remove_buffer(st->out, out, length);
 	st->progress = h2_now_ms();
-	if (st->drained && evbuffer_get_length(st->out) <= FLOW_LOW)
+	if (st->drained && evbuffer_get_length(st->out) <= st->low)
 		h2_queue(st);
 	return 0;
 }
@@ -595,7 +673,7 @@ h2_send_cb(nghttp2_session *ng, const uint8_t *data, size_t length, int flags, v
  * case, the connection's own fields (RFC 9113 8.2.2) left out. */
 static int
 h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
-    const char *length)
+    const char *length, int tunnel)
 {
 	static _Thread_local struct http_response resp;
 	static _Thread_local nghttp2_nv nv[HTTP_MAX_HEADERS + 2];
@@ -607,6 +685,9 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 
 	if (http_parse_response(p, len, &resp) <= 0)
 		return -1;
+	/* RFC 8441: a 200 answers an extended CONNECT whose upstream switched. */
+	if (tunnel)
+		resp.status = 200;
 	status[0] = (char)('0' + resp.status / 100 % 10);
 	status[1] = (char)('0' + resp.status / 10 % 10);
 	status[2] = (char)('0' + resp.status % 10);
@@ -616,7 +697,8 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 	for (i = 0; i < resp.nheaders; i++) {
 		const struct http_header *h = &resp.headers[i];
 
-		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]))
+		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]) ||
+		    (tunnel && HTTP_IEQ(h->name.p, h->name.len, "sec-websocket-accept")))
 			continue;
 		for (j = 0; j < h->name.len; j++) {
 			char ch = h->name.p[j];
@@ -660,6 +742,17 @@ h2_answer_head(struct client *c, const struct answer_head *h)
 	char length[24];
 	int body = h->framing != ANSWER_BODYLESS && !c->rq->head_request;
 
+	/* A 2xx to an extended CONNECT would tell its client the tunnel is open (RFC 8441 5):
+	 * a route that does not tunnel (body ops, aggregated) cannot answer it so, nor an
+	 * upstream that took the upgrade for a plain GET. */
+	if (st->websocket && h->resp->status / 100 == 2) {
+		enum gateway_error err = c->rq->upgrade ? GW_UPSTREAM_INVALID : GW_NOT_IMPLEMENTED;
+
+		c->rq->status = gateway_errors[err].status;
+		h2_answer_error(c, err, c->rq->upgrade ? "the upstream did not switch to WebSocket" :
+		    "the route does not tunnel WebSocket", NULL, 0);
+		return;
+	}
 	evbuffer_drain(text, evbuffer_get_length(text));
 	headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra);
 	if (c->rq->answer_headers_len != 0)
@@ -668,7 +761,7 @@ h2_answer_head(struct client *c, const struct answer_head *h)
 	c->rq->head_sent = evbuffer_get_length(text);
 	c->rq->bytes_sent += c->rq->head_sent;
 	snprintf(length, sizeof(length), "%llu", (unsigned long long)h->length);
-	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ? length : NULL) < 0)
+	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ? length : NULL, 0) < 0)
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_INTERNAL_ERROR);
 	if (!body)
@@ -734,7 +827,7 @@ h2_answer_error(struct client *c, enum gateway_error err, const char *message,
 	if (!c->rq->head_request)
 		evbuffer_add(st->out, evbuffer_pullup(text, -1) + head_len, total - head_len);
 	st->out_done = 1;
-	if (h2_submit_head(st, text, !c->rq->head_request, length) < 0)
+	if (h2_submit_head(st, text, !c->rq->head_request, length, 0) < 0)
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_INTERNAL_ERROR);
 }
@@ -760,6 +853,7 @@ h2_answer_backlogged(struct client *c)
 	if (evbuffer_get_length(st->out) <= FLOW_HIGH)
 		return 0;
 	st->drained = 1;
+	st->low = FLOW_LOW;
 	return 1;
 }
 
@@ -838,12 +932,167 @@ h2_flush(struct client *c)
 	h2_kick(h2_stream_of(c)->s);
 }
 
+/* --- a stream as a tunnel's client end (RFC 8441) ------------------------------------------ */
+
+/* The client's DATA, as it came; the window it used opens as the tunnel moves it out (the
+ * input's callback, h2_consume), and stays shut while the tunnel does not read. */
+static struct evbuffer *
+h2_tunnel_input(void *arg)
+{
+	return ((struct h2_stream *)arg)->c.conn.in;
+}
+
+/* Into DATA frames, as the client's window lets them go. */
+static void
+h2_tunnel_write(void *arg, struct evbuffer *from, size_t n)
+{
+	struct h2_stream *st = arg;
+
+	if (st->closed || st->ws_shut || st->aborted) {
+		evbuffer_drain(from, n);
+		return;
+	}
+	evbuffer_remove_buffer(from, st->out, n);
+	if (st->deferred && evbuffer_get_length(st->out) != 0) {
+		st->deferred = 0;
+		nghttp2_session_resume_data(st->s->ng, st->id);
+	}
+}
+
+static size_t
+h2_tunnel_unsent(void *arg)
+{
+	struct h2_stream *st = arg;
+
+	return st->closed || st->aborted ? 0 : evbuffer_get_length(st->out);
+}
+
+static void
+h2_tunnel_reading(void *arg, int on)
+{
+	struct h2_stream *st = arg;
+
+	st->reading = on != 0;
+	if (st->reading && evbuffer_get_length(st->c.conn.in) != 0)
+		h2_queue(st);
+}
+
+static void
+h2_tunnel_drained(void *arg, size_t low)
+{
+	struct h2_stream *st = arg;
+
+	st->drained = 1;
+	st->low = low;
+	if (h2_tunnel_unsent(st) <= low)
+		h2_queue(st);
+}
+
+/* The answer's direction ends: END_STREAM, once out went (it has: the tunnel waits). */
+static int
+h2_tunnel_shutdown(void *arg)
+{
+	struct h2_stream *st = arg;
+
+	st->ws_shut = 1;
+	st->out_done = 1;
+	if (st->deferred && !st->closed) {
+		st->deferred = 0;
+		nghttp2_session_resume_data(st->s->ng, st->id);
+	}
+	return 0;
+}
+
+static int
+h2_tunnel_ended(void *arg)
+{
+	return ((struct h2_stream *)arg)->in_done;
+}
+
+/* The tunnel is over.  Ended by both sides (an upstream that cannot half-close too): what
+ * is queued goes, then END_STREAM; else (a failure, timeouts.tunnel, the shutdown) the
+ * stream is reset (CANCEL). */
+static void
+h2_tunnel_close(void *arg, enum tunnel_close why)
+{
+	struct h2_stream *st = arg;
+
+	st->reading = 0;
+	if (st->closed || st->aborted || (st->ws_shut && st->in_done))
+		return;
+	if (st->in_done && (why == TUNNEL_CLOSE_CLIENT_CLOSED ||
+	    why == TUNNEL_CLOSE_UPSTREAM_CLOSED)) {
+		h2_tunnel_shutdown(st);
+		h2_kick(st->s);
+		return;
+	}
+	st->aborted = 1;
+	st->out_done = 1;
+	nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+	h2_kick(st->s);         /* from a timer too: the reset goes from the loop */
+}
+
+static const struct tunnel_end_ops h2_tunnel_ops = {
+	h2_tunnel_input, h2_tunnel_write, h2_tunnel_unsent, h2_tunnel_reading,
+	h2_tunnel_drained, h2_tunnel_shutdown, h2_tunnel_ended, h2_tunnel_close
+};
+
+/* What the stream's loop turn has for its tunnel: DATA, the window opened, END_STREAM. */
+static void
+h2_tunnel_work(struct h2_stream *st)
+{
+	int what = 0;
+
+	if (st->drained && h2_tunnel_unsent(st) <= st->low) {
+		st->drained = 0;
+		what |= TUNNEL_DRAINED;
+	}
+	if (st->reading && evbuffer_get_length(st->c.conn.in) != 0)
+		what |= TUNNEL_READ;
+	if (st->in_done && !st->ws_eof_told) {
+		st->ws_eof_told = 1;
+		what |= TUNNEL_READ | TUNNEL_EOF;
+	}
+	if (what != 0)
+		tunnel_event(st->tunnel, TUNNEL_CLIENT, what);
+}
+
+/* The upstream switched to the WebSocket protocol: the extended CONNECT is answered 200 with
+ * the 101's fields but its handshake's own (Upgrade, Connection, Sec-WebSocket-Accept), and
+ * the stream's DATA both ways is the tunnel's. */
+static int
+h2_upgrade(struct client *c, const struct answer_head *h, struct http_str protocol,
+    struct tunnel *t)
+{
+	struct h2_stream *st = h2_stream_of(c);
+	struct evbuffer *text = c->w->h2_head;
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+
+	if (!st->websocket || !HTTP_IEQ(protocol.p, protocol.len, "websocket") || st->closed)
+		return -1;
+	evbuffer_drain(text, evbuffer_get_length(text));
+	if (headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra) < 0)
+		return -1;
+	if (c->rq->answer_headers_len != 0)
+		evbuffer_add(text, c->rq->answer_headers, c->rq->answer_headers_len);
+	evbuffer_add(text, "\r\n", 2);
+	if (h2_submit_head(st, text, 1, NULL, 1) < 0)
+		return -1;
+	c->rq->head_sent = evbuffer_get_length(text);
+	c->rq->bytes_sent += c->rq->head_sent;
+	c->rq->status = 200;
+	st->tunnel = t;
+	st->reading = 1;
+	st->ws_eof_told = st->in_done;  /* tunnel_start asks ended() */
+	tunnel_attach(t, TUNNEL_CLIENT, &h2_tunnel_ops, st);
+	return 0;
+}
+
 const struct downstream h2_downstream = {
 	h2_read_body, h2_input_room, h2_body_next, h2_body_peek,
 	h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
 	h2_answer_body, h2_answer_finish, h2_answer_error, h2_answer_abort, h2_answer_backlogged,
-	h2_request_over, h2_flush,
-	NULL    /* no upgrade over HTTP/2: extended CONNECT (RFC 8441) would be its tunnel */
+	h2_request_over, h2_flush, h2_upgrade
 };
 
 /* --- the session ------------------------------------------------------------------------- */
@@ -917,8 +1166,9 @@ h2_tick_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	LIST_FOREACH(st, &s->streams, entry) {
-		if (st->closed || st->aborted || evbuffer_get_length(st->out) == 0 ||
-		    now - st->progress < limit)
+		/* A tunnel's has timeouts.tunnel instead. */
+		if (st->closed || st->aborted || st->tunnel != NULL ||
+		    evbuffer_get_length(st->out) == 0 || now - st->progress < limit)
 			continue;
 		log_debug("client %s: HTTP/2 stream %d reset: no window for its answer in %llu ms",
 		    s->c->addr, st->id, (unsigned long long)limit);
@@ -944,7 +1194,12 @@ h2_kick_cb(evutil_socket_t fd, short what, void *arg)
 		h2_unqueue(st);
 		if (st->c.state != CLIENT_BUSY || st->c.rq == NULL)
 			continue;
-		if (st->drained && evbuffer_get_length(st->out) <= FLOW_LOW) {
+		if (st->tunnel != NULL) {
+			h2_tunnel_work(st);
+			proxy_flush(&st->c);
+			continue;
+		}
+		if (st->drained && evbuffer_get_length(st->out) <= st->low) {
 			st->drained = 0;
 			proxy_answer_drained(&st->c);
 		}
@@ -1013,6 +1268,8 @@ h2_start(struct client *c)
 		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->http2.max_concurrent_streams },
 		{ NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)cfg->http2.stream_window },
 		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->limits.max_header },
+		/* RFC 8441: WebSocket over a stream (h2_upgrade). */
+		{ NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1 },
 	};
 
 	if ((s = calloc(1, sizeof(*s))) == NULL)
@@ -1096,7 +1353,8 @@ h2_free(struct h2_session *s)
 		if (c->state == CLIENT_BUSY && c->rq != NULL) {
 			if (!c->rq->ans.started)
 				c->rq->status = 499;
-			if (!st->aborted)
+			/* A tunnel's line is its end's (tunnel_free). */
+			if (!st->aborted && c->rq->tunnel == NULL)
 				client_log(c);
 			request_abort(c);
 			client_request_detach(c);

@@ -295,11 +295,12 @@ tunnel_start(struct client *c, struct http_response *resp, size_t head_len)
 	upconn(c)->read_max = CONN_READ_MAX;
 	conn_set_timeouts(upconn(c), 0, 0);
 	proxy_answer_head(c, resp, ANSWER_BODYLESS, 0, NULL, &h, &vars, &tls_text);
+	/* The status the client gets, for the log: the session may say another (HTTP/2's 200). */
+	c->rq->status = resp->status;
 	if (c->down->upgrade(c, &h, proto, t) < 0) {
 		free(t);
 		return -1;
 	}
-	c->rq->status = resp->status;
 	c->rq->ans.started = 1;
 	c->rq->tunnel = t;
 	request_drain(c->rq);           /* nothing is sent again: an idle tunnel holds no head */

@@ -6,8 +6,8 @@
  * no longer read.  A half-close goes across as a shutdown of the other side's writing.
  *
  * The tunnel knows neither protocol nor socket: it reaches each of its two ends through a
- * struct tunnel_end_ops (a TCP or TLS connection here, tunnel_conn_ops; an HTTP/2 stream can
- * be one), and each end reports its events with tunnel_event.  The request holds it
+ * struct tunnel_end_ops (a TCP or TLS connection here, tunnel_conn_ops; an HTTP/2 stream's
+ * in h2.c, RFC 8441), and each end reports its events with tunnel_event.  The request holds it
  * (rq->tunnel) from the 101 to its end, and with it the configuration it began under.
  */
 #ifndef JG_TUNNEL_H
