@@ -594,6 +594,26 @@ def other_stream_meanwhile(env):
 
 
 @T.case
+def data_before_the_200(env):
+    """DATA the client sends before the upstream switched waits for the tunnel and goes
+    first."""
+    up = RawUpstream(echo_script)
+    gw = h2_daemon(env, upstream_config(up.address))
+    h = H2(gw.port)
+    h.settled()
+    sid = h.connect('/chat', WS_HEADERS)
+    h.send(sid, b'hello')
+    env.check('the upstream\'s bytes and the early ones echoed',
+              h.pump(lambda h: h.data.get(sid) == b'earlyhello'), h.data.get(sid))
+    env.eq('200', h.status(sid), 200)
+    env.eq('the upstream head carried no body framing',
+           (b'Transfer-Encoding' in up.heads[0], b'Content-Length' in up.heads[0]),
+           (False, False))
+    h.close()
+    up.stop()
+
+
+@T.case
 def non_101_is_an_answer(env):
     def script(conn, head, rest):
         conn.sendall(http_response(426, b'{"error":"upgrade required"}',
