@@ -626,7 +626,7 @@ def jwks_slow_refetch_bounded(env):
     c = env.client(gw.port)
     env.eq('admitted once fetched', wait_status(c, 200, 'w-1', [
         ('Authorization', 'Bearer ' + token(EC_KEY, 'ES256', 'ec1'))]), 200)
-    srv.set(body=jwks(jwk_of(EC_KEY, 'ec1'), jwk_of(ED_KEY, 'ed1')), delay=3.5)
+    srv.set(body=jwks(jwk_of(EC_KEY, 'ec1'), jwk_of(ED_KEY, 'ed1')), delay=2.6)
     c2 = env.client(gw.port)
     t0 = time.time()
     c2.send(build_request('GET', '/api/x', [
