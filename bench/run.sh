@@ -35,6 +35,8 @@ Environment:
                        are measured in turns in one run
   NGINX=nginx          nginx binary
   HAPROXY=haproxy      HAProxy binary (the haproxy row)
+  H2O=h2o              h2o binary (the h2o-h2c and h2o-h2 rows; without it those rows are
+                       left out with a note)
   COUNT_SECONDS=3      seconds of an extra wrk run per row (first round) during which perf
                        counts the proxy's system calls and malloc/calloc/realloc calls, shown
                        per request (0: skip; needs perf, and root for the malloc uprobes)
@@ -67,6 +69,7 @@ IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
 JSONGATE=${JSONGATE:-$ROOT_DIR/build/src/jsongate}
 NGINX=${NGINX:-nginx}
 HAPROXY=${HAPROXY:-haproxy}
+H2O=${H2O:-h2o}
 COUNT_SECONDS=${COUNT_SECONDS:-3}
 NGINX_MODULES=${NGINX_MODULES:-}
 if [ -z "$NGINX_MODULES" ]; then
@@ -130,7 +133,11 @@ VARIANTS=(
 	"jsongate-h2         jsongate  jsongate-h2.yaml.in      h2"
 	"jsongate-auth       jsongate  jsongate-auth.yaml.in    auth"
 	"haproxy-h2          haproxy   haproxy-proxy-h2.cfg.in  h2"
+	"h2o-h2c             h2o       h2o-proxy-h2c.conf.in    h2c"
+	"h2o-h2              h2o       h2o-proxy-h2.conf.in     h2"
 )
+# Kinds whose absence leaves their rows out (with a note) instead of stopping the run.
+OPTIONAL_KINDS=" h2o "
 # Ratio lines printed per size: CPU per request of A divided by CPU per request of B (B*N:
 # by N times B's, e.g. an aggregated request against the N plain requests it stands for).
 RATIOS=(
@@ -158,6 +165,8 @@ RATIOS=(
 	"jsongate-h2c/haproxy-h2c"
 	"jsongate-h2/nginx-h2"
 	"jsongate-h2/haproxy-h2"
+	"jsongate-h2c/h2o-h2c"
+	"jsongate-h2/h2o-h2"
 	"jsongate-auth/jsongate"
 )
 JSONGATE_BASE=${JSONGATE_BASE:-}
@@ -252,6 +261,26 @@ haproxy_start() {
 	"$HAPROXY" -c -q -f "$conf" >"$RUNDIR/$name.test.log" 2>&1 ||
 		die "haproxy rejects $conf: $(cat "$RUNDIR/$name.test.log")"
 	start_bg "$RUNDIR/$name.out" taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$conf"
+	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
+	PROXY_MAIN=$BG_PID
+	PROXY_CPU_PIDS=$BG_PID
+	PROXY_MEM_PID=$BG_PID
+}
+
+# h2o, an HTTP/2 peer of the h2c and h2 rows (h2o 2.2 takes HTTP/2 by prior knowledge on a
+# plain port).  Run as root it serves as nobody, as nginx's workers do.  One process: its
+# worker thread (num-threads: 1) and its helper threads are counted together.
+h2o_require() { command -v "$H2O" >/dev/null || printf '%s\n' "h2o (Debian: h2o)"; }
+h2o_version() { "$H2O" --version 2>&1 | awk 'NR == 1 { print $3 }'; }
+
+h2o_start() {
+	local name=$1 template=$2 maxconn=$3 conf
+	PROXY_PORT=$(pick_port)
+	conf=$RUNDIR/$name.conf
+	render "$template" "$conf" "$name" "$PROXY_PORT" "$maxconn"
+	"$H2O" -t -c "$conf" >"$RUNDIR/$name.test.log" 2>&1 ||
+		die "h2o rejects $conf: $(cat "$RUNDIR/$name.test.log")"
+	start_bg "$RUNDIR/$name.out" taskset -c "$PROXY_CPU" "$H2O" -c "$conf"
 	wait_port "$PROXY_PORT" "$BG_PID" "$RUNDIR/$name.out"
 	PROXY_MAIN=$BG_PID
 	PROXY_CPU_PIDS=$BG_PID
@@ -388,11 +417,32 @@ for name in $PROXIES; do
 	kind=$(variant_field "$name" 1)
 	case "$kinds" in *" $kind "*) ;; *) kinds="$kinds$kind " ;; esac
 done
+DROPPED=""
 for kind in $kinds; do
+	kind_missing=()
 	while IFS= read -r m; do
-		[ -n "$m" ] && missing+=("$m")
+		[ -n "$m" ] && kind_missing+=("$m")
 	done < <("${kind}_require")
+	[ ${#kind_missing[@]} -gt 0 ] || continue
+	case "$OPTIONAL_KINDS" in
+	*" $kind "*)
+		rows="" kept=""
+		for name in $PROXIES; do
+			if [ "$(variant_field "$name" 1)" = "$kind" ]; then
+				rows="$rows $name"
+			else
+				kept="$kept$name "
+			fi
+		done
+		PROXIES=$kept
+		kinds=${kinds/ $kind / }
+		DROPPED="$DROPPED- left out:$rows (missing: ${kind_missing[*]})"$'\n'
+		log "bench: left out:$rows (missing: ${kind_missing[*]})"
+		;;
+	*) missing+=("${kind_missing[@]}") ;;
+	esac
 done
+[ -n "${PROXIES// /}" ] || die "no proxy variant left to run"
 if [ ${#missing[@]} -gt 0 ]; then
 	log "bench: missing tools:"
 	for m in "${missing[@]}"; do log "  - $m"; done
@@ -732,8 +782,9 @@ report() {
 	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
 	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
 		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
-	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback)\n\n' "$ROUNDS"
-	printf '| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
+	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback)\n' "$ROUNDS"
+	printf '%s' "$DROPPED"
+	printf '\n| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
 	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for name in $PROXIES; do
@@ -741,7 +792,8 @@ report() {
 			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
 				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "$(fmt_cpu "${USER_US[$key]}")" \
 				"${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
-				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" "${SYSCALLS[$key]:-–}" "${MALLOCS[$key]:-–}"
+				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" \
+				"${SYSCALLS[$key]:-–}" "${MALLOCS[$key]:-–}"
 		done
 	done
 	local ratios=""
