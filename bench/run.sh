@@ -530,8 +530,8 @@ done
 
 # Per row (SIZE|NAME): the median run's figures, the spread of CPU per request over the runs,
 # the highest peak RSS and every run's wrk errors. Per run (SIZE|NAME|ROUND): RUN_*.
-declare -A CPU_US USER_US RPS P50 P99 HWM NOTE SPREAD SYSCALLS MALLOCS
-declare -A RUN_CPU RUN_USER RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_NOTE
+declare -A CPU_US USER_US RPS P50 P99 HWM CONN_KB NOTE SPREAD SYSCALLS MALLOCS
+declare -A RUN_CPU RUN_USER RUN_RPS RUN_P50 RUN_P99 RUN_HWM RUN_BASE RUN_NOTE
 
 CLIENT_MODE=http
 # HTTP/2 rows: h2load, CONNECTIONS connections of 10 streams each, its figures written as the
@@ -614,6 +614,8 @@ measure() { # measure NAME SIZE ROUND
 	local name=$1 size=$2 key="$2|$1|$3" out u0 s0 u1 s1 requests errors
 	CLIENT_MODE=$(variant_field "$name" 3)
 	proxy_start "$name" "$LOAD_MAX_CONNECTIONS"
+	# The process before any client: what the peak grows from.
+	RUN_BASE[$key]=$(status_kb "$PROXY_MEM_PID" VmRSS)
 	verify_proxy "$name" "$size"
 	if [ "$WARMUP" -gt 0 ]; then
 		run_wrk "$WARMUP" "$PROXY_PORT" "$size" "$RUNDIR/wrk-$name-$size-warmup.txt"
@@ -663,7 +665,7 @@ count_calls() { # count_calls NAME SIZE
 # A row's figures are those of its run with the median CPU per request (of an even number of
 # runs, the lower middle one): one noisy run, either way, does not move the table.
 pick_median() { # pick_median NAME SIZE
-	local row="$2|$1" round median notes="" hwm=0
+	local row="$2|$1" round median notes="" hwm=0 grown=0
 	median=$(for round in $(seq "$ROUNDS"); do
 		printf '%s %s\n' "${RUN_CPU[$row|$round]}" "$round"
 	done | sort -g | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2) { print $2 }')
@@ -676,9 +678,13 @@ pick_median() { # pick_median NAME SIZE
 		sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf (hi < 100 ? "%.1f–%.1f\n" : "%.0f–%.0f\n"), lo, hi }')
 	for round in $(seq "$ROUNDS"); do
 		[ "${RUN_HWM[$row|$round]}" -gt "$hwm" ] && hwm=${RUN_HWM[$row|$round]}
+		[ $((RUN_HWM[$row|$round] - RUN_BASE[$row|$round])) -gt "$grown" ] &&
+			grown=$((RUN_HWM[$row|$round] - RUN_BASE[$row|$round]))
 		[ -z "${RUN_NOTE[$row|$round]}" ] || notes="$notes${RUN_NOTE[$row|$round]}"
 	done
 	HWM[$row]=$hwm
+	# Per client connection: how far the peak rose above the process before any client.
+	CONN_KB[$row]=$(awk -v g="$grown" -v n="$CONNECTIONS" 'BEGIN { printf "%.1f kB\n", g / n }')
 	NOTE[$row]=$notes
 }
 
@@ -782,17 +788,17 @@ report() {
 	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
 	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
 		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
-	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback)\n' "$ROUNDS"
+	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback); peak RSS: the highest VmHWM of the runs (nginx: its worker); per conn: the most it rose above the VmRSS of the process before any client, over the %s client connections\n' "$ROUNDS" "$CONNECTIONS"
 	printf '%s' "$DROPPED"
-	printf '\n| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | syscalls/req | mallocs/req |\n'
-	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	printf '\n| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | per conn | syscalls/req | mallocs/req |\n'
+	printf '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for name in $PROXIES; do
 			key="$size|$name"
-			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
+			printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$name" \
 				"$(fmt_cpu "${CPU_US[$key]}")" "${SPREAD[$key]}" "$(fmt_cpu "${USER_US[$key]}")" \
 				"${RPS[$key]}" "$(fmt_us "${P50[$key]}")" \
-				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" \
+				"$(fmt_us "${P99[$key]}")" "$(fmt_mb "${HWM[$key]}")" "${CONN_KB[$key]}" \
 				"${SYSCALLS[$key]:-–}" "${MALLOCS[$key]:-–}"
 		done
 	done
