@@ -692,6 +692,7 @@ pick_median() { # pick_median NAME SIZE
 # Idle keep-alive clients
 
 declare -A IDLE_BASE IDLE_RSS IDLE_FDS
+IDLE_ROWS=0  # proxies measured (only the http rows are)
 
 idle_test() { # idle_test NAME
 	local name=$1 out size pid ready=
@@ -719,6 +720,7 @@ idle_test() { # idle_test NAME
 	sleep 1
 	kill -0 "$pid" 2>/dev/null || die "$name closed idle connections: $(cat "$out")"
 	IDLE_RSS[$name]=$(rss_kb_sum $PROXY_CPU_PIDS)
+	IDLE_ROWS=$((IDLE_ROWS + 1))
 	IDLE_FDS[$name]=$(find /proc/"$PROXY_MEM_PID"/fd -mindepth 1 -maxdepth 1 | wc -l)
 	stop_pid "$pid"
 	stop_pid "$PROXY_MAIN"
@@ -818,7 +820,7 @@ report() {
 		printf '\nCPU per request, ratio of the medians (below 1.0: the first uses less CPU), and the\n'
 		printf 'median and range of the ratios of the two rows'"'"' runs of the same round:\n\n%s' "$ratios"
 	fi
-	if [ "$IDLE_CLIENTS" -gt 0 ]; then
+	if [ "$IDLE_ROWS" -gt 0 ]; then
 		printf '\nRSS of all the proxy'"'"'s processes with %s idle keep-alive clients (each did one request):\n\n' "$IDLE_CLIENTS"
 		for name in $PROXIES; do
 			[ -n "${IDLE_RSS[$name]:-}" ] || continue
