@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where the next LF of a chunk is, so that lines ended by CR alone do not search the rest
- * of the chunk for an LF each. */
+/* Where the next LF and the next CR of a chunk are, so that neither is searched for again
+ * over the same bytes: a chunk with no CR at all is searched for one once. */
 struct sse_lf {
 	const char *p;
 	size_t n, at;
+	size_t cr;                      /* the next CR at or after where it was last sought */
 };
 
 struct sse_parser {
@@ -182,19 +183,26 @@ sse_eol_cached(struct sse_lf *c, const char *p, size_t i, size_t n)
 	const char *lf, *cr;
 	size_t end;
 
-	if (c != NULL && c->p == p && c->n == n && c->at >= i) {
-		end = c->at;
-	} else {
+	if (c == NULL) {
 		lf = memchr(p + i, '\n', n - i);
 		end = lf != NULL ? (size_t)(lf - p) : n;
-		if (c != NULL) {
-			c->p = p;
-			c->n = n;
-			c->at = end;
-		}
+		cr = memchr(p + i, '\r', end - i);
+		return cr != NULL ? (size_t)(cr - p) : end;
 	}
-	cr = memchr(p + i, '\r', end - i);
-	return cr != NULL ? (size_t)(cr - p) : end;
+	if (c->p != p || c->n != n) {
+		c->p = p;
+		c->n = n;
+		c->at = c->cr = 0;
+	}
+	if (c->at < i || c->at == 0) {
+		lf = memchr(p + i, '\n', n - i);
+		c->at = lf != NULL ? (size_t)(lf - p) : n;
+	}
+	if (c->cr < i || c->cr == 0) {
+		cr = memchr(p + i, '\r', n - i);
+		c->cr = cr != NULL ? (size_t)(cr - p) : n;
+	}
+	return c->cr < c->at ? c->cr : c->at;
 }
 
 static size_t
@@ -416,10 +424,12 @@ sse_finish(struct sse_parser *sp, sse_cb cb, void *arg)
 	return r;
 }
 
-/* The spans, each CR, LF or CRLF in them starting a new data line. */
+/* The spans, each CR, LF or CRLF in them starting a new data line.  A span of the value of
+ * the event's one data line has none: a line holds no line end. */
 static int
-sse_write_data(const struct rewrite_span *data, size_t n, const char *prefix, size_t plen,
-    const char *term, size_t tlen, sse_write_fn write, void *arg)
+sse_write_data(const struct sse_event *ev, const struct rewrite_span *data, size_t n,
+    const char *prefix, size_t plen, const char *term, size_t tlen, sse_write_fn write,
+    void *arg)
 {
 	const char *p, *e, *q;
 	int r, cr = 0;
@@ -430,6 +440,14 @@ sse_write_data(const struct rewrite_span *data, size_t n, const char *prefix, si
 	for (i = 0; i < n; i++) {
 		p = data[i].p;
 		e = p + data[i].len;
+		if (ev->ndata == 1 && p >= ev->data && e <= ev->data + ev->data_len) {
+			if (p == e)
+				continue;
+			if ((r = write(arg, p, data[i].len)) != 0)
+				return r;
+			cr = 0;
+			continue;
+		}
 		while (p < e) {
 			if (cr && *p == '\n') {
 				p++;            /* the LF of a CRLF already written */
@@ -472,7 +490,7 @@ sse_event_write(const struct sse_event *ev, const struct rewrite_span *data, siz
 		}
 		if (done++)
 			continue;
-		if ((r = sse_write_data(data, n, l->colon ? ev->raw + l->off : "data:",
+		if ((r = sse_write_data(ev, data, n, l->colon ? ev->raw + l->off : "data:",
 		    l->colon ? l->value : 5, ev->raw + l->off + l->len, l->term, write, arg)) != 0)
 			return r;
 	}
