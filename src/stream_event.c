@@ -1,11 +1,27 @@
 /* Envelope ops per event: the buffered engine on each event, the parsers in sse.c and
- * ndjson.c around it. */
+ * ndjson.c around it, and a fast path for the ops events mostly get: drop and set of
+ * top-level keys. */
 #include "stream_event.h"
+#include "envelope.h"
+#include "grow.h"
+#include "jscan.h"
 #include "ndjson.h"
 #include "sse.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* Drop and set items of a program the fast path takes, and members of an event's object. */
+#define STREAM_FAST_ITEMS 32
+#define STREAM_FAST_MEMBERS 64
+/* Output is gathered up to this much before it goes to the write function; a piece this
+ * large goes on by itself. */
+#define STREAM_EVENTS_BATCH (64 * 1024)
+#define STREAM_EVENTS_PIECE 4096
 
 int
 stream_event_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
@@ -24,6 +40,322 @@ stream_event_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
 		return out->invalid ? 0 : -1;
 	if (out->nspans == 1 && out->spans[0].p == json && out->spans[0].len == len)
 		return 0;
+	return 1;
+}
+
+/*
+ * The fast path.  A program whose ops are all drop and set of top-level keys, without when:,
+ * needs of an event only its outer object's members: they are found here with the scanner
+ * skipping the values, the ops are applied to a flat list of them, and the output is made as
+ * the engine's emit makes it, byte for byte.  It takes only what is plainly valid (keys and
+ * string values at the top without escapes or NUL, strict separators); anything else goes to
+ * the engine, which then decides as it always did.
+ */
+struct stream_fast_item {
+	const struct rewrite_key *key;  /* its name has no byte JSON escapes */
+	int set;                        /* set, to vals[val]; else drop */
+	size_t val;
+};
+
+struct stream_fast {
+	struct stream_fast_item items[STREAM_FAST_ITEMS];
+	size_t nitems;
+	size_t nvals;                   /* set items */
+	struct rewrite_str vals[STREAM_FAST_ITEMS];     /* their JSON text, in valbuf */
+	char *valbuf;
+	size_t valcap;
+	int usable;                     /* the program is one the fast path takes */
+	int ready;                      /* vals resolved for this feed */
+	struct rewrite_span spans[4 * (STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS) + 2];
+};
+
+/* One member of the list the ops edit. */
+struct stream_fast_member {
+	const char *name;               /* the key's text */
+	size_t name_len;
+	const char *key;                /* the input's key with its quotes, or the program's */
+	size_t key_len;                 /* "key" (its json, with ',' before and ':' after) */
+	const char *val;                /* the value's JSON text */
+	size_t val_len;
+	unsigned seq;                   /* input: its place in the object */
+	unsigned char input;            /* the key is the input's */
+	unsigned char replaced;         /* a set op gave it a new value */
+};
+
+/* Take prog if the fast path can: its items, in order. */
+static void
+stream_fast_plan(struct stream_fast *f, const struct rewrite_program *prog,
+    enum validate_mode mode)
+{
+	const struct rewrite_op *op;
+	const struct rewrite_key *key;
+	size_t i, j;
+
+	f->nitems = f->nvals = 0;
+	f->usable = 0;
+	f->ready = 0;
+	if (prog == NULL || mode != VALIDATE_ENVELOPE)
+		return;
+	for (i = 0; i < prog->nops; i++) {
+		op = &prog->ops[i];
+		if (op->when != NULL || (op->kind != REWRITE_DROP && op->kind != REWRITE_SET))
+			return;
+		for (j = 0; j < op->nitems; j++) {
+			key = &op->items[j].path.seg[0];
+			if (op->items[j].path.nseg != 1 || key->json_len != key->len + 2 ||
+			    f->nitems == STREAM_FAST_ITEMS)
+				return;
+			f->items[f->nitems].key = key;
+			f->items[f->nitems].set = op->kind == REWRITE_SET;
+			f->items[f->nitems].val = op->kind == REWRITE_SET ? f->nvals++ : 0;
+			f->nitems++;
+		}
+	}
+	f->usable = 1;
+}
+
+/* The set values with the answer's variables, kept apart from the engine's scratch (which
+ * an event the engine takes reuses).  0, or -1 without memory. */
+static int
+stream_fast_values(struct stream_fast *f, struct rewrite_ctx *ctx,
+    const struct rewrite_program *prog, const struct rewrite_vars *vars)
+{
+	size_t i, need = 0, at = 0;
+
+	if (f->nvals != 0) {
+		if (rewrite_set_values(ctx, prog, vars, f->vals, f->nvals) != 0)
+			return -1;
+		for (i = 0; i < f->nvals; i++)
+			need += f->vals[i].len;
+		if (grow_array(&f->valbuf, &f->valcap, need + 1, 1, 256) != 0)
+			return -1;
+		for (i = 0; i < f->nvals; i++) {
+			memcpy(f->valbuf + at, f->vals[i].p, f->vals[i].len);
+			f->vals[i].p = f->valbuf + at;
+			at += f->vals[i].len;
+		}
+	}
+	f->ready = 1;
+	return 0;
+}
+
+static inline size_t
+stream_fast_ws(const char *p, size_t len, size_t i)
+{
+	while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t'))
+		i++;
+	return i;
+}
+
+/* The end of the string at p[i] ('"'), or 0 when it has an escape or a NUL, or no end. */
+static inline size_t
+stream_fast_string(const char *p, size_t len, size_t i)
+{
+#ifdef __SSE2__
+	const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), z = _mm_setzero_si128();
+	__m128i x;
+	unsigned hit;
+
+	for (i++; i + 16 <= len; i += 16) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+		hit = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, q),
+		    _mm_cmpeq_epi8(x, b)), _mm_cmpeq_epi8(x, z)));
+		if (hit != 0) {
+			i += (unsigned)__builtin_ctz(hit);
+			return p[i] == '"' ? i + 1 : 0;
+		}
+	}
+	i--;
+#endif
+	for (i++; i < len; i++) {
+		if (p[i] == '"')
+			return i + 1;
+		if (p[i] == '\\' || p[i] == '\0')
+			return 0;
+	}
+	return 0;
+}
+
+/*
+ * The members of the object json[0..len) in m (at most STREAM_FAST_MEMBERS and max_members):
+ * their number, or -1 when the engine must look.
+ */
+static ssize_t
+stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max_members,
+    struct stream_fast_member *m)
+{
+	size_t i, ks, ke, vs, n = 0;
+	ssize_t e;
+
+	i = stream_fast_ws(json, len, 0);
+	if (len > INT_MAX - 1 || max_depth < 1 || i == len || json[i] != '{')
+		return -1;
+	i = stream_fast_ws(json, len, i + 1);
+	if (i < len && json[i] == '}') {
+		i++;
+		goto end;
+	}
+	for (;;) {
+		if (i == len || json[i] != '"' || (i = stream_fast_string(json, len, ks = i)) == 0)
+			return -1;
+		ke = i;
+		i = stream_fast_ws(json, len, i);
+		if (i == len || json[i] != ':')
+			return -1;
+		i = stream_fast_ws(json, len, i + 1);
+		if (i == len)
+			return -1;
+		vs = i;
+		switch (json[i]) {
+		case '"':
+			if ((i = stream_fast_string(json, len, i)) == 0)
+				return -1;
+			break;
+		case '{':
+		case '[':
+			if ((e = jscan_skip(json, len, i, max_depth - 1)) < 0)
+				return -1;
+			i = (size_t)e;
+			break;
+		default:
+			while (i < len && json[i] != ',' && json[i] != '}' && json[i] != ']' &&
+			    json[i] != ' ' && json[i] != '\n' && json[i] != '\r' && json[i] != '\t')
+				i++;
+			if (!envelope_is_primitive(json + vs, i - vs))
+				return -1;
+		}
+		if (n == STREAM_FAST_MEMBERS || n >= max_members)
+			return -1;
+		m[n] = (struct stream_fast_member){ .name = json + ks + 1, .name_len = ke - ks - 2,
+		    .key = json + ks, .key_len = ke - ks, .val = json + vs, .val_len = i - vs,
+		    .seq = (unsigned)n, .input = 1 };
+		n++;
+		i = stream_fast_ws(json, len, i);
+		if (i < len && json[i] == ',') {
+			i = stream_fast_ws(json, len, i + 1);
+			continue;
+		}
+		if (i < len && json[i] == '}') {
+			i++;
+			break;
+		}
+		return -1;
+	}
+end:
+	return stream_fast_ws(json, len, i) == len ? (ssize_t)n : -1;
+}
+
+static inline int
+stream_fast_is(const struct stream_fast_member *m, const struct rewrite_key *k)
+{
+	size_t i;
+
+	if (m->name_len != k->len)
+		return 0;
+	for (i = 0; i < k->len; i++)        /* keys are short: no library call */
+		if (m->name[i] != k->name[i])
+			return 0;
+	return 1;
+}
+
+static inline void
+stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
+{
+	if (*n > 0 && s[*n - 1].p + s[*n - 1].len == p) {
+		s[*n - 1].len += len;
+		return;
+	}
+	s[*n].p = p;
+	s[(*n)++].len = len;
+}
+
+/*
+ * The ops on json[0..len) the fast way: 1 with the new text in f->spans (*nspans), 0 when the
+ * event passes as it came, -2 when the engine must decide.
+ */
+static int
+stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
+    size_t max_members, size_t *nspans)
+{
+	struct stream_fast_member m[STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS];
+	const struct stream_fast_item *it;
+	struct rewrite_span *s = f->spans;
+	const char *last_end = NULL;
+	size_t i, j, a, n, ns = 0;
+	ssize_t r;
+	unsigned last_seq = 0;
+	int dirty = 0, any, first = 1;
+
+	i = stream_fast_ws(json, len, 0);
+	if (i == len || json[i] != '{')
+		return 0;
+	if ((r = stream_fast_members(json, len, max_depth, max_members, m)) < 0)
+		return -2;
+	n = (size_t)r;
+	for (i = 0; i < f->nitems; i++) {
+		it = &f->items[i];
+		if (!it->set) {
+			for (j = a = 0; j < n; j++) {
+				if (stream_fast_is(&m[j], it->key))
+					dirty = 1;
+				else
+					m[a++] = m[j];
+			}
+			n = a;
+			continue;
+		}
+		dirty = 1;
+		any = 0;
+		for (j = 0; j < n; j++) {
+			if (!stream_fast_is(&m[j], it->key))
+				continue;
+			m[j].val = f->vals[it->val].p;
+			m[j].val_len = f->vals[it->val].len;
+			m[j].replaced = 1;
+			any = 1;
+		}
+		if (!any)
+			m[n++] = (struct stream_fast_member){ .name = it->key->name,
+			    .name_len = it->key->len, .key = it->key->json,
+			    .key_len = it->key->json_len, .val = f->vals[it->val].p,
+			    .val_len = f->vals[it->val].len };
+	}
+	if (!dirty)
+		return 0;
+	/* As rewrite_emit writes an edited object: neighbours in the input as one span with
+	 * what lay between them, a comma before any other. */
+	stream_fast_span(s, &ns, "{", 1);
+	for (j = 0; j < n; j++) {
+		if (m[j].input && !m[j].replaced) {
+			if (!first && last_end != NULL && m[j].seq == last_seq + 1) {
+				stream_fast_span(s, &ns, last_end,
+				    (size_t)(m[j].val + m[j].val_len - last_end));
+			} else {
+				if (!first)
+					stream_fast_span(s, &ns, ",", 1);
+				stream_fast_span(s, &ns, m[j].key,
+				    (size_t)(m[j].val + m[j].val_len - m[j].key));
+			}
+			first = 0;
+			last_seq = m[j].seq;
+			last_end = m[j].val + m[j].val_len;
+			continue;
+		}
+		if (!first && m[j].input)
+			stream_fast_span(s, &ns, ",", 1);
+		last_end = NULL;
+		if (m[j].input) {
+			stream_fast_span(s, &ns, m[j].key, m[j].key_len);
+			stream_fast_span(s, &ns, ":", 1);
+		} else {
+			/* A program key: ,"key": */
+			stream_fast_span(s, &ns, m[j].key - !first, m[j].key_len + 1 + !first);
+		}
+		first = 0;
+		stream_fast_span(s, &ns, m[j].val, m[j].val_len);
+	}
+	stream_fast_span(s, &ns, "}", 1);
+	*nspans = ns;
 	return 1;
 }
 
@@ -60,6 +392,13 @@ stream_events_format_of(const char *ct, size_t len, enum stream_events_format *f
 struct stream_events {
 	enum stream_events_format format;
 	struct rewrite_ctx *rw;
+	unsigned max_depth;
+	size_t max_members;
+	struct stream_fast fast;
+	int fast_off;                   /* every event to the engine (tests) */
+	uint64_t fast_events;           /* events the fast path decided */
+	char *obuf;                     /* output gathered for the write function */
+	size_t olen, ocap;
 	struct sse_parser *sse;
 	struct ndjson_parser *lines, *seq;
 	const struct rewrite_program *prog;
@@ -77,6 +416,8 @@ stream_events_new(size_t max_event, unsigned max_depth, size_t max_members)
 
 	if ((se = calloc(1, sizeof(*se))) == NULL)
 		return NULL;
+	se->max_depth = max_depth;
+	se->max_members = max_members;
 	if ((se->rw = rewrite_ctx_new(max_depth, max_members)) == NULL ||
 	    (se->sse = sse_parser_new(max_event)) == NULL ||
 	    (se->lines = ndjson_parser_new(NDJSON_LINES, max_event)) == NULL ||
@@ -96,6 +437,8 @@ stream_events_free(struct stream_events *se)
 	sse_parser_free(se->sse);
 	ndjson_parser_free(se->lines);
 	ndjson_parser_free(se->seq);
+	free(se->fast.valbuf);
+	free(se->obuf);
 	free(se);
 }
 
@@ -109,9 +452,52 @@ stream_events_start(struct stream_events *se, enum stream_events_format format,
 	se->mode = mode;
 	se->vars = vars;
 	memset(&se->counts, 0, sizeof(se->counts));
+	se->fast_events = 0;
+	se->olen = 0;
+	stream_fast_plan(&se->fast, prog, mode);
 	sse_parser_reset(se->sse);
 	ndjson_parser_reset(se->lines);
 	ndjson_parser_reset(se->seq);
+}
+
+/* Output goes into the batch; a large piece goes on by itself, after it. */
+static int
+stream_events_flush(struct stream_events *se)
+{
+	size_t n = se->olen;
+
+	if (n == 0)
+		return 0;
+	se->olen = 0;
+	return se->write(se->arg, se->obuf, n);
+}
+
+static int
+stream_events_out(void *arg, const char *p, size_t len)
+{
+	struct stream_events *se = arg;
+	int r;
+
+	if (len >= STREAM_EVENTS_PIECE) {
+		if ((r = stream_events_flush(se)) != 0)
+			return r;
+		return se->write(se->arg, p, len);
+	}
+	if (se->olen + len > se->ocap && grow_array(&se->obuf, &se->ocap, se->olen + len, 1,
+	    STREAM_EVENTS_BATCH + STREAM_EVENTS_PIECE) != 0)
+		return -1;
+	memcpy(se->obuf + se->olen, p, len);
+	se->olen += len;
+	return 0;
+}
+
+/* After an event: a full batch goes on. */
+static int
+stream_events_batch(struct stream_events *se, int r)
+{
+	if (r == 0 && se->olen >= STREAM_EVENTS_BATCH)
+		r = stream_events_flush(se);
+	return r;
 }
 
 /* The ops on one event's JSON: 1 rewritten (spans in *rr), else it passes. */
@@ -119,8 +505,20 @@ static int
 stream_events_apply(struct stream_events *se, const char *json, size_t len,
     struct rewrite_result *rr)
 {
-	int r = stream_event_apply(se->rw, se->prog, se->mode, json, len, se->vars, rr);
+	int r = -2;
 
+	if (se->fast.usable && !se->fast_off) {
+		if (!se->fast.ready &&
+		    stream_fast_values(&se->fast, se->rw, se->prog, se->vars) != 0)
+			se->fast.usable = 0;    /* out of memory: the engine says so */
+		else if ((r = stream_fast_apply(&se->fast, json, len, se->max_depth,
+		    se->max_members, &rr->nspans)) != -2) {
+			se->fast_events++;
+			rr->spans = se->fast.spans;
+		}
+	}
+	if (r == -2)
+		r = stream_event_apply(se->rw, se->prog, se->mode, json, len, se->vars, rr);
 	if (r > 0) {
 		se->counts.rewritten++;
 		return 1;
@@ -142,12 +540,12 @@ stream_events_sse_cb(void *arg, const struct sse_event *ev)
 		se->counts.passed++;
 	}
 	if (ev->kind != SSE_EVENT || ev->data == NULL)
-		return ev->raw_len == 0 ? 0 : se->write(se->arg, ev->raw, ev->raw_len);
+		return ev->raw_len == 0 ? 0 : stream_events_out(se, ev->raw, ev->raw_len);
 	if (!stream_events_apply(se, ev->data, ev->data_len, &rr))
-		return se->write(se->arg, ev->raw, ev->raw_len);
-	r = sse_event_write(ev, rr.spans, rr.nspans, se->write, se->arg);
+		return stream_events_batch(se, stream_events_out(se, ev->raw, ev->raw_len));
+	r = sse_event_write(ev, rr.spans, rr.nspans, stream_events_out, se);
 	rewrite_ctx_release(se->rw);
-	return r;
+	return stream_events_batch(se, r);
 }
 
 static int
@@ -162,47 +560,75 @@ stream_events_ndjson_cb(void *arg, const struct ndjson_record *rec)
 		se->counts.passed++;
 	}
 	if (rec->kind != NDJSON_RECORD)
-		return rec->raw_len == 0 ? 0 : se->write(se->arg, rec->raw, rec->raw_len);
+		return rec->raw_len == 0 ? 0 : stream_events_out(se, rec->raw, rec->raw_len);
 	if (!stream_events_apply(se, rec->json, rec->json_len, &rr))
-		return se->write(se->arg, rec->raw, rec->raw_len);
-	r = ndjson_record_write(rec, rr.spans, rr.nspans, se->write, se->arg);
+		return stream_events_batch(se, stream_events_out(se, rec->raw, rec->raw_len));
+	r = ndjson_record_write(rec, rr.spans, rr.nspans, stream_events_out, se);
 	rewrite_ctx_release(se->rw);
-	return r;
+	return stream_events_batch(se, r);
 }
 
 int
 stream_events_feed(struct stream_events *se, const char *p, size_t n,
     stream_events_write_fn write, void *arg)
 {
+	int r, f;
+
 	se->write = write;
 	se->arg = arg;
+	se->fast.ready = 0;             /* the variables may have moved since the last feed */
 	switch (se->format) {
 	case STREAM_EVENTS_SSE:
-		return sse_feed(se->sse, p, n, stream_events_sse_cb, se);
+		r = sse_feed(se->sse, p, n, stream_events_sse_cb, se);
+		break;
 	case STREAM_EVENTS_NDJSON:
-		return ndjson_feed(se->lines, p, n, stream_events_ndjson_cb, se);
+		r = ndjson_feed(se->lines, p, n, stream_events_ndjson_cb, se);
+		break;
 	default:
-		return ndjson_feed(se->seq, p, n, stream_events_ndjson_cb, se);
+		r = ndjson_feed(se->seq, p, n, stream_events_ndjson_cb, se);
+		break;
 	}
+	f = stream_events_flush(se);
+	return r != 0 ? r : f;
 }
 
 int
 stream_events_finish(struct stream_events *se, stream_events_write_fn write, void *arg)
 {
+	int r, f;
+
 	se->write = write;
 	se->arg = arg;
+	se->fast.ready = 0;
 	switch (se->format) {
 	case STREAM_EVENTS_SSE:
-		return sse_finish(se->sse, stream_events_sse_cb, se);
+		r = sse_finish(se->sse, stream_events_sse_cb, se);
+		break;
 	case STREAM_EVENTS_NDJSON:
-		return ndjson_finish(se->lines, stream_events_ndjson_cb, se);
+		r = ndjson_finish(se->lines, stream_events_ndjson_cb, se);
+		break;
 	default:
-		return ndjson_finish(se->seq, stream_events_ndjson_cb, se);
+		r = ndjson_finish(se->seq, stream_events_ndjson_cb, se);
+		break;
 	}
+	f = stream_events_flush(se);
+	return r != 0 ? r : f;
 }
 
 const struct stream_events_counts *
 stream_events_counts(const struct stream_events *se)
 {
 	return &se->counts;
+}
+
+void
+stream_events_fast(struct stream_events *se, int on)
+{
+	se->fast_off = !on;
+}
+
+uint64_t
+stream_events_fast_events(const struct stream_events *se)
+{
+	return se->fast_events;
 }

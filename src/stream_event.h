@@ -65,5 +65,11 @@ int stream_events_feed(struct stream_events *se, const char *p, size_t n,
 /* The answer's body has ended: write what is left as it came. */
 int stream_events_finish(struct stream_events *se, stream_events_write_fn write, void *arg);
 const struct stream_events_counts *stream_events_counts(const struct stream_events *se);
+/* Events whose ops are all drop and set of top-level keys, without when:, are rewritten
+ * without the engine when they are plainly valid, to the same bytes; off, every event goes
+ * to the engine (tests compare the two).  On by default. */
+void stream_events_fast(struct stream_events *se, int on);
+/* Events of this answer the fast path decided. */
+uint64_t stream_events_fast_events(const struct stream_events *se);
 
 #endif

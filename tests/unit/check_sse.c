@@ -412,6 +412,213 @@ START_TEST(test_events_over)
 }
 END_TEST
 
+/* Event texts for the fast path of drop and set against the engine: plain ones it takes,
+ * and every kind it must leave to the engine (escapes, NUL, bad syntax, depth, members). */
+static const char *const fast_texts[] = {
+	"{\"a\":1,\"drop\":2,\"b\":\"x\"}",
+	"{\"drop\":1}",
+	"{}",
+	" { }",
+	" { \"a\" : 1 , \"drop\" : [1,{\"x\":\"]\"}] ,\t\"c\" : true } ",
+	"{\"a\":1,\"a\":2,\"drop\":3,\"drop\":4,\"gw\":0,\"gw\":\"x\"}",
+	"{\"gw\":\"old\",\"a\":{\"gw\":1},\"drop\":{}}",
+	"{\"a\":\"es\\\"c\",\"drop\":1}",
+	"{\"d\\u0072op\":1,\"b\":2}",
+	"{\"drop\":\"\\ud800\",\"b\":2}",
+	"{\"a\":1,}",
+	"{\"a\":1",
+	"{\"a\" 1}",
+	"{\"a\":01}",
+	"{\"a\":-1.5e+3,\"b\":null,\"c\":false,\"drop\":0.5}",
+	"{\"a\":tru}",
+	"{\"a\":1}x",
+	"{\"a\":[1,2}",
+	"{\"a\":[1]]}",
+	"{\"a\":1]",
+	"{\"a\":[[[[[[1]]]]]],\"drop\":1}",
+	"{\"a\":{\"b\":{\"c\":{\"d\":1}}},\"drop\":1}",
+	"[1,2]",
+	"\"str\"",
+	"1",
+	"{\"a\":\"\",\"\":1,\"drop\":\"\"}",
+	"{\"a\"::1}",
+	"{\"a\":1,,\"b\":2}",
+	"{'a':1}",
+	"{\"a\":\"x\ty\xc3\xa9\",\"drop\":1}",
+	"{\"a\":1:2}",
+	"{\"a\":1{}}",
+	"{\"a\":\"0123456789012345678901234567890123456789012345678901234567890123456789\","
+	    "\"drop\":\"0123456789012345678901234567890123456789012345678901234567890123456789\"}",
+	"{\"k01\":1,\"k02\":1,\"k03\":1,\"k04\":1,\"k05\":1,\"k06\":1,\"k07\":1,\"k08\":1,\"k09\":1,"
+	    "\"k10\":1,\"k11\":1,\"k12\":1,\"k13\":1,\"k14\":1,\"k15\":1,\"k16\":1,\"k17\":1,"
+	    "\"k18\":1,\"k19\":1,\"k20\":1,\"k21\":1,\"drop\":1}",
+};
+
+static const char *const fast_programs[] = {
+	"[ { drop: [ drop ] } ]",
+	"[ { set: { gw: jsongate } } ]",
+	"[ { drop: [ drop ] }, { set: { gw: jsongate, rid: $request_id } } ]",
+	"[ { set: { gw: 1 } }, { drop: [ gw ] } ]",
+	"[ { set: { a: { x: [1, 2] } } }, { set: { a: 2, gw: \"a\\nb\" } } ]",
+	"[ { drop: [ absent ] } ]",
+	"[ { drop: [ a, drop ] }, { set: { a: 3 } }, { drop: [ b ] } ]",
+	"[ { set: { c: 0, b: null } }, { drop: [ c ] } ]",
+	/* not taken by the fast path: the engine on both sides */
+	"[ { drop: [ a.b ] } ]",
+	"[ { rename: { a: b } } ]",
+};
+
+/* The stream through prog with the fast path on or off: output, counts, fast events. */
+static void
+fast_run(const struct rewrite_program *prog, const char *in, size_t len, int fast,
+    unsigned depth, size_t members, struct out *o, struct stream_events_counts *c,
+    uint64_t *nfast, enum stream_events_format format)
+{
+	struct rewrite_vars vars = { .request_id = { S("r-\"1") } };
+	struct stream_events *se;
+	size_t at, k;
+
+	ck_assert_ptr_nonnull(se = stream_events_new(1 << 16, depth, members));
+	stream_events_start(se, format, prog, VALIDATE_ENVELOPE, &vars);
+	stream_events_fast(se, fast);
+	o->len = 0;
+	/* cut in pieces of 7 bytes: events held across feeds too */
+	for (at = 0; at < len; at += k) {
+		k = len - at < 7 ? len - at : 7;
+		ck_assert_int_eq(stream_events_feed(se, in + at, k, out_write, o), 0);
+	}
+	ck_assert_int_eq(stream_events_finish(se, out_write, o), 0);
+	*c = *stream_events_counts(se);
+	*nfast = stream_events_fast_events(se);
+	stream_events_free(se);
+}
+
+/* One stream through prog both ways: the same bytes and counts; returns the fast events. */
+static uint64_t
+fast_compare(const struct rewrite_program *prog, const char *in, size_t len, unsigned depth,
+    size_t members, enum stream_events_format format, const char *what)
+{
+	struct out a = { 0 }, b = { 0 };
+	struct stream_events_counts ca, cb;
+	uint64_t fa, fb;
+
+	fast_run(prog, in, len, 1, depth, members, &a, &ca, &fa, format);
+	fast_run(prog, in, len, 0, depth, members, &b, &cb, &fb, format);
+	ck_assert_uint_eq(fb, 0);
+	ck_assert_msg(a.len == b.len && memcmp(a.s, b.s, a.len) == 0,
+	    "%s: fast\n%.*s\nengine\n%.*s", what, (int)a.len, a.s, (int)b.len, b.s);
+	ck_assert_uint_eq(ca.rewritten, cb.rewritten);
+	ck_assert_uint_eq(ca.passed, cb.passed);
+	ck_assert_uint_eq(ca.failed, cb.failed);
+	ck_assert_uint_eq(ca.over, cb.over);
+	free(a.s);
+	free(b.s);
+	return fa;
+}
+
+/* Every text under every program, as SSE events and as NDJSON lines, with tight and loose
+ * limits: the fast path writes what the engine writes, and takes the plain events. */
+START_TEST(test_events_fast_same)
+{
+	struct rewrite_program *prog;
+	char err[200], in[16384];
+	size_t i, k, len, nlen;
+	uint64_t nfast;
+
+	for (k = 0; k < sizeof(fast_programs) / sizeof(fast_programs[0]); k++) {
+		prog = rewrite_program_from_yaml(fast_programs[k], strlen(fast_programs[k]), err,
+		    sizeof(err));
+		ck_assert_msg(prog != NULL, "%s: %s", fast_programs[k], err);
+		len = nlen = 0;
+		for (i = 0; i < sizeof(fast_texts) / sizeof(fast_texts[0]); i++)
+			len += (size_t)snprintf(in + len, sizeof(in) - len, "data: %s\n\n",
+			    fast_texts[i]);
+		/* data over several lines, CRLF, other lines kept */
+		len += (size_t)snprintf(in + len, sizeof(in) - len,
+		    "id: 1\r\ndata: {\"a\":1,\r\ndata: \"drop\":2}\r\n\r\n"
+		    "event: e\ndata:{\"drop\":[\"\\n\"],\"b\":2}\n: c\n\n");
+		nfast = fast_compare(prog, in, len, 5, 20, STREAM_EVENTS_SSE, fast_programs[k]);
+		ck_assert(k >= 8 ? nfast == 0 : nfast >= 10);
+		nfast = fast_compare(prog, in, len, 64, 1000, STREAM_EVENTS_SSE, fast_programs[k]);
+		ck_assert(k >= 8 ? nfast == 0 : nfast >= 10);
+		for (i = 0; i < sizeof(fast_texts) / sizeof(fast_texts[0]); i++)
+			nlen += (size_t)snprintf(in + nlen, sizeof(in) - nlen, "%s\n", fast_texts[i]);
+		fast_compare(prog, in, nlen, 5, 20, STREAM_EVENTS_NDJSON, fast_programs[k]);
+		fast_compare(prog, in, nlen, 64, 1000, STREAM_EVENTS_NDJSON, fast_programs[k]);
+		rewrite_program_free(prog);
+	}
+}
+END_TEST
+
+/* Random objects, valid or not, through random programs: fast path and engine agree. */
+START_TEST(test_events_fast_random)
+{
+	static const char *const keys[] = { "\"a\"", "\"drop\"", "\"gw\"", "\"b\"", "\"\"",
+	    "\"dr\\u006fp\"", "\"a\\\"\"", "a" };
+	static const char *const vals[] = { "1", "-0.5e3", "true", "null", "\"x\"", "\"\"",
+	    "[1,{\"a\":[]}]", "{\"drop\":1}", "\"\\\"\"", "01", "tru", "[", "}", "\"\\u00e9\"",
+	    "[[[[[1]]]]]", "{\"x\":\"}\"}", "1e", "\"\xc3\xa9\"" };
+	static const char *const ws[] = { "", "", "", " ", "\t", "\r", "  " };
+	static const char *const progs[] = {
+	    "[ { drop: [ drop, b ] }, { set: { gw: jsongate } } ]",
+	    "[ { set: { a: 1, drop: [2] } }, { drop: [ gw ] }, { set: { gw: {} } } ]",
+	    "[ { drop: [ a ] } ]",
+	};
+	struct rewrite_program *prog[3];
+	char err[200], in[4096];
+	size_t len, i, n, p;
+	int iter;
+
+	for (p = 0; p < 3; p++)
+		ck_assert_ptr_nonnull(prog[p] = rewrite_program_from_yaml(progs[p],
+		    strlen(progs[p]), err, sizeof(err)));
+	srandom(2828);
+#define PICK(arr) arr[(size_t)random() % (sizeof(arr) / sizeof(arr[0]))]
+#define PUT(str) do { const char *s_ = (str); size_t l_ = strlen(s_); \
+	memcpy(in + len, s_, l_); len += l_; } while (0)
+	for (iter = 0; iter < 3000; iter++) {
+		len = 0;
+		PUT("data: ");
+		PUT(PICK(ws));
+		PUT("{");
+		n = (size_t)random() % 7;
+		for (i = 0; i < n; i++) {
+			if (i > 0 || random() % 20 == 0) {
+				PUT(PICK(ws));
+				PUT(random() % 30 == 0 ? "" : ",");
+			}
+			PUT(PICK(ws));
+			PUT(PICK(keys));
+			PUT(PICK(ws));
+			PUT(random() % 30 == 0 ? "" : ":");
+			PUT(PICK(ws));
+			PUT(PICK(vals));
+		}
+		PUT(PICK(ws));
+		PUT(random() % 30 == 0 ? "]" : "}");
+		PUT(PICK(ws));
+		if (random() % 30 == 0)
+			PUT("x");
+		if (random() % 10 == 0 && len > 7) {
+			/* one byte changed anywhere in the text */
+			static const char bytes[] = "{}[]\",:\\ 0a\x01";
+
+			in[6 + (size_t)random() % (len - 6)] = bytes[(size_t)random() % 13];
+		}
+		PUT("\n\n");
+		if (memchr(in, '\0', len) != NULL)
+			continue;
+		p = (size_t)random() % 3;
+		fast_compare(prog[p], in, len, 4, 5, STREAM_EVENTS_SSE, in);
+		fast_compare(prog[p], in, len, 64, 1000, STREAM_EVENTS_SSE, in);
+	}
+#undef PUT
+#undef PICK
+	for (p = 0; p < 3; p++)
+		rewrite_program_free(prog[p]);
+}
+END_TEST
+
 static Suite *
 sse_suite(void)
 {
@@ -425,6 +632,8 @@ sse_suite(void)
 	tcase_add_test(tc, test_event_write);
 	tcase_add_test(tc, test_events_sse_every_cut);
 	tcase_add_test(tc, test_events_over);
+	tcase_add_test(tc, test_events_fast_same);
+	tcase_add_test(tc, test_events_fast_random);
 	suite_add_tcase(s, tc);
 	return s;
 }
