@@ -424,6 +424,19 @@ sse_finish(struct sse_parser *sp, sse_cb cb, void *arg)
 	return r;
 }
 
+/* The first CR or LF of p[0..n), n if none: a short span (a key, a set value) by a loop. */
+static size_t
+sse_eol_span(const char *p, size_t n)
+{
+	size_t i;
+
+	if (n >= 64)
+		return sse_eol_cached(NULL, p, 0, n);
+	for (i = 0; i < n && p[i] != '\r' && p[i] != '\n'; i++)
+		continue;
+	return i;
+}
+
 /* The spans, each CR, LF or CRLF in them starting a new data line.  A span of the value of
  * the event's one data line has none: a line holds no line end. */
 static int
@@ -455,7 +468,7 @@ sse_write_data(const struct sse_event *ev, const struct rewrite_span *data, size
 				continue;
 			}
 			cr = 0;
-			q = p + sse_eol_cached(NULL, p, 0, (size_t)(e - p));
+			q = p + sse_eol_span(p, (size_t)(e - p));
 			if (q > p && (r = write(arg, p, (size_t)(q - p))) != 0)
 				return r;
 			if (q == e)

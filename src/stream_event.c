@@ -66,6 +66,7 @@ struct stream_fast {
 	size_t valcap;
 	int usable;                     /* the program is one the fast path takes */
 	int ready;                      /* vals resolved for this feed */
+	int vals_eol;                   /* a value holds a CR or LF (JSON whitespace) */
 	struct rewrite_span spans[4 * (STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS) + 2];
 };
 
@@ -135,6 +136,8 @@ stream_fast_values(struct stream_fast *f, struct rewrite_ctx *ctx,
 			at += f->vals[i].len;
 		}
 	}
+	f->vals_eol = at != 0 && (memchr(f->valbuf, '\n', at) != NULL ||
+	    memchr(f->valbuf, '\r', at) != NULL);
 	f->ready = 1;
 	return 0;
 }
@@ -176,9 +179,12 @@ stream_fast_string(const char *p, size_t len, size_t i)
 	return 0;
 }
 
+#define STREAM_FAST_WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+
 /*
  * The members of the object json[0..len) in m (at most STREAM_FAST_MEMBERS and max_members):
- * their number, or -1 when the engine must look.
+ * their number, or -1 when the engine must look.  Compact JSON is the common case: each
+ * separator is looked for first where it would be without whitespace.
  */
 static ssize_t
 stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max_members,
@@ -199,10 +205,12 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 		if (i == len || json[i] != '"' || (i = stream_fast_string(json, len, ks = i)) == 0)
 			return -1;
 		ke = i;
-		i = stream_fast_ws(json, len, i);
+		if (i < len && json[i] != ':')
+			i = stream_fast_ws(json, len, i);
 		if (i == len || json[i] != ':')
 			return -1;
-		i = stream_fast_ws(json, len, i + 1);
+		if (++i < len && STREAM_FAST_WS(json[i]))
+			i = stream_fast_ws(json, len, i);
 		if (i == len)
 			return -1;
 		vs = i;
@@ -217,9 +225,18 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 				return -1;
 			i = (size_t)e;
 			break;
+		case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8':
+		case '9':
+			/* An integer that a separator ends: nothing more to check. */
+			while (++i < len && json[i] >= '0' && json[i] <= '9')
+				continue;
+			if (i < len && (json[i] == ',' || json[i] == '}'))
+				break;
+			i = vs;
+			/* FALLTHROUGH */
 		default:
 			while (i < len && json[i] != ',' && json[i] != '}' && json[i] != ']' &&
-			    json[i] != ' ' && json[i] != '\n' && json[i] != '\r' && json[i] != '\t')
+			    !STREAM_FAST_WS(json[i]))
 				i++;
 			if (!envelope_is_primitive(json + vs, i - vs))
 				return -1;
@@ -230,9 +247,11 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 		    .key = json + ks, .key_len = ke - ks, .val = json + vs, .val_len = i - vs,
 		    .seq = (unsigned)n, .input = 1 };
 		n++;
-		i = stream_fast_ws(json, len, i);
+		if (i < len && STREAM_FAST_WS(json[i]))
+			i = stream_fast_ws(json, len, i);
 		if (i < len && json[i] == ',') {
-			i = stream_fast_ws(json, len, i + 1);
+			if (++i < len && STREAM_FAST_WS(json[i]))
+				i = stream_fast_ws(json, len, i);
 			continue;
 		}
 		if (i < len && json[i] == '}') {
@@ -406,6 +425,7 @@ struct stream_events {
 	const struct rewrite_vars *vars;
 	struct stream_events_counts counts;
 	stream_events_write_fn write;
+	stream_events_take_fn take;
 	void *arg;
 };
 
@@ -465,11 +485,16 @@ static int
 stream_events_flush(struct stream_events *se)
 {
 	size_t n = se->olen;
+	char *p = se->obuf;
 
 	if (n == 0)
 		return 0;
 	se->olen = 0;
-	return se->write(se->arg, se->obuf, n);
+	if (se->take == NULL)
+		return se->write(se->arg, p, n);
+	se->obuf = NULL;                /* the taker's now; the next batch gets another */
+	se->ocap = 0;
+	return se->take(se->arg, p, n);
 }
 
 static int
@@ -528,6 +553,38 @@ stream_events_apply(struct stream_events *se, const char *json, size_t len,
 	return 0;
 }
 
+/*
+ * An event of one data line that the fast path rewrote: its bytes up to the value, the new
+ * value, its bytes from the line end on, as sse_event_write writes them.  Nothing in the new
+ * value ends a line: the input's spans lie in a line, the program's keys have no escapes and
+ * the values no CR or LF (else sse_event_write).
+ */
+static int
+stream_events_sse_direct(struct stream_events *se, const struct sse_event *ev,
+    const struct rewrite_span *spans, size_t n)
+{
+	const struct sse_line *l = &ev->lines[0];
+	size_t a = l->off + l->value, b = l->off + l->len, need, i;
+	char *o;
+
+	need = a + (ev->raw_len - b);
+	for (i = 0; i < n; i++)
+		need += spans[i].len;
+	if (se->olen + need > se->ocap && grow_array(&se->obuf, &se->ocap, se->olen + need, 1,
+	    STREAM_EVENTS_BATCH + STREAM_EVENTS_PIECE) != 0)
+		return -1;
+	o = se->obuf + se->olen;
+	memcpy(o, ev->raw, a);
+	o += a;
+	for (i = 0; i < n; i++) {
+		memcpy(o, spans[i].p, spans[i].len);
+		o += spans[i].len;
+	}
+	memcpy(o, ev->raw + b, ev->raw_len - b);
+	se->olen += need;
+	return 0;
+}
+
 static int
 stream_events_sse_cb(void *arg, const struct sse_event *ev)
 {
@@ -543,6 +600,9 @@ stream_events_sse_cb(void *arg, const struct sse_event *ev)
 		return ev->raw_len == 0 ? 0 : stream_events_out(se, ev->raw, ev->raw_len);
 	if (!stream_events_apply(se, ev->data, ev->data_len, &rr))
 		return stream_events_batch(se, stream_events_out(se, ev->raw, ev->raw_len));
+	if (rr.spans == se->fast.spans && ev->nlines == 1 && ev->ndata == 1 && ev->lines[0].colon &&
+	    !se->fast.vals_eol)
+		return stream_events_batch(se, stream_events_sse_direct(se, ev, rr.spans, rr.nspans));
 	r = sse_event_write(ev, rr.spans, rr.nspans, stream_events_out, se);
 	rewrite_ctx_release(se->rw);
 	return stream_events_batch(se, r);
@@ -631,4 +691,10 @@ uint64_t
 stream_events_fast_events(const struct stream_events *se)
 {
 	return se->fast_events;
+}
+
+void
+stream_events_take_batches(struct stream_events *se, stream_events_take_fn take)
+{
+	se->take = take;
 }

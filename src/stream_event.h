@@ -49,6 +49,10 @@ struct stream_events;
 /* Where the output goes: 0, or nonzero to stop (the feed returns it). */
 typedef int (*stream_events_write_fn)(void *arg, const char *p, size_t len);
 
+/* The output gathered per feed (up to 64 KB, a piece of 4 KB or more on its own), handed
+ * over whole: p is from malloc and the taker's to free, even when it returns nonzero. */
+typedef int (*stream_events_take_fn)(void *arg, char *p, size_t len);
+
 /* Per worker: events of up to max_event bytes, ops within max_depth and max_members. */
 struct stream_events *stream_events_new(size_t max_event, unsigned max_depth,
     size_t max_members);
@@ -65,6 +69,9 @@ int stream_events_feed(struct stream_events *se, const char *p, size_t n,
 /* The answer's body has ended: write what is left as it came. */
 int stream_events_finish(struct stream_events *se, stream_events_write_fn write, void *arg);
 const struct stream_events_counts *stream_events_counts(const struct stream_events *se);
+/* Batches of output go to take (with the feed's arg) rather than to the feed's write, which
+ * still gets the large pieces; NULL: all to write.  Saves the copy of a batch. */
+void stream_events_take_batches(struct stream_events *se, stream_events_take_fn take);
 /* Events whose ops are all drop and set of top-level keys, without when:, are rewritten
  * without the engine when they are plainly valid, to the same bytes; off, every event goes
  * to the engine (tests compare the two).  On by default. */

@@ -619,6 +619,59 @@ START_TEST(test_events_fast_random)
 }
 END_TEST
 
+static int
+take_batch(void *arg, char *p, size_t n)
+{
+	struct out *o = arg;
+
+	log_add(&o->s, &o->len, &o->cap, p, n);
+	free(p);
+	return 0;
+}
+
+/* Batches handed over whole: the same bytes as written, large pieces still written. */
+START_TEST(test_events_take_batches)
+{
+	struct rewrite_program *prog;
+	struct stream_events *se;
+	struct out a = { 0 }, b = { 0 };
+	char err[200], *in;
+	size_t len = 0, i, at, k;
+	int take;
+
+	ck_assert_ptr_nonnull(prog = rewrite_program_from_yaml(S("[ { drop: [ drop ] } ]"), err,
+	    sizeof(err)));
+	ck_assert_ptr_nonnull(in = malloc(300000));
+	for (i = 0; i < 2000; i++)
+		len += (size_t)sprintf(in + len, "data: {\"n\":%zu,\"drop\":1,\"pad\":\"%0*d\"}\n\n",
+		    i, (int)(i % 200), 0);
+	/* an event larger than a piece, and one over the limit */
+	len += (size_t)sprintf(in + len, "data: {\"drop\":1,\"pad\":\"%06000d\"}\n\n", 0);
+	len += (size_t)sprintf(in + len, "data: {\"drop\":1,\"pad\":\"%020000d\"}\n\n", 0);
+	ck_assert_ptr_nonnull(se = stream_events_new(16384, 64, 1000));
+	for (take = 0; take < 2; take++) {
+		struct out *o = take ? &b : &a;
+
+		stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+		stream_events_take_batches(se, take ? take_batch : NULL);
+		for (at = 0; at < len; at += k) {
+			k = len - at < 70000 ? len - at : 70000;
+			ck_assert_int_eq(stream_events_feed(se, in + at, k, out_write, o), 0);
+		}
+		ck_assert_int_eq(stream_events_finish(se, out_write, o), 0);
+		ck_assert_uint_eq(stream_events_counts(se)->rewritten, 2001);
+		ck_assert_uint_eq(stream_events_counts(se)->over, 1);
+	}
+	ck_assert(a.len == b.len && memcmp(a.s, b.s, a.len) == 0);
+	ck_assert_uint_lt(a.len, len);
+	free(a.s);
+	free(b.s);
+	free(in);
+	stream_events_free(se);
+	rewrite_program_free(prog);
+}
+END_TEST
+
 static Suite *
 sse_suite(void)
 {
@@ -634,6 +687,7 @@ sse_suite(void)
 	tcase_add_test(tc, test_events_over);
 	tcase_add_test(tc, test_events_fast_same);
 	tcase_add_test(tc, test_events_fast_random);
+	tcase_add_test(tc, test_events_take_batches);
 	suite_add_tcase(s, tc);
 	return s;
 }
