@@ -78,6 +78,8 @@ struct proxy_events {
 	int headers;                    /* the ops read $header.NAME: parsed again for each feed */
 };
 
+static int proxy_events_batch_cb(void *arg, char *p, size_t len);
+
 /* Idle ones kept for this worker's next event streams; beyond, they are freed. */
 #define PROXY_EVENTS_KEPT 16
 static _Thread_local struct proxy_events *events_idle;
@@ -116,6 +118,7 @@ proxy_events_get(const struct config *cfg)
 		proxy_events_free(pe);
 		return NULL;
 	}
+	stream_events_take_batches(pe->se, proxy_events_batch_cb);
 	return pe;
 }
 
@@ -168,6 +171,27 @@ proxy_events_write_cb(void *arg, const char *p, size_t len)
 	struct proxy_events *pe = arg;
 
 	return evbuffer_add(pe->out, p, len) == 0 ? 0 : -1;
+}
+
+static void
+proxy_events_batch_free_cb(const void *data, size_t len, void *arg)
+{
+	(void)len;
+	(void)arg;
+	free((void *)(uintptr_t)data);
+}
+
+/* A batch of what the ops wrote: referenced, not copied, and freed once sent. */
+static int
+proxy_events_batch_cb(void *arg, char *p, size_t len)
+{
+	struct proxy_events *pe = arg;
+
+	if (evbuffer_add_reference(pe->out, p, len, proxy_events_batch_free_cb, NULL) != 0) {
+		free(p);
+		return -1;
+	}
+	return 0;
 }
 
 /* What the ops wrote goes to the client, what they counted to the metrics. */
