@@ -446,6 +446,7 @@ static const char *const fast_texts[] = {
 	"{'a':1}",
 	"{\"a\":\"x\ty\xc3\xa9\",\"drop\":1}",
 	"{\"a\":1:2}",
+	"{\"a\":\"0123456789012345678901234567890123456789\\\",\"drop\":1}",
 	"{\"a\":1{}}",
 	"{\"a\":\"0123456789012345678901234567890123456789012345678901234567890123456789\","
 	    "\"drop\":\"0123456789012345678901234567890123456789012345678901234567890123456789\"}",
@@ -537,6 +538,11 @@ START_TEST(test_events_fast_same)
 		len += (size_t)snprintf(in + len, sizeof(in) - len,
 		    "id: 1\r\ndata: {\"a\":1,\r\ndata: \"drop\":2}\r\n\r\n"
 		    "event: e\ndata:{\"drop\":[\"\\n\"],\"b\":2}\n: c\n\n");
+		/* NUL in a key or a string: never taken as it is */
+		memcpy(in + len, S("data: {\"a\":\"x\0y\",\"drop\":1}\n\n"
+		    "data: {\"drop\":1,\"k\0\":1}\n\ndata: {\"drop\":1,\"k\":1\0}\n\n"));
+		len += sizeof("data: {\"a\":\"x\0y\",\"drop\":1}\n\n"
+		    "data: {\"drop\":1,\"k\0\":1}\n\ndata: {\"drop\":1,\"k\":1\0}\n\n") - 1;
 		nfast = fast_compare(prog, in, len, 5, 20, STREAM_EVENTS_SSE, fast_programs[k]);
 		ck_assert(k >= 8 ? nfast == 0 : nfast >= 10);
 		nfast = fast_compare(prog, in, len, 64, 1000, STREAM_EVENTS_SSE, fast_programs[k]);
@@ -554,18 +560,25 @@ END_TEST
 START_TEST(test_events_fast_random)
 {
 	static const char *const keys[] = { "\"a\"", "\"drop\"", "\"gw\"", "\"b\"", "\"\"",
-	    "\"dr\\u006fp\"", "\"a\\\"\"", "a" };
+	    "\"dr\\u006fp\"", "\"a\\\"\"", "a",
+	    "\"a long key that goes on past the end of one window of sixty-four bytes\"" };
 	static const char *const vals[] = { "1", "-0.5e3", "true", "null", "\"x\"", "\"\"",
 	    "[1,{\"a\":[]}]", "{\"drop\":1}", "\"\\\"\"", "01", "tru", "[", "}", "\"\\u00e9\"",
-	    "[[[[[1]]]]]", "{\"x\":\"}\"}", "1e", "\"\xc3\xa9\"" };
-	static const char *const ws[] = { "", "", "", " ", "\t", "\r", "  " };
+	    "[[[[[1]]]]]", "{\"x\":\"}\"}", "1e", "\"\xc3\xa9\"", "",
+	    "\"a long string that goes on past the end of one window of sixty-four bytes\"",
+	    "\"a long string \\\" with an escape past the end of a window of sixty-four\"",
+	    "[\"a long array that goes on past the end of one window of sixty-four bytes\"]",
+	    "1234567890123456789012345678901234567890123456789012345678901234567890",
+	    "\"0123456789012345678901234567890123456789\\\"x\"" };
+	static const char *const ws[] = { "", "", "", " ", "\t", "\r", "  ",
+	    "                                                                   " };
 	static const char *const progs[] = {
 	    "[ { drop: [ drop, b ] }, { set: { gw: jsongate } } ]",
 	    "[ { set: { a: 1, drop: [2] } }, { drop: [ gw ] }, { set: { gw: {} } } ]",
 	    "[ { drop: [ a ] } ]",
 	};
 	struct rewrite_program *prog[3];
-	char err[200], in[4096];
+	char err[200], in[8192];
 	size_t len, i, n, p;
 	int iter;
 
@@ -576,7 +589,7 @@ START_TEST(test_events_fast_random)
 #define PICK(arr) arr[(size_t)random() % (sizeof(arr) / sizeof(arr[0]))]
 #define PUT(str) do { const char *s_ = (str); size_t l_ = strlen(s_); \
 	memcpy(in + len, s_, l_); len += l_; } while (0)
-	for (iter = 0; iter < 3000; iter++) {
+	for (iter = 0; iter < 4000; iter++) {
 		len = 0;
 		PUT("data: ");
 		PUT(PICK(ws));
