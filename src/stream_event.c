@@ -157,15 +157,17 @@ stream_fast_string(const char *p, size_t len, size_t i)
 #ifdef __SSE2__
 	const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), z = _mm_setzero_si128();
 	__m128i x;
-	unsigned hit;
+	unsigned quote, bad, t;
 
 	for (i++; i + 16 <= len; i += 16) {
+		/* the masks say which byte came first: no load of it to wait for */
 		x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-		hit = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, q),
-		    _mm_cmpeq_epi8(x, b)), _mm_cmpeq_epi8(x, z)));
-		if (hit != 0) {
-			i += (unsigned)__builtin_ctz(hit);
-			return p[i] == '"' ? i + 1 : 0;
+		quote = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, q));
+		bad = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, b),
+		    _mm_cmpeq_epi8(x, z)));
+		if ((quote | bad) != 0) {
+			t = (unsigned)__builtin_ctz(quote | bad);
+			return (bad >> t) & 1 ? 0 : i + t + 1;
 		}
 	}
 	i--;
