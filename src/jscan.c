@@ -238,13 +238,41 @@ jscan_masks_avx512(const char *p, struct jscan_masks *m)
 	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
 	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
 }
+
+/* The last n (< 64) bytes, the rest of the block spaces: a masked load reads only those n
+ * (and cannot fault past them), so no copy into a padded buffer. */
+__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
+static inline void
+jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m)
+{
+	__m512i x = _mm512_mask_loadu_epi8(_mm512_set1_epi8(' '), (__mmask64)((1ULL << n) - 1),
+	    (const void *)p);
+	__m512i y = _mm512_and_si512(x, _mm512_set1_epi8((char)0xdf));
+
+	m->quote = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"'));
+	m->bslash = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
+	m->open = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5b));
+	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
+	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
+}
 #endif
+
+/* The variants without masked loads copy the last bytes into a block of spaces. */
+static inline void
+jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
+{
+	(void)p;
+	(void)n;
+	(void)m;
+}
 
 /*
  * The block loop, instantiated once per variant so each is compiled for its own target.  The
- * last partial block is copied into a buffer padded with spaces, which carry no structure.
+ * last partial block is read as if padded with spaces, which carry no structure: copied into
+ * such a buffer, or (tail_fn, when the variant has one) loaded masked.
  */
-#define JSCAN_DEFINE(name, masks_fn, clmul, attr)					\
+#define JSCAN_DEFINE(name, masks_fn, tail_fn, clmul, attr)				\
 attr static ssize_t									\
 name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 {											\
@@ -273,10 +301,17 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
 	}										\
 	if (i < len) {									\
-		memset(tail, ' ', sizeof(tail));					\
-		memcpy(tail, buf + i, len - i);						\
-		masks_fn(tail, &m);							\
-		if ((r = jscan_block(&st, tail, &m, &end, clmul)) != 0) {			\
+		const char *tp = tail;							\
+											\
+		if (tail_fn != jscan_tail_none) {					\
+			tail_fn(buf + i, len - i, &m);					\
+			tp = buf + i;							\
+		} else {								\
+			memset(tail, ' ', sizeof(tail));				\
+			memcpy(tail, buf + i, len - i);					\
+			masks_fn(tail, &m);						\
+		}									\
+		if ((r = jscan_block(&st, tp, &m, &end, clmul)) != 0) {			\
 			if (r < 0)							\
 				return r;						\
 			if (i + (size_t)end <= len)					\
@@ -286,12 +321,13 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	return JSCAN_ERR_SYNTAX;							\
 }
 
-JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, 0, )
+JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_tail_none, 0, )
 #ifdef JSCAN_X86
-JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, 0, __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, 1,
+JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_tail_none, 0,
+    __attribute__((target("sse2"))))
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_tail_none, 1,
     __attribute__((target("avx2,popcnt,bmi,pclmul"))))
-JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, 1,
+JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, jscan_tail_avx512, 1,
     __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
