@@ -6,8 +6,14 @@
 #include "sse.h"
 #include "grow.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SSE_X86 1
+#include <immintrin.h>
+#endif
 
 /* Where the next LF and the next CR of a chunk are, so that neither is searched for again
  * over the same bytes: a chunk with no CR at all is searched for one once. */
@@ -15,6 +21,8 @@ struct sse_lf {
 	const char *p;
 	size_t n, at;
 	size_t cr;                      /* the next CR at or after where it was last sought */
+	size_t from;                    /* with one search for both: at is the first CR or LF
+	                                 * at or after from */
 };
 
 struct sse_parser {
@@ -205,10 +213,72 @@ sse_eol_cached(struct sse_lf *c, const char *p, size_t i, size_t n)
 	return c->cr < c->at ? c->cr : c->at;
 }
 
+#ifdef SSE_X86
+/* The first CR or LF of p[0..n), n if none, in one pass: 64 bytes a step, the last ones by
+ * a masked load (which reads nothing past them). */
+__attribute__((target("avx512f,avx512bw,bmi")))
+static size_t
+sse_eol_avx512(const char *p, size_t n)
+{
+	const __m512i lf = _mm512_set1_epi8('\n'), cr = _mm512_set1_epi8('\r');
+	__m512i x;
+	uint64_t m;
+	size_t i;
+
+	for (i = 0; i + 64 <= n; i += 64) {
+		x = _mm512_loadu_si512((const void *)(p + i));
+		m = _mm512_cmpeq_epi8_mask(x, lf) | _mm512_cmpeq_epi8_mask(x, cr);
+		if (m != 0)
+			return i + (size_t)__builtin_ctzll(m);
+	}
+	if (i < n) {
+		x = _mm512_maskz_loadu_epi8((__mmask64)((1ULL << (n - i)) - 1), (const void *)(p + i));
+		m = _mm512_cmpeq_epi8_mask(x, lf) | _mm512_cmpeq_epi8_mask(x, cr);
+		if (m != 0)
+			return i + (size_t)__builtin_ctzll(m);
+	}
+	return n;
+}
+#endif
+
+/* 1: line ends are sought with sse_eol_avx512, 0: with memchr, -1: not chosen yet. */
+static int sse_simd = -1;
+
+void
+sse_parser_simd(int on)
+{
+#ifdef SSE_X86
+	if (on && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("bmi")))
+		on = 0;
+#else
+	on = 0;
+#endif
+	__atomic_store_n(&sse_simd, on, __ATOMIC_RELAXED);
+}
+
 static size_t
 sse_eol(struct sse_parser *sp, const char *p, size_t i, size_t n)
 {
-	return sse_eol_cached(&sp->lf, p, i, n);
+	struct sse_lf *c = &sp->lf;
+	int simd = __atomic_load_n(&sse_simd, __ATOMIC_RELAXED);
+
+	if (simd < 0) {
+		sse_parser_simd(1);
+		simd = __atomic_load_n(&sse_simd, __ATOMIC_RELAXED);
+	}
+#ifdef SSE_X86
+	if (simd) {
+		if (c->p == p && c->n == n && c->from <= i && i <= c->at)
+			return c->at;   /* nothing between from and at: asked again */
+		c->p = p;
+		c->n = n;
+		c->from = i;
+		c->at = i + sse_eol_avx512(p + i, n - i);
+		return c->at;
+	}
+#endif
+	return sse_eol_cached(c, p, i, n);
 }
 
 /* Go on with an event over the limit from p[i]; returns where the next event starts

@@ -63,6 +63,10 @@ void sse_parser_free(struct sse_parser *sp);
 /* Start a new stream, keeping the buffers. */
 void sse_parser_reset(struct sse_parser *sp);
 
+/* Look for line ends with AVX-512 where the CPU has it (on, the default) or with memchr
+ * (off), in every thread (tests compare the two). */
+void sse_parser_simd(int on);
+
 /* Parse p[0..n).  Returns 0, -1 when out of memory, or what cb returned. */
 int sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg);
 /* The stream has ended: what is left of an unfinished event goes to cb as SSE_RAW (the rules
