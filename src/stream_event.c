@@ -52,7 +52,7 @@ stream_event_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
  * the engine, which then decides as it always did.
  */
 struct stream_fast_item {
-	const struct rewrite_key *key;  /* its name has no byte JSON escapes */
+	const struct rewrite_key *key;  /* its name has no byte that JSON escapes */
 	int set;                        /* set, to vals[val]; else drop */
 	size_t val;
 };
@@ -74,8 +74,9 @@ struct stream_fast {
 struct stream_fast_member {
 	const char *name;               /* the key's text */
 	size_t name_len;
-	const char *key;                /* the input's key with its quotes, or the program's */
-	size_t key_len;                 /* "key" (its json, with ',' before and ':' after) */
+	const char *key;                /* the input's key with its quotes, or the program's
+	                                 * (rewrite_key.json: ',' before it, ':' after it) */
+	size_t key_len;                 /* quotes included */
 	const char *val;                /* the value's JSON text */
 	size_t val_len;
 	unsigned seq;                   /* input: its place in the object */
