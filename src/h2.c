@@ -37,7 +37,8 @@ struct h2_stream {
 	LIST_ENTRY(h2_stream) entry;    /* in s->streams, or s->dead */
 	TAILQ_ENTRY(h2_stream) pending; /* in s->work: input to hand on, or an answer drained */
 	struct evbuffer *out;           /* answer body bytes waiting for the window */
-	struct evbuffer *fields;        /* the request's fields as HTTP/1.1 lines, while read */
+	char *fields;                   /* the request's fields as HTTP/1.1 lines, while read */
+	size_t fields_len, fields_size;
 	struct evbuffer *cookie;        /* its cookie crumbs joined, or NULL */
 	char method[H2_METHOD_MAX];
 	char *path;                     /* :path and :authority, copied */
@@ -164,8 +165,7 @@ h2_stream_release(struct h2_stream *st)
 		evbuffer_free(st->c.conn.in);
 	if (st->out != NULL)
 		evbuffer_free(st->out);
-	if (st->fields != NULL)
-		evbuffer_free(st->fields);
+	free(st->fields);
 	if (st->cookie != NULL)
 		evbuffer_free(st->cookie);
 	free(st);
@@ -175,7 +175,9 @@ static struct h2_stream *
 h2_stream_new(struct h2_session *s, int32_t id)
 {
 	struct h2_stream *st = h2_kept;
-	struct evbuffer *in, *out, *fields, *cookie;
+	struct evbuffer *in, *out, *cookie;
+	char *fields;
+	size_t fields_size;
 
 	if (st != NULL) {
 		h2_kept = st->next_kept;
@@ -183,17 +185,18 @@ h2_stream_new(struct h2_session *s, int32_t id)
 		in = st->c.conn.in;
 		out = st->out;
 		fields = st->fields;
+		fields_size = st->fields_size;
 		cookie = st->cookie;
 		memset(st, 0, sizeof(*st));
 		st->c.conn.in = in;
 		st->out = out;
 		st->fields = fields;
+		st->fields_size = fields_size;
 		st->cookie = cookie;
 	} else {
 		if ((st = calloc(1, sizeof(*st))) == NULL)
 			return NULL;
 		if ((st->c.conn.in = evbuffer_new()) == NULL || (st->out = evbuffer_new()) == NULL ||
-		    (st->fields = evbuffer_new()) == NULL ||
 		    evbuffer_add_cb(st->c.conn.in, h2_input_cb, st) == NULL) {
 			h2_stream_release(st);
 			return NULL;
@@ -229,7 +232,7 @@ h2_stream_free(struct h2_stream *st)
 	}
 	evbuffer_drain(st->c.conn.in, evbuffer_get_length(st->c.conn.in));
 	evbuffer_drain(st->out, evbuffer_get_length(st->out));
-	evbuffer_drain(st->fields, evbuffer_get_length(st->fields));
+	st->fields_len = 0;
 	if (st->cookie != NULL)
 		evbuffer_drain(st->cookie, evbuffer_get_length(st->cookie));
 	st->next_kept = h2_kept;
@@ -315,11 +318,20 @@ h2_refuse(struct h2_stream *st, enum gateway_error err, const char *message)
 	client_error(c, err, message, 1);
 }
 
+static char *
+h2_put(char *p, const void *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+
 /* The lines that make an extended CONNECT (RFC 8441) RFC 6455's opening handshake for the
  * upstream: Upgrade, Connection, a key of our own (the client sent none: the accept that
  * answers it is for us) and the client's version. */
-static void
-h2_websocket_head(struct evbuffer *in, const char *version)
+#define H2_WS_HEAD_MAX 160     /* h2_websocket_head's lines, at most */
+
+static size_t
+h2_websocket_head(char *out, const char *version)
 {
 	static const char upgrade[] =
 	    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ";
@@ -332,13 +344,16 @@ h2_websocket_head(struct evbuffer *in, const char *version)
 	if (RAND_bytes(nonce, sizeof(nonce)) != 1)
 		log_warnx("RAND_bytes failed: a WebSocket key of zeros");
 	EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));
-	evbuffer_add(in, upgrade, sizeof(upgrade) - 1);
-	evbuffer_add(in, key, sizeof(key) - 1);
-	evbuffer_add(in, version_field, sizeof(version_field) - 1);
+	char *p = out;
+
+	p = h2_put(p, upgrade, sizeof(upgrade) - 1);
+	p = h2_put(p, key, sizeof(key) - 1);
+	p = h2_put(p, version_field, sizeof(version_field) - 1);
 	if (version[0] == '\0')
 		version = "13";
-	evbuffer_add(in, version, strlen(version));
-	evbuffer_add(in, "\r\n", 2);
+	p = h2_put(p, version, strlen(version));
+	p = h2_put(p, "\r\n", 2);
+	return (size_t)(p - out);
 }
 
 /* All the fields are in: the head as HTTP/1.1 at the front of the input, then its request. */
@@ -348,9 +363,11 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	struct client *c = &st->c;
 	struct evbuffer *in = c->conn.in;
 	struct http_request *req = &c->w->req;
+	size_t len, method_len, path_len, authority_len, cookie_len;
+	struct evbuffer_iovec v;
 	unsigned char *p;
+	char *w;
 	ssize_t r;
-	size_t len;
 
 	if (request_begin(c) < 0) {
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
@@ -373,29 +390,45 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		}
 		memcpy(st->method, "GET", 4);
 	}
-	/* Every stream's head: no printf on that path. */
-	evbuffer_add(in, st->method, strlen(st->method));
-	evbuffer_add(in, " ", 1);
-	evbuffer_add(in, st->path, strlen(st->path));
-	evbuffer_add(in, " HTTP/1.1\r\n", 11);
-	if (st->websocket)
-		h2_websocket_head(in, st->ws_version);
-	if (st->authority != NULL && !st->has_host) {
-		evbuffer_add(in, "Host: ", 6);
-		evbuffer_add(in, st->authority, strlen(st->authority));
-		evbuffer_add(in, "\r\n", 2);
+	/* Every stream's head, written in one piece into the (empty) input: no printf, one
+	 * evbuffer call, nothing for the pullup to move. */
+	method_len = strlen(st->method);
+	path_len = strlen(st->path);
+	authority_len = st->authority != NULL && !st->has_host ? strlen(st->authority) : 0;
+	cookie_len = st->cookie != NULL ? evbuffer_get_length(st->cookie) : 0;
+	len = method_len + 1 + path_len + 11 + (st->websocket ? H2_WS_HEAD_MAX : 0) +
+	    (authority_len != 0 ? authority_len + 8 : 0) + st->fields_len +
+	    (cookie_len != 0 ? cookie_len + 10 : 0) + 28 + 2;
+	if (evbuffer_reserve_space(in, (ev_ssize_t)len, &v, 1) != 1) {
+		h2_refuse(st, GW_INTERNAL_ERROR, NULL);
+		return;
 	}
-	evbuffer_add_buffer(in, st->fields);
-	if (st->cookie != NULL && evbuffer_get_length(st->cookie) != 0) {
-		evbuffer_add(in, "Cookie: ", 8);
-		evbuffer_add_buffer(in, st->cookie);
-		evbuffer_add(in, "\r\n", 2);
+	w = v.iov_base;
+	w = h2_put(w, st->method, method_len);
+	*w++ = ' ';
+	w = h2_put(w, st->path, path_len);
+	w = h2_put(w, " HTTP/1.1\r\n", 11);
+	if (st->websocket)
+		w += h2_websocket_head(w, st->ws_version);
+	if (authority_len != 0) {
+		w = h2_put(w, "Host: ", 6);
+		w = h2_put(w, st->authority, authority_len);
+		w = h2_put(w, "\r\n", 2);
+	}
+	w = h2_put(w, st->fields, st->fields_len);
+	if (cookie_len != 0) {
+		w = h2_put(w, "Cookie: ", 8);
+		evbuffer_remove(st->cookie, w, cookie_len);
+		w += cookie_len;
+		w = h2_put(w, "\r\n", 2);
 	}
 	/* A body without a length: the request takes its payload through h2_body_next.  A
 	 * WebSocket's stream has none: what it sends after the head is the tunnel's. */
 	if (!end_stream && !st->has_length && !st->websocket)
-		evbuffer_add(in, "Transfer-Encoding: chunked\r\n", 28);
-	evbuffer_add(in, "\r\n", 2);
+		w = h2_put(w, "Transfer-Encoding: chunked\r\n", 28);
+	w = h2_put(w, "\r\n", 2);
+	v.iov_len = (size_t)(w - (char *)v.iov_base);
+	evbuffer_commit_space(in, &v, 1);
 	len = evbuffer_get_length(in);
 	p = evbuffer_pullup(in, (ev_ssize_t)len);
 	r = http_parse_request((const char *)p, len, req);
@@ -432,6 +465,38 @@ h2_strndup(const uint8_t *p, size_t n)
 		s[n] = '\0';
 	}
 	return s;
+}
+
+/* A field as an HTTP/1.1 line in the stream's own buffer: one copy into the input when all
+ * are in (h2_stream_start), where an evbuffer would take four calls per field. */
+static int
+h2_field_line(struct h2_stream *st, const uint8_t *name, size_t namelen, const uint8_t *value,
+    size_t valuelen)
+{
+	size_t need = st->fields_len + namelen + valuelen + 4;
+	char *p;
+
+	if (need > st->fields_size) {
+		size_t size = st->fields_size != 0 ? st->fields_size : 512;
+
+		while (size < need)
+			size *= 2;
+		if ((p = realloc(st->fields, size)) == NULL)
+			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+		st->fields = p;
+		st->fields_size = size;
+	}
+	p = st->fields + st->fields_len;
+	memcpy(p, name, namelen);
+	p += namelen;
+	*p++ = ':';
+	*p++ = ' ';
+	memcpy(p, value, valuelen);
+	p += valuelen;
+	*p++ = '\r';
+	*p++ = '\n';
+	st->fields_len = need;
+	return 0;
 }
 
 static int
@@ -492,11 +557,7 @@ h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *nam
 		st->has_length = 1;
 	if (namelen == 4 && memcmp(name, "host", 4) == 0)
 		st->has_host = 1;
-	evbuffer_add(st->fields, name, namelen);
-	evbuffer_add(st->fields, ": ", 2);
-	evbuffer_add(st->fields, value, valuelen);
-	evbuffer_add(st->fields, "\r\n", 2);
-	return 0;
+	return h2_field_line(st, name, namelen, value, valuelen);
 }
 
 /* --- the request's body ------------------------------------------------------------------ */
@@ -669,6 +730,41 @@ h2_send_cb(nghttp2_session *ng, const uint8_t *data, size_t length, int flags, v
 	return (ssize_t)length;
 }
 
+/* The fields of a head we wrote ourselves as HTTP/1.1 (headers_response_out, respond_error):
+ * one "Name: value" line each, nothing the full parser must catch.  The count of fields, or
+ * -1 for anything else (then the parser judges it). */
+static ssize_t
+h2_split_head(const char *p, size_t len, int *status, struct http_header *fields, size_t max)
+{
+	const char *end = p + len, *eol, *colon, *v;
+	size_t n = 0;
+
+	if (len < 14 || memcmp(p, "HTTP/1.1 ", 9) != 0 || p[9] < '1' || p[9] > '9' ||
+	    p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9')
+		return -1;
+	*status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+	if ((eol = memchr(p, '\n', len)) == NULL)
+		return -1;
+	for (p = eol + 1; p < end; p = eol + 1) {
+		if ((eol = memchr(p, '\n', (size_t)(end - p))) == NULL || eol == p || eol[-1] != '\r')
+			return -1;
+		if (eol == p + 1)
+			return p + 2 == end ? (ssize_t)n : -1;      /* the blank line ends it */
+		if ((colon = memchr(p, ':', (size_t)(eol - p))) == NULL || colon == p ||
+		    colon[-1] == ' ' || colon[-1] == '\t' || n == max)
+			return -1;
+		for (v = colon + 1; v < eol - 1 && (*v == ' ' || *v == '\t'); v++)
+			;
+		fields[n].name = (struct http_str){ p, (size_t)(colon - p) };
+		fields[n].value = (struct http_str){ v, (size_t)(eol - 1 - v) };
+		while (fields[n].value.len != 0 && (v[fields[n].value.len - 1] == ' ' ||
+		    v[fields[n].value.len - 1] == '\t'))
+			fields[n].value.len--;
+		n++;
+	}
+	return -1;
+}
+
 /* A head written as HTTP/1.1 (status line, fields) goes as a HEADERS frame: names in lower
  * case, the connection's own fields (RFC 9113 8.2.2) left out. */
 static int
@@ -680,22 +776,31 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 	static _Thread_local char lower[HTTP_MAX_HEADERS][64];
 	nghttp2_data_provider data = { { .ptr = st }, h2_read_answer };
 	char status[4];
-	size_t len = evbuffer_get_length(text), n = 0, i, j;
+	size_t len = evbuffer_get_length(text), n = 0, i, j, nfields;
 	const char *p = (const char *)evbuffer_pullup(text, (ev_ssize_t)len);
+	ssize_t r;
+	int code;
 
-	if (http_parse_response(p, len, &resp) <= 0)
-		return -1;
+	if ((r = h2_split_head(p, len, &code, resp.headers, HTTP_MAX_HEADERS)) >= 0) {
+		nfields = (size_t)r;
+	} else {
+		if (http_parse_response(p, len, &resp) <= 0)
+			return -1;
+		code = resp.status;
+		nfields = resp.nheaders;
+	}
 	/* RFC 8441: a 200 answers an extended CONNECT whose upstream switched. */
 	if (tunnel)
-		resp.status = 200;
-	status[0] = (char)('0' + resp.status / 100 % 10);
-	status[1] = (char)('0' + resp.status / 10 % 10);
-	status[2] = (char)('0' + resp.status % 10);
+		code = 200;
+	status[0] = (char)('0' + code / 100 % 10);
+	status[1] = (char)('0' + code / 10 % 10);
+	status[2] = (char)('0' + code % 10);
 	status[3] = '\0';
 	nv[n++] = (nghttp2_nv){ (uint8_t *)":status", (uint8_t *)status, 7, 3,
 	    NGHTTP2_NV_FLAG_NONE };
-	for (i = 0; i < resp.nheaders; i++) {
+	for (i = 0; i < nfields; i++) {
 		const struct http_header *h = &resp.headers[i];
+		uint8_t flags = NGHTTP2_NV_FLAG_NONE;
 
 		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]) ||
 		    (tunnel && HTTP_IEQ(h->name.p, h->name.len, "sec-websocket-accept")))
@@ -704,14 +809,32 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 			char ch = h->name.p[j];
 			lower[i][j] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
 		}
+		/* A request's id is new with every answer: in HPACK's table it would only push
+		 * out the fields that repeat (Date, Content-Type, Server, ...). */
+		if (h->name.len == 12 && memcmp(lower[i], "x-request-id", 12) == 0)
+			flags = NGHTTP2_NV_FLAG_NO_INDEX;
 		nv[n++] = (nghttp2_nv){ (uint8_t *)lower[i], (uint8_t *)h->value.p, h->name.len,
-		    h->value.len, NGHTTP2_NV_FLAG_NONE };
+		    h->value.len, flags };
 	}
 	if (length != NULL)
 		nv[n++] = (nghttp2_nv){ (uint8_t *)"content-length", (uint8_t *)length, 14,
 		    strlen(length), NGHTTP2_NV_FLAG_NONE };
 	return nghttp2_submit_response(st->s->ng, st->id, nv, n, with_body ? &data : NULL) == 0 ?
 	    0 : -1;
+}
+
+/* A decimal number without printf: every answer's content-length. */
+static const char *
+h2_decimal(char *buf, size_t size, uint64_t v)
+{
+	char *p = buf + size;
+
+	*--p = '\0';
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	return p;
 }
 
 static int
@@ -760,8 +883,8 @@ h2_answer_head(struct client *c, const struct answer_head *h)
 	evbuffer_add(text, "\r\n", 2);
 	c->rq->head_sent = evbuffer_get_length(text);
 	c->rq->bytes_sent += c->rq->head_sent;
-	snprintf(length, sizeof(length), "%llu", (unsigned long long)h->length);
-	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ? length : NULL, 0) < 0)
+	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ?
+	    h2_decimal(length, sizeof(length), h->length) : NULL, 0) < 0)
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_INTERNAL_ERROR);
 	if (!body)
