@@ -29,6 +29,12 @@
 /* Longest sec-websocket-version kept (it is "13"). */
 #define H2_WS_VERSION_MAX 8
 
+/* Bytes a stream keeps from one request to the next: no allocation once it is warm. */
+struct h2_buf {
+	char *p;
+	size_t len, size;
+};
+
 struct h2_stream {
 	struct client c;                /* first: the request core's view of the stream */
 	struct h2_session *s;
@@ -37,12 +43,11 @@ struct h2_stream {
 	LIST_ENTRY(h2_stream) entry;    /* in s->streams, or s->dead */
 	TAILQ_ENTRY(h2_stream) pending; /* in s->work: input to hand on, or an answer drained */
 	struct evbuffer *out;           /* answer body bytes waiting for the window */
-	char *fields;                   /* the request's fields as HTTP/1.1 lines, while read */
-	size_t fields_len, fields_size;
+	struct h2_buf fields;           /* the request's fields as HTTP/1.1 lines, while read */
 	struct evbuffer *cookie;        /* its cookie crumbs joined, or NULL */
 	char method[H2_METHOD_MAX];
-	char *path;                     /* :path and :authority, copied */
-	char *authority;
+	struct h2_buf path;             /* :path and :authority, copied */
+	struct h2_buf authority;
 	size_t field_bytes;             /* decoded fields + 32 each, against limits.max_header */
 	uint64_t unconsumed;            /* DATA bytes received not yet given back as window */
 	uint64_t progress;              /* ms (monotonic) its answer last moved, or began to wait */
@@ -59,6 +64,8 @@ struct h2_stream {
 	unsigned closed : 1;            /* nghttp2 is done with it */
 	unsigned aborted : 1;           /* reset by us: its request ended in an error */
 	unsigned has_host : 1;
+	unsigned has_path : 1;
+	unsigned has_authority : 1;
 	unsigned has_length : 1;
 	unsigned websocket : 1;         /* an extended CONNECT with :protocol websocket */
 	unsigned ws_eof_told : 1;       /* its tunnel heard of the client's END_STREAM */
@@ -165,7 +172,9 @@ h2_stream_release(struct h2_stream *st)
 		evbuffer_free(st->c.conn.in);
 	if (st->out != NULL)
 		evbuffer_free(st->out);
-	free(st->fields);
+	free(st->fields.p);
+	free(st->path.p);
+	free(st->authority.p);
 	if (st->cookie != NULL)
 		evbuffer_free(st->cookie);
 	free(st);
@@ -176,8 +185,7 @@ h2_stream_new(struct h2_session *s, int32_t id)
 {
 	struct h2_stream *st = h2_kept;
 	struct evbuffer *in, *out, *cookie;
-	char *fields;
-	size_t fields_size;
+	struct h2_buf fields, path, authority;
 
 	if (st != NULL) {
 		h2_kept = st->next_kept;
@@ -185,13 +193,16 @@ h2_stream_new(struct h2_session *s, int32_t id)
 		in = st->c.conn.in;
 		out = st->out;
 		fields = st->fields;
-		fields_size = st->fields_size;
+		path = st->path;
+		authority = st->authority;
 		cookie = st->cookie;
 		memset(st, 0, sizeof(*st));
 		st->c.conn.in = in;
 		st->out = out;
 		st->fields = fields;
-		st->fields_size = fields_size;
+		st->path = path;
+		st->authority = authority;
+		st->fields.len = st->path.len = st->authority.len = 0;
 		st->cookie = cookie;
 	} else {
 		if ((st = calloc(1, sizeof(*st))) == NULL)
@@ -222,9 +233,6 @@ h2_stream_new(struct h2_session *s, int32_t id)
 static void
 h2_stream_free(struct h2_stream *st)
 {
-	free(st->path);
-	free(st->authority);
-	st->path = st->authority = NULL;
 	st->unconsumed = 0;     /* what the buffers still hold is no window any more */
 	if (h2_nkept >= H2_STREAMS_KEPT) {
 		h2_stream_release(st);
@@ -232,7 +240,6 @@ h2_stream_free(struct h2_stream *st)
 	}
 	evbuffer_drain(st->c.conn.in, evbuffer_get_length(st->c.conn.in));
 	evbuffer_drain(st->out, evbuffer_get_length(st->out));
-	st->fields_len = 0;
 	if (st->cookie != NULL)
 		evbuffer_drain(st->cookie, evbuffer_get_length(st->cookie));
 	st->next_kept = h2_kept;
@@ -379,12 +386,12 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		h2_refuse(st, GW_HEADER_TOO_LARGE, NULL);
 		return;
 	}
-	if (st->path == NULL || strcmp(st->method, "CONNECT") == 0) {
+	if (!st->has_path || strcmp(st->method, "CONNECT") == 0) {
 		/* CONNECT is no method jsongate proxies; RFC 8441's extended CONNECT for a
 		 * WebSocket goes on as RFC 6455's GET with Upgrade (h2_websocket_head), any other
 		 * :protocol is refused. */
-		if (!st->websocket || st->path == NULL) {
-			h2_refuse(st, GW_NOT_IMPLEMENTED, st->path != NULL ?
+		if (!st->websocket || !st->has_path) {
+			h2_refuse(st, GW_NOT_IMPLEMENTED, st->has_path ?
 			    "only the websocket protocol is tunnelled" : NULL);
 			return;
 		}
@@ -393,11 +400,11 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	/* Every stream's head, written in one piece into the (empty) input: no printf, one
 	 * evbuffer call, nothing for the pullup to move. */
 	method_len = strlen(st->method);
-	path_len = strlen(st->path);
-	authority_len = st->authority != NULL && !st->has_host ? strlen(st->authority) : 0;
+	path_len = st->path.len;
+	authority_len = st->has_authority && !st->has_host ? st->authority.len : 0;
 	cookie_len = st->cookie != NULL ? evbuffer_get_length(st->cookie) : 0;
 	len = method_len + 1 + path_len + 11 + (st->websocket ? H2_WS_HEAD_MAX : 0) +
-	    (authority_len != 0 ? authority_len + 8 : 0) + st->fields_len +
+	    (authority_len != 0 ? authority_len + 8 : 0) + st->fields.len +
 	    (cookie_len != 0 ? cookie_len + 10 : 0) + 28 + 2;
 	if (evbuffer_reserve_space(in, (ev_ssize_t)len, &v, 1) != 1) {
 		h2_refuse(st, GW_INTERNAL_ERROR, NULL);
@@ -406,16 +413,16 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	w = v.iov_base;
 	w = h2_put(w, st->method, method_len);
 	*w++ = ' ';
-	w = h2_put(w, st->path, path_len);
+	w = h2_put(w, st->path.p, path_len);
 	w = h2_put(w, " HTTP/1.1\r\n", 11);
 	if (st->websocket)
 		w += h2_websocket_head(w, st->ws_version);
 	if (authority_len != 0) {
 		w = h2_put(w, "Host: ", 6);
-		w = h2_put(w, st->authority, authority_len);
+		w = h2_put(w, st->authority.p, authority_len);
 		w = h2_put(w, "\r\n", 2);
 	}
-	w = h2_put(w, st->fields, st->fields_len);
+	w = h2_put(w, st->fields.p, st->fields.len);
 	if (cookie_len != 0) {
 		w = h2_put(w, "Cookie: ", 8);
 		evbuffer_remove(st->cookie, w, cookie_len);
@@ -455,16 +462,33 @@ h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *arg)
 	return 0;
 }
 
+/* Room for need bytes in b, kept for the stream's next requests. */
 static char *
-h2_strndup(const uint8_t *p, size_t n)
+h2_buf_room(struct h2_buf *b, size_t need)
 {
-	char *s = malloc(n + 1);
+	size_t size = b->size != 0 ? b->size : 256;
+	char *p;
 
-	if (s != NULL) {
-		memcpy(s, p, n);
-		s[n] = '\0';
-	}
-	return s;
+	if (need <= b->size)
+		return b->p;
+	while (size < need)
+		size *= 2;
+	if ((p = realloc(b->p, size)) == NULL)
+		return NULL;
+	b->p = p;
+	b->size = size;
+	return p;
+}
+
+static int
+h2_buf_set(struct h2_buf *b, const uint8_t *p, size_t n)
+{
+	if (h2_buf_room(b, n + 1) == NULL)
+		return -1;
+	memcpy(b->p, p, n);
+	b->p[n] = '\0';
+	b->len = n;
+	return 0;
 }
 
 /* A field as an HTTP/1.1 line in the stream's own buffer: one copy into the input when all
@@ -473,20 +497,12 @@ static int
 h2_field_line(struct h2_stream *st, const uint8_t *name, size_t namelen, const uint8_t *value,
     size_t valuelen)
 {
-	size_t need = st->fields_len + namelen + valuelen + 4;
+	size_t need = st->fields.len + namelen + valuelen + 4;
 	char *p;
 
-	if (need > st->fields_size) {
-		size_t size = st->fields_size != 0 ? st->fields_size : 512;
-
-		while (size < need)
-			size *= 2;
-		if ((p = realloc(st->fields, size)) == NULL)
-			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-		st->fields = p;
-		st->fields_size = size;
-	}
-	p = st->fields + st->fields_len;
+	if (h2_buf_room(&st->fields, need) == NULL)
+		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	p = st->fields.p + st->fields.len;
 	memcpy(p, name, namelen);
 	p += namelen;
 	*p++ = ':';
@@ -495,7 +511,7 @@ h2_field_line(struct h2_stream *st, const uint8_t *name, size_t namelen, const u
 	p += valuelen;
 	*p++ = '\r';
 	*p++ = '\n';
-	st->fields_len = need;
+	st->fields.len = need;
 	return 0;
 }
 
@@ -523,11 +539,13 @@ h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *nam
 			else
 				memcpy(st->method, value, valuelen + 1);
 		} else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
-			free(st->path);
-			st->path = h2_strndup(value, valuelen);
+			if (h2_buf_set(&st->path, value, valuelen) < 0)
+				return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+			st->has_path = 1;
 		} else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
-			free(st->authority);
-			st->authority = h2_strndup(value, valuelen);
+			if (h2_buf_set(&st->authority, value, valuelen) < 0)
+				return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+			st->has_authority = 1;
 		} else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
 			st->websocket = HTTP_IEQ((const char *)value, valuelen, "websocket");
 		}
