@@ -1411,6 +1411,7 @@ h2_start(struct client *c)
 		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->limits.max_header },
 		/* RFC 8441: WebSocket over a stream (h2_upgrade). */
 		{ NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1 },
+		{ NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1 },
 	};
 
 	if ((s = calloc(1, sizeof(*s))) == NULL)
