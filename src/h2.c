@@ -328,7 +328,8 @@ h2_refuse(struct h2_stream *st, enum gateway_error err, const char *message)
 static char *
 h2_put(char *p, const void *s, size_t n)
 {
-	memcpy(p, s, n);
+	if (n != 0)     /* a buffer not yet allocated is NULL */
+		memcpy(p, s, n);
 	return p + n;
 }
 
