@@ -1395,7 +1395,9 @@ h2_conn_event(struct h2_session *s, int what)
 	if (what & (CONN_EOF | CONN_ERROR | CONN_TIMEOUT))
 		return what & CONN_TIMEOUT ? CLIENT_CLOSE_CLIENT_TIMEOUT :
 		    what & CONN_ERROR ? CLIENT_CLOSE_CLIENT_ERROR : CLIENT_CLOSE_CLIENT_CLOSED;
-	h2_send(s);
+	/* Frames go from the loop, after the other events of this turn: answers that came
+	 * in it share one write with what this one queued. */
+	h2_kick(s);
 	return CLIENT_CLOSE_NONE;
 }
 
