@@ -785,6 +785,26 @@ h2_split_head(const char *p, size_t len, int *status, struct http_header *fields
 	return -1;
 }
 
+/* HTTP/2's field names are lower case (RFC 9113 8.2.1): eight bytes at a time, A-Z only. */
+static void
+h2_lower(char *to, const char *from, size_t n)
+{
+	const uint64_t high = 0x8080808080808080ull, seven = 0x7f7f7f7f7f7f7f7full;
+	uint64_t x, upper;
+	size_t j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		memcpy(&x, from + j, 8);
+		/* 0x80 in each byte from 'A' to 'Z' (a byte with its high bit set is none). */
+		upper = ((x & seven) + 0x3f3f3f3f3f3f3f3full) ^ ((x & seven) + 0x2525252525252525ull);
+		upper &= ~x & high;
+		x |= upper >> 2;
+		memcpy(to + j, &x, 8);
+	}
+	for (; j < n; j++)
+		to[j] = (char)(from[j] >= 'A' && from[j] <= 'Z' ? from[j] - 'A' + 'a' : from[j]);
+}
+
 /* A head written as HTTP/1.1 (status line, fields) goes as a HEADERS frame: names in lower
  * case, the connection's own fields (RFC 9113 8.2.2) left out. */
 static int
@@ -796,7 +816,7 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 	static _Thread_local char lower[HTTP_MAX_HEADERS][64];
 	nghttp2_data_provider data = { { .ptr = st }, h2_read_answer };
 	char status[4];
-	size_t len = evbuffer_get_length(text), n = 0, i, j, nfields;
+	size_t len = evbuffer_get_length(text), n = 0, i, nfields;
 	const char *p = (const char *)evbuffer_pullup(text, (ev_ssize_t)len);
 	ssize_t r;
 	int code;
@@ -825,10 +845,7 @@ h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
 		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]) ||
 		    (tunnel && HTTP_IEQ(h->name.p, h->name.len, "sec-websocket-accept")))
 			continue;
-		for (j = 0; j < h->name.len; j++) {
-			char ch = h->name.p[j];
-			lower[i][j] = (char)(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-		}
+		h2_lower(lower[i], h->name.p, h->name.len);
 		/* A request's id is new with every answer: in HPACK's table it would only push
 		 * out the fields that repeat (Date, Content-Type, Server, ...). */
 		if (h->name.len == 12 && memcmp(lower[i], "x-request-id", 12) == 0)
