@@ -85,6 +85,7 @@ struct config_addr {
 struct upstream_server_state;          /* upstream_state.h: shared by workers, kept on reload */
 struct upstream_set;                    /* upstream_set.h: one version of an upstream's servers */
 struct upstream_group_state;
+struct route_kind;
 
 struct config_server {
 	struct config_addr addr;
@@ -327,6 +328,12 @@ struct config_route {
 	struct route_rate_limit *rate_limit;    /* NULL: none */
 	struct auth_counter *rate_counter;
 	unsigned metrics_id;            /* its series in metrics.c, set by metrics_bind */
+	/* What a request on it runs, decided once when it is loaded (route_plan, route.h) rather
+	 * than for every request. */
+	struct route_plan {
+		const struct route_kind *kind;  /* its kind; NULL: not decided */
+		unsigned phases;                /* bit i: the i'th request phase applies */
+	} plan;
 };
 
 struct config {

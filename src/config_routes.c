@@ -1034,6 +1034,7 @@ config_parse_routes(struct config_parse *ctx, const yaml_node_t *node, void *obj
 			route->methods = METHOD_ANY;
 		if (item->type == YAML_MAPPING_NODE)
 			config_check_route(ctx, item, route);
+		route_plan(route);
 		for (j = 0; route->name != NULL && j < i; j++) {
 			if (cfg->routes[j].name == NULL || strcmp(cfg->routes[j].name, route->name))
 				continue;

@@ -92,15 +92,39 @@ static const struct route_kind *const route_kinds[] = {
 	&kind_aggregate, &kind_jsonrpc, &kind_proxy
 };
 
+#define REQUEST_NPHASES (sizeof(request_phases) / sizeof(request_phases[0]))
+
 const struct route_kind *
 route_kind_of(const struct config_route *route)
 {
 	size_t i;
 
+	if (route->plan.kind != NULL)
+		return route->plan.kind;
 	for (i = 0; i < sizeof(route_kinds) / sizeof(route_kinds[0]); i++)
 		if (route_kinds[i]->takes(route))
 			return route_kinds[i];
 	return &kind_proxy;     /* never: the loader gives every route one of them */
+}
+
+/* Bit i: request_phases[i] applies to the route. */
+static unsigned
+request_route_phases(const struct config_route *route)
+{
+	unsigned phases = 0;
+
+	for (unsigned i = 0; i < REQUEST_NPHASES; i++)
+		if (request_phases[i]->applies(route))
+			phases |= 1u << i;
+	return phases;
+}
+
+void
+route_plan(struct config_route *route)
+{
+	route->plan.kind = NULL;
+	route->plan.phases = request_route_phases(route);
+	route->plan.kind = route_kind_of(route);
 }
 
 static void
@@ -616,26 +640,26 @@ request_begin(struct client *c)
 {
 	if (client_request_attach(c) < 0)
 		return -1;
+	/* What is not 0: the rest was zeroed by client_request_attach. */
 	client_now(&c->rq->start);
-	c->rq->status = 0;
 	c->rq->gw_error = -1;
-	c->rq->bytes_sent = 0;
-	c->rq->head_sent = 0;
-	c->rq->ans.started = 0;
-	c->rq->up.collecting = 0;
 	c->rq->up.out_len = -1;
-	c->rq->ans.head_seen = 0;
-	c->rq->ans.collecting = 0;
-	c->rq->ans.up_close = 0;
-	c->rq->ans.refused = 0;
 	c->rq->up.done = 1;
-	c->rq->route = NULL;
-	c->rq->up.buffer_body = 0;
-	c->rq->up.keep_chunked = 0;
-	c->rq->up.paused = 0;
-	c->rq->up.replay_len = 0;
 	tries_reset(&c->rq->t);
 	return 0;
+}
+
+/* 1 when path has no "//", no "/." and no "/%" ("%2e" is a dot): no dot segment and no empty
+ * one, nothing for path_norm to do; most paths are told so with a look at their slashes. */
+static int
+request_path_plain(struct http_str path)
+{
+	const char *p = path.p, *end = p + path.len;
+
+	while (p < end && (p = memchr(p, '/', (size_t)(end - p))) != NULL && ++p < end)
+		if (*p == '/' || *p == '.' || *p == '%')
+			return 0;
+	return 1;
 }
 
 void
@@ -666,7 +690,9 @@ request_take_head(struct client *c, struct http_request *req, unsigned char *hea
 		return;
 	}
 	/* Routes match, and the upstream gets, the normal path: the head is rewritten. */
-	if ((shift = path_norm_head((char *)head, len, req)) < 0) {
+	if (request_path_plain(req->path))
+		shift = 0;
+	else if ((shift = path_norm_head((char *)head, len, req)) < 0) {
 		evbuffer_drain(in, len);
 		client_error(c, GW_BAD_REQUEST, "the path climbs above /", 0);
 		return;
@@ -716,8 +742,12 @@ client_route_preflight(struct client *c, struct http_request *req, size_t head_l
 static void
 request_run_phases(struct client *c, struct http_request *req, size_t head_len, unsigned first)
 {
-	for (unsigned i = first; i < sizeof(request_phases) / sizeof(request_phases[0]); i++) {
-		if (!request_phases[i]->applies(c->rq->route))
+	const struct config_route *route = c->rq->route;
+	unsigned phases = route->plan.kind != NULL ? route->plan.phases :
+	    request_route_phases(route);
+
+	for (unsigned i = first; (phases >> i) != 0; i++) {
+		if ((phases & (1u << i)) == 0)
 			continue;
 		switch (request_phases[i]->run(c, req, head_len)) {
 		case PHASE_NEXT:
@@ -730,7 +760,7 @@ request_run_phases(struct client *c, struct http_request *req, size_t head_len, 
 			return;
 		}
 	}
-	c->rq->kind = route_kind_of(c->rq->route);
+	c->rq->kind = route_kind_of(route);
 	c->rq->kind->start(c, req, head_len);
 }
 

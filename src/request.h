@@ -105,21 +105,12 @@ struct request {
 	char *auth_buf;                 /* a Cookie value or query without the credential */
 	size_t auth_buf_cap;
 
-	/* Zeroed for every request (REQUEST_STATE on). */
-	struct worker_runtime *wr;
-	const struct config_route *route;
-	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
-	struct upstream_pool *upool;
-	size_t hash_key_len;
-	size_t answer_headers_len;
-	struct request_phase_wait {     /* a phase that waits (PHASE_WAIT) */
-		unsigned at;            /* which one */
-		size_t head_len;        /* and the head's length, parsed again on resuming */
-	} ph;
-	struct request_auth {           /* what the auth phase found out */
+	/* What the auth phase found out.  Its texts are written before they are read; the rest
+	 * of it is the first of the state zeroed for every request. */
+	struct request_auth {
 		char principal[128];    /* who it admitted: $jwt.sub or $api_key */
-		size_t principal_len;
 		char client_addr[64];   /* $client_addr (client_addr_len bytes) */
+		size_t principal_len;   /* (REQUEST_STATE on) */
 		size_t client_addr_len;
 		struct jwt_claims *claims;  /* the verified token's claims, or NULL */
 		const char *api_key;    /* the API key's NAME, or NULL */
@@ -132,6 +123,17 @@ struct request {
 		struct timespec wait;   /* when it began to wait */
 		unsigned resumed : 1;   /* it waited once already */
 	} auth;
+	/* Zeroed for every request. */
+	struct worker_runtime *wr;
+	const struct config_route *route;
+	const struct route_kind *kind;  /* its route's kind, once the route is chosen */
+	struct upstream_pool *upool;
+	size_t hash_key_len;
+	size_t answer_headers_len;
+	struct request_phase_wait {     /* a phase that waits (PHASE_WAIT) */
+		unsigned at;            /* which one */
+		size_t head_len;        /* and the head's length, parsed again on resuming */
+	} ph;
 	struct request_ratelimit {      /* a shared limit's decision */
 		unsigned decided : 1;   /* Redis decided (or failed to): status, ans */
 		int status;             /* an enum resp_status */
@@ -202,7 +204,7 @@ struct request {
 	size_t request_id_len;
 };
 
-#define REQUEST_STATE offsetof(struct request, wr)
+#define REQUEST_STATE (offsetof(struct request, auth) + offsetof(struct request_auth, principal_len))
 /* Requests a worker keeps for the next ones, beyond those in progress. */
 #define REQUESTS_KEPT 256
 

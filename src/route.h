@@ -48,6 +48,10 @@ const struct config_route *route_match_from(const struct config *cfg, size_t fir
     const char *host, size_t host_len, const char *path, size_t path_len,
     unsigned method_bit, unsigned *allowed);
 
+/* What a request on route runs (request.c): route->plan, decided once the loader has the
+ * whole route, so that a request does not ask every phase and every kind again. */
+void route_plan(struct config_route *route);
+
 /* Longest line route_allow_header writes, its NUL included. */
 #define ROUTE_ALLOW_MAX \
 	sizeof("Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH, TRACE, CONNECT\r\n")
