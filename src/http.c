@@ -298,6 +298,10 @@ http_name_of(const char *n, size_t len)
 	case 4:
 		if (HTTP_NAME_IS(n, "host"))
 			return HN_HOST;
+		if (HTTP_NAME_IS(n, "date"))
+			return HN_DATE;
+		if (HTTP_NAME_IS(n, "etag"))
+			return HN_ETAG;
 		break;
 	case 6:
 		if (HTTP_NAME_IS(n, "expect"))
@@ -618,7 +622,9 @@ http_parse_version(const char *p, const char *end, int *minor)
 {
 	size_t avail = (size_t)(end - p);
 
-	if (memcmp(p, "HTTP/", avail < 5 ? avail : 5) != 0)
+	/* Five compares, not a call to memcmp. */
+	if (avail >= 5 ? p[0] != 'H' || p[1] != 'T' || p[2] != 'T' || p[3] != 'P' || p[4] != '/' :
+	    memcmp(p, "HTTP/", avail) != 0)
 		return HTTP_ERR_MALFORMED;
 	if (avail > 5 && !(http_ctype[(unsigned char)p[5]] & C_DIGIT))
 		return HTTP_ERR_MALFORMED;

@@ -34,7 +34,9 @@ enum http_name {
 	HN_EXPECT,
 	HN_REQUEST_ID,
 	HN_XFF,                         /* X-Forwarded-For */
-	HN_XFP                          /* X-Forwarded-Proto */
+	HN_XFP,                         /* X-Forwarded-Proto */
+	HN_DATE,
+	HN_ETAG
 };
 
 struct http_header {
