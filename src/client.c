@@ -763,7 +763,9 @@ client_request_over(struct client *c)
 	conn_set_timeouts(&c->conn, 0, 0);
 	client_timer_set(c, TIMER_KEEPALIVE, client_cfg(c)->timeouts.keepalive);
 	conn_read_start(&c->conn);
-	client_process(c);
+	/* The next request, if it came already (or the close, if the client is done). */
+	if (evbuffer_get_length(c->conn.in) != 0 || c->conn.eof)
+		client_process(c);
 }
 
 /* --- a tunnel over the connection --------------------------------------------------- */

@@ -546,9 +546,13 @@ proxy_collect_response_body(struct client *c)
 void
 proxy_end(struct client *c)
 {
-	tunnel_free(c);
-	proxy_events_put(c);
-	proxy_rewriting_put(c);
+	/* Most requests have none of them. */
+	if (c->rq->tunnel != NULL)
+		tunnel_free(c);
+	if (c->rq->ans.events != NULL)
+		proxy_events_put(c);
+	if (c->rq->ans.rewriting != NULL)
+		proxy_rewriting_put(c);
 }
 
 /* --- the upstream side of a try --------------------------------------------------------- */

@@ -647,7 +647,7 @@ proxy_start(struct client *c, struct http_request *req, size_t head_len)
 		}
 	}
 	/* An upgrade on a route with body ops goes as a plain request, Upgrade dropped. */
-	c->rq->upgrade = tunnel_wanted(c, req);
+	c->rq->upgrade = req->framing.upgrade && tunnel_wanted(c, req);
 	c->rq->up.keep_chunked = c->rq->up.mode == BODY_CHUNKED && c->rq->t.idempotent &&
 	    c->rq->upool->cfg->retry_body != 0 &&
 	    (c->rq->req_body != NULL || (c->rq->req_body = evbuffer_new()) != NULL);
