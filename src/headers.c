@@ -141,10 +141,8 @@ headers_listed_collect(struct headers_listed *l, const struct http_header *hs, s
 }
 
 static int
-headers_is_listed(const struct headers_listed *l, struct http_str name)
+headers_listed_has(const struct headers_listed *l, struct http_str name)
 {
-	if (l->n == 0)
-		return 0;
 	if (l->overflow) {
 		for (size_t i = 0; i < l->nhs; i++)
 			if (http_header_kind(&l->hs[i]) == HN_CONNECTION &&
@@ -156,6 +154,14 @@ headers_is_listed(const struct headers_listed *l, struct http_str name)
 		if (headers_same_name(l->names[i], name))
 			return 1;
 	return 0;
+}
+
+/* 1 when a Connection header lists name: asked of every header, mostly of a head with no
+ * Connection list, so without a call then. */
+static inline int
+headers_is_listed(const struct headers_listed *l, struct http_str name)
+{
+	return l->n != 0 && headers_listed_has(l, name);
 }
 
 static inline char *

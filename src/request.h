@@ -255,18 +255,30 @@ put_bytes(char *p, const char *s, size_t n)
 }
 #define put_lit(p, lit) put_bytes((p), (lit), sizeof(lit) - 1)
 
+/* The line for a length: p must have room for 38 bytes (20 digits are copied whatever the
+ * length, in one move). */
 static inline char *
 put_content_length(char *p, uint64_t v)
 {
-	char digits[20];
-	int n = 0;
+	static const char pairs[] =
+	    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+	    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+	    "8081828384858687888990919293949596979899";
+	char digits[40] = { 0 }, *d = digits + 20;
 
 	p = put_lit(p, "Content-Length: ");
-	do
-		digits[n++] = (char)('0' + v % 10);
-	while ((v /= 10) != 0);
-	while (n > 0)
-		*p++ = digits[--n];
+	for (; v >= 100; v /= 100) {
+		d -= 2;
+		memcpy(d, pairs + 2 * (v % 100), 2);
+	}
+	if (v >= 10) {
+		d -= 2;
+		memcpy(d, pairs + 2 * v, 2);
+	} else {
+		*--d = (char)('0' + v);
+	}
+	memcpy(p, d, 20);
+	p += digits + 20 - d;
 	return put_lit(p, "\r\n");
 }
 
