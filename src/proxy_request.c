@@ -596,8 +596,10 @@ proxy_forward_request_body(struct client *c)
 static int
 proxy_response_needs_headers(const struct config_route *route)
 {
-	return body_needs_headers(route->response) || body_needs_headers(route->error_response) ||
-	    body_needs_headers(route->events) ||
+	/* Asked for every request: most routes have few of these op lists. */
+	return (route->response != NULL && body_needs_headers(route->response)) ||
+	    (route->error_response != NULL && body_needs_headers(route->error_response)) ||
+	    (route->events != NULL && body_needs_headers(route->events)) ||
 	    (route->response_headers != NULL &&
 	    (route->response_headers->vars & (1u << REWRITE_VAR_HEADER)));
 }

@@ -468,8 +468,12 @@ client_hash_key(struct client *c, const struct http_request *req)
 	const char *var = c->rq->upool->cfg->hash_key;
 	struct http_str v = { "", 0 };
 
-	if (var != NULL && (strncmp(var, "$jwt.", 5) == 0 || strcmp(var, "$api_key") == 0 ||
-	    strcmp(var, "$client_addr") == 0)) {
+	if (var == NULL) {
+		c->rq->hash_key_len = 0;        /* an upstream that does not hash: none */
+		return;
+	}
+	if (strncmp(var, "$jwt.", 5) == 0 || strcmp(var, "$api_key") == 0 ||
+	    strcmp(var, "$client_addr") == 0) {
 		struct rewrite_vars vars;
 		struct rewrite_str s = { "", 0 };
 
@@ -486,7 +490,7 @@ client_hash_key(struct client *c, const struct http_request *req)
 		memcpy(c->rq->hash_key, s.p, c->rq->hash_key_len);
 		return;
 	}
-	if (var != NULL && strncmp(var, "$json.", 6) == 0) {
+	if (strncmp(var, "$json.", 6) == 0) {
 		/* A body field: only a proxied request has read one. */
 		route_scan_value(&c->rq->scan, var + 6, strlen(var + 6), &v.p, &v.len);
 		c->rq->hash_key_len = v.len < sizeof(c->rq->hash_key) ? v.len : sizeof(c->rq->hash_key);
