@@ -112,12 +112,15 @@ headers_connection_lists(const struct http_header *h, struct http_str name)
 }
 
 static void
-headers_listed_collect(struct headers_listed *l, const struct http_header *hs, size_t nhs)
+headers_listed_collect(struct headers_listed *l, const struct http_header *hs, size_t nhs,
+    const struct http_framing *f)
 {
 	l->n = 0;
 	l->overflow = 0;
 	l->hs = hs;
 	l->nhs = nhs;
+	if (f->lists_known && !f->conn_lists)
+		return;         /* the parser saw no name listed: most heads */
 	for (size_t i = 0; i < nhs; i++) {
 		if (http_header_kind(&hs[i]) != HN_CONNECTION)
 			continue;
@@ -233,7 +236,7 @@ headers_request_out(struct evbuffer *out, const struct http_request *req,
 
 	size = method.len + 1 + target1.len + target2.len + sizeof(" HTTP/1.1\r\n") +
 	    sizeof("Host: \r\n") + host.len;
-	headers_listed_collect(&listed, req->headers, n);
+	headers_listed_collect(&listed, req->headers, n, &req->framing);
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &req->headers[i];
 
@@ -428,7 +431,7 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 		reason = http_reason(status);       /* the upstream sent none */
 
 	size_t size = sizeof("HTTP/1.1 000 \r\n") + reason.len;
-	headers_listed_collect(&listed, resp->headers, n);
+	headers_listed_collect(&listed, resp->headers, n, &resp->framing);
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &resp->headers[i];
 		enum http_name k = http_header_kind(h);

@@ -512,12 +512,15 @@ http_acc_connection(struct http_framing *f, const char *v, size_t len)
 
 	do {
 		p = http_list_next(p, end, &e);
-		if (HTTP_IEQ(e.p, e.len, "close"))
+		if (HTTP_IEQ(e.p, e.len, "close")) {
 			f->conn_close = 1;
-		else if (HTTP_IEQ(e.p, e.len, "keep-alive"))
+		} else if (HTTP_IEQ(e.p, e.len, "keep-alive")) {
 			f->conn_keepalive = 1;
-		else if (HTTP_IEQ(e.p, e.len, "upgrade"))
-			f->upgrade = 1;
+		} else if (e.len != 0) {
+			f->conn_lists = 1;
+			if (HTTP_IEQ(e.p, e.len, "upgrade"))
+				f->upgrade = 1;
+		}
 	} while (p != NULL);
 }
 
@@ -532,6 +535,7 @@ http_parse_fields(const char *buf, const char *p, const char *end, struct http_h
 {
 	size_t n = 0;
 
+	f->lists_known = 1;
 	for (;;) {
 		if (p == end)
 			return HTTP_INCOMPLETE;

@@ -68,6 +68,10 @@ struct http_framing {
 	unsigned until_close : 1;       /* response only: neither Content-Length nor a final
 					 * chunked coding, so a body (if the status and method
 					 * allow one) runs until the connection closes */
+	unsigned lists_known : 1;       /* parsed: conn_lists says what the head's Connection
+					 * headers list (0: a head made by hand, not known) */
+	unsigned conn_lists : 1;        /* a Connection header names something besides close
+					 * and keep-alive: a field to drop (RFC 9110 7.6.1) */
 };
 
 struct http_request {
