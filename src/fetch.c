@@ -309,41 +309,30 @@ static int
 fetch_read_body(struct fetch *f)
 {
 	struct conn *uc = &f->t.ex.uc->conn;
-	size_t n;
+	struct http_answer_body b = { f->body_mode == FETCH_BODY_CHUNKED ? HTTP_ANSWER_CHUNKED :
+	    f->body_mode == FETCH_BODY_CLOSE ? HTTP_ANSWER_CLOSE : HTTP_ANSWER_LENGTH, &f->left,
+	    &f->chunk };
 	int r, sinking;
 
-	switch (f->body_mode) {
-	case FETCH_BODY_NONE:
+	if (f->body_mode == FETCH_BODY_NONE)
 		return 1;
-	case FETCH_BODY_BLOCK:
+	if (f->body_mode == FETCH_BODY_BLOCK) {
 		sinking = f->sinking;
 		body_block_fill(f->block, f->block_len, &f->left, &sinking, uc);
 		f->sinking = sinking != 0;
 		return f->left == 0;
-	case FETCH_BODY_LENGTH:
-		n = evbuffer_get_length(uc->in);
-		if (n > f->left)
-			n = (size_t)f->left;
-		evbuffer_remove_buffer(uc->in, f->body, n);
-		f->left -= n;
-		return f->left == 0;
-	case FETCH_BODY_CHUNKED:
-		while ((r = http_chunked_take(&f->chunk, uc->in, f->body)) != HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR) {
-				/* The answer is not the client's yet: another try may go. */
-				tries_bad_framing(&f->t);
-				tries_next(&f->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
-				return -1;
-			}
-			if (evbuffer_get_length(f->body) > f->max_body)
-				break;
-			if (r == HTTP_CHUNKED_DONE)
-				return 1;
+	}
+	while ((r = http_answer_take(&b, uc->in, 0, f->body)) != HTTP_CHUNKED_NONE) {
+		if (r == HTTP_CHUNKED_ERROR) {
+			/* The answer is not the client's yet: another try may go. */
+			tries_bad_framing(&f->t);
+			tries_next(&f->t, FAIL_INVALID, UPSTREAM_RETRY_INVALID);
+			return -1;
 		}
-		break;
-	case FETCH_BODY_CLOSE:
-		evbuffer_remove_buffer(uc->in, f->body, evbuffer_get_length(uc->in));
-		break;
+		if (evbuffer_get_length(f->body) > f->max_body)
+			break;
+		if (r == HTTP_CHUNKED_DONE)
+			return 1;
 	}
 	if (evbuffer_get_length(f->body) > f->max_body) {
 		fetch_fail(f, GW_UPSTREAM_INVALID, "the answer of upstream %s is over its size "

@@ -117,6 +117,7 @@ health_answer(struct health_check *hc, int eof)
 	size_t len = evbuffer_get_length(in), want, at;
 	const char *p, *why = NULL;
 	struct http_chunked ch;
+	struct http_answer_body chunks = { HTTP_ANSWER_CHUNKED, NULL, &ch };
 	struct http_chunk_piece piece;
 	ssize_t r;
 	int passed, rc;
@@ -144,8 +145,8 @@ health_answer(struct health_check *hc, int eof)
 		http_chunked_init(&ch);
 		rc = HTTP_CHUNKED_MORE;
 		at = (size_t)r;
-		while (rc != HTTP_CHUNKED_DONE && (rc = http_chunked_next(&ch, in, at, (size_t)-1,
-		    &piece)) != HTTP_CHUNKED_NONE) {
+		while (rc != HTTP_CHUNKED_DONE && (rc = http_answer_next(&chunks, in, at,
+		    (size_t)-1, eof, &piece)) != HTTP_CHUNKED_NONE) {
 			if (rc == HTTP_CHUNKED_ERROR)
 				break;
 			if (rc == HTTP_CHUNKED_DATA)

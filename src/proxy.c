@@ -270,11 +270,11 @@ proxy_send_body(struct client *c, struct evbuffer *body, size_t n)
 static int
 proxy_forward_chunked(struct client *c, struct evbuffer *in)
 {
+	struct http_answer_body b = proxy_answer_body(c->rq);
 	struct http_chunk_piece p;
 	int r;
 
-	while ((r = http_chunked_next(&c->rq->ans.chunk, in, 0, (size_t)-1, &p)) !=
-	    HTTP_CHUNKED_NONE) {
+	while ((r = http_answer_next(&b, in, 0, (size_t)-1, 0, &p)) != HTTP_CHUNKED_NONE) {
 		if (r == HTTP_CHUNKED_ERROR)
 			return -1;
 		if (!c->rq->ans.dechunk) {
@@ -500,39 +500,24 @@ proxy_collect_into_block(struct client *c)
 static void
 proxy_collect_response_body(struct client *c)
 {
+	struct http_answer_body b = proxy_answer_body(c->rq);
 	struct evbuffer *in = upconn(c)->in;
-	size_t n;
 	int r, done = 0;
 
-	switch (c->rq->ans.mode) {
-	case BODY_LENGTH:
-		if (c->rq->ans.block != NULL) {
-			proxy_collect_into_block(c);
-			done = c->rq->ans.left == 0;
-			break;
-		}
-		n = evbuffer_get_length(in);
-		if (n > c->rq->ans.left)
-			n = (size_t)c->rq->ans.left;
-		evbuffer_remove_buffer(in, c->rq->body, n);
-		c->rq->ans.left -= n;
+	if (c->rq->ans.block != NULL) {
+		/* A Content-Length body read into place. */
+		proxy_collect_into_block(c);
 		done = c->rq->ans.left == 0;
-		break;
-	case BODY_CHUNKED:
-		while (!done && (r = http_chunked_take(&c->rq->ans.chunk, in, c->rq->body)) !=
-		    HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR) {
-				proxy_invalid_response(c);
-				return;
-			}
-			done = r == HTTP_CHUNKED_DONE;
-			if (!done && evbuffer_get_length(c->rq->body) > client_cfg(c)->limits.max_body)
-				break;
+	}
+	while (c->rq->ans.block == NULL && !done &&
+	    (r = http_answer_take(&b, in, 0, c->rq->body)) != HTTP_CHUNKED_NONE) {
+		if (r == HTTP_CHUNKED_ERROR) {
+			proxy_invalid_response(c);
+			return;
 		}
-		break;
-	default:
-		evbuffer_remove_buffer(in, c->rq->body, evbuffer_get_length(in));
-		break;
+		done = r == HTTP_CHUNKED_DONE;
+		if (!done && evbuffer_get_length(c->rq->body) > client_cfg(c)->limits.max_body)
+			break;
 	}
 	if (!done && evbuffer_get_length(c->rq->body) > client_cfg(c)->limits.max_body) {
 		proxy_body_overflow(c);

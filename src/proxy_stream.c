@@ -21,44 +21,28 @@ typedef int (*payload_take_fn)(struct client *c, void *arg, struct evbuffer *in,
 static enum payload_result
 proxy_payload(struct client *c, int eof, payload_take_fn take, void *arg)
 {
+	struct http_answer_body b = proxy_answer_body(c->rq);
 	struct evbuffer *in = upconn(c)->in;
 	struct http_chunk_piece p;
-	size_t n;
 	int r;
 
-	switch (c->rq->ans.mode) {
-	case BODY_LENGTH:
-		n = evbuffer_get_length(in);
-		if (n > c->rq->ans.left)
-			n = (size_t)c->rq->ans.left;
-		c->rq->ans.left -= n;
-		if (take(c, arg, in, n) != 0)
-			return PAYLOAD_TAKE_FAILED;
-		return c->rq->ans.left == 0 ? PAYLOAD_END : PAYLOAD_MORE;
-	case BODY_CHUNKED:
-		while ((r = http_chunked_next(&c->rq->ans.chunk, in, 0, (size_t)-1, &p)) !=
-		    HTTP_CHUNKED_NONE) {
-			if (r == HTTP_CHUNKED_ERROR)
-				return PAYLOAD_BAD_FRAMING;
-			if (r == HTTP_CHUNKED_DATA) {
-				evbuffer_drain(in, p.data_off);
-				if (take(c, arg, in, p.data_len) != 0)
-					return PAYLOAD_TAKE_FAILED;
-				evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
-			} else {
-				evbuffer_drain(in, p.consumed);
-			}
-			if (r == HTTP_CHUNKED_DONE)
-				return PAYLOAD_END;
-		}
-		return PAYLOAD_MORE;
-	case BODY_NONE:
+	if (c->rq->ans.mode == BODY_NONE)
 		return PAYLOAD_END;
-	default:
-		if (take(c, arg, in, evbuffer_get_length(in)) != 0)
-			return PAYLOAD_TAKE_FAILED;
-		return eof ? PAYLOAD_END : PAYLOAD_MORE;
+	while ((r = http_answer_next(&b, in, 0, (size_t)-1, eof, &p)) != HTTP_CHUNKED_NONE) {
+		if (r == HTTP_CHUNKED_ERROR)
+			return PAYLOAD_BAD_FRAMING;
+		if (r == HTTP_CHUNKED_DATA) {
+			evbuffer_drain(in, p.data_off);
+			if (take(c, arg, in, p.data_len) != 0)
+				return PAYLOAD_TAKE_FAILED;
+			evbuffer_drain(in, p.consumed - p.data_off - p.data_len);
+		} else {
+			evbuffer_drain(in, p.consumed);
+		}
+		if (r == HTTP_CHUNKED_DONE)
+			return PAYLOAD_END;
 	}
+	return PAYLOAD_MORE;
 }
 
 /* --- events: ops per event of an SSE or NDJSON answer ------------------------------------ */

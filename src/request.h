@@ -385,6 +385,17 @@ extern const struct downstream h2_downstream;
 
 extern const struct downstream client_downstream;
 
+/* The answer's body as http_answer_next reads it: by its chunks, its length, or the close. */
+static inline struct http_answer_body
+proxy_answer_body(struct request *rq)
+{
+	struct http_answer_body b = { rq->ans.mode == BODY_CHUNKED ? HTTP_ANSWER_CHUNKED :
+	    rq->ans.mode == BODY_UNTIL_CLOSE ? HTTP_ANSWER_CLOSE : HTTP_ANSWER_LENGTH,
+	    &rq->ans.left, &rq->ans.chunk };
+
+	return b;
+}
+
 /* The route rewrites responses, for response_on's statuses or for the others. */
 static inline int
 proxy_has_response_ops(const struct config_route *route)

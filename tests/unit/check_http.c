@@ -912,6 +912,7 @@ START_TEST(test_chunked_over_an_evbuffer)
 	struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
 	struct http_chunk_piece p;
 	struct http_chunked ch;
+	struct http_answer_body chunks = { HTTP_ANSWER_CHUNKED, NULL, &ch };
 	char data[64];
 	size_t at = 9, got = 0, i;
 	int r;
@@ -940,7 +941,8 @@ START_TEST(test_chunked_over_an_evbuffer)
 	/* Taken from the front: the data moved, the framing dropped, what follows kept. */
 	evbuffer_drain(in, 9);
 	http_chunked_init(&ch);
-	while ((r = http_chunked_take(&ch, in, out)) != HTTP_CHUNKED_NONE && r != HTTP_CHUNKED_DONE)
+	while ((r = http_answer_take(&chunks, in, 0, out)) != HTTP_CHUNKED_NONE &&
+	    r != HTTP_CHUNKED_DONE)
 		ck_assert_int_ne(r, HTTP_CHUNKED_ERROR);
 	ck_assert_int_eq(r, HTTP_CHUNKED_DONE);
 	ck_assert_uint_eq(evbuffer_get_length(out), 8);
@@ -952,12 +954,49 @@ START_TEST(test_chunked_over_an_evbuffer)
 	evbuffer_drain(in, 4);
 	evbuffer_add(in, "zz\r\n", 4);
 	http_chunked_init(&ch);
-	ck_assert_int_eq(http_chunked_take(&ch, in, out), HTTP_CHUNKED_ERROR);
+	ck_assert_int_eq(http_answer_take(&chunks, in, 0, out), HTTP_CHUNKED_ERROR);
 	evbuffer_drain(in, evbuffer_get_length(in));
 	evbuffer_add(in, "5\r\nhello\r\n", 10);
 	http_chunked_init(&ch);
 	ck_assert_int_eq(http_chunked_next(&ch, in, 0, 2, &p), HTTP_CHUNKED_MORE);
 	ck_assert_uint_eq(p.consumed, 2);
+	evbuffer_free(in);
+	evbuffer_free(out);
+}
+END_TEST
+
+/* An answer framed by its length stops there (what follows is not its); one framed by the
+ * close takes all that comes and ends at the close. */
+START_TEST(test_answer_length_and_close)
+{
+	struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+	struct http_chunk_piece p;
+	uint64_t left = 7;
+	struct http_answer_body length = { HTTP_ANSWER_LENGTH, &left, NULL };
+	struct http_answer_body close = { HTTP_ANSWER_CLOSE, NULL, NULL };
+
+	evbuffer_add(in, "abc", 3);
+	ck_assert_int_eq(http_answer_next(&length, in, 1, (size_t)-1, 0, &p), HTTP_CHUNKED_DATA);
+	ck_assert_uint_eq(p.consumed, 2);
+	ck_assert_uint_eq(p.data_len, 2);
+	ck_assert_uint_eq(p.data_off, 0);
+	ck_assert_uint_eq(left, 5);
+	left = 7;
+	ck_assert_int_eq(http_answer_take(&length, in, 0, out), HTTP_CHUNKED_DATA);
+	ck_assert_int_eq(http_answer_take(&length, in, 0, out), HTTP_CHUNKED_NONE);
+	evbuffer_add(in, "defgNEXT", 8);
+	ck_assert_int_eq(http_answer_take(&length, in, 0, out), HTTP_CHUNKED_DATA);
+	ck_assert_int_eq(http_answer_take(&length, in, 0, out), HTTP_CHUNKED_DONE);
+	ck_assert_uint_eq(left, 0);
+	ck_assert(memcmp(evbuffer_pullup(out, -1), "abcdefg", 7) == 0);
+	ck_assert_uint_eq(evbuffer_get_length(out), 7);
+	ck_assert(memcmp(evbuffer_pullup(in, -1), "NEXT", 4) == 0);
+
+	ck_assert_int_eq(http_answer_take(&close, in, 0, out), HTTP_CHUNKED_DATA);
+	ck_assert_int_eq(http_answer_take(&close, in, 0, out), HTTP_CHUNKED_NONE);
+	ck_assert_int_eq(http_answer_take(&close, in, 1, out), HTTP_CHUNKED_DONE);
+	ck_assert_uint_eq(evbuffer_get_length(out), 11);
+	ck_assert_uint_eq(evbuffer_get_length(in), 0);
 	evbuffer_free(in);
 	evbuffer_free(out);
 }
@@ -996,6 +1035,7 @@ http_suite(void)
 	tcase_add_test(tc, test_chunked_data_runs);
 	tcase_add_test(tc, test_chunked_line_limits);
 	tcase_add_test(tc, test_chunked_over_an_evbuffer);
+	tcase_add_test(tc, test_answer_length_and_close);
 	suite_add_tcase(s, tc);
 	return s;
 }
