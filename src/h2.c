@@ -18,6 +18,7 @@
 #include <openssl/rand.h>
 
 #include "h2.h"
+#include "h2_session.h"
 #include "mempool.h"
 
 #define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -25,88 +26,11 @@
 /* Frames queued on the socket before nghttp2 is asked for more. */
 #define H2_OUT_HIGH (64 * 1024)
 #define H2_OUT_LOW (16 * 1024)
-/* Longest :method, :path and :authority kept. */
-#define H2_METHOD_MAX 16
-/* Longest sec-websocket-version kept (it is "13"). */
-#define H2_WS_VERSION_MAX 8
-
-/* Bytes a stream keeps from one request to the next: no allocation once it is warm. */
-struct h2_buf {
-	char *p;
-	size_t len, size;
-};
-
-struct h2_stream {
-	struct client c;                /* first: the request core's view of the stream */
-	struct h2_session *s;
-	struct h2_stream *next_kept;    /* in the thread's streams kept for reuse */
-	int32_t id;
-	LIST_ENTRY(h2_stream) entry;    /* in s->streams, or s->dead */
-	TAILQ_ENTRY(h2_stream) pending; /* in s->work: input to hand on, or an answer drained */
-	struct evbuffer *out;           /* answer body bytes waiting for the window */
-	struct h2_buf fields;           /* the request's fields as HTTP/1.1 lines, while read */
-	struct evbuffer *cookie;        /* its cookie crumbs joined, or NULL */
-	char method[H2_METHOD_MAX];
-	struct h2_buf path;             /* :path and :authority, copied */
-	struct h2_buf authority;
-	size_t field_bytes;             /* decoded fields + 32 each, against limits.max_header */
-	uint64_t unconsumed;            /* DATA bytes received not yet given back as window */
-	uint64_t progress;              /* ms (monotonic) its answer last moved, or began to wait */
-	size_t low;                     /* the mark out must fall to before drained is told */
-	struct tunnel *tunnel;          /* the tunnel this stream is the client end of, or NULL */
-	char ws_version[H2_WS_VERSION_MAX];     /* an extended CONNECT's sec-websocket-version */
-	unsigned queued : 1;            /* in s->work */
-	unsigned reading : 1;           /* its request takes body bytes now */
-	unsigned in_done : 1;           /* the client's half is closed */
-	unsigned out_done : 1;          /* the answer's last byte is in out */
-	unsigned deferred : 1;          /* the answer waits for bytes in out */
-	unsigned drained : 1;           /* its request waits to hear that out went down */
-	unsigned too_large : 1;         /* its fields outgrew limits.max_header */
-	unsigned closed : 1;            /* nghttp2 is done with it */
-	unsigned aborted : 1;           /* reset by us: its request ended in an error */
-	unsigned has_host : 1;
-	unsigned has_path : 1;
-	unsigned has_authority : 1;
-	unsigned has_length : 1;
-	unsigned websocket : 1;         /* an extended CONNECT with :protocol websocket */
-	unsigned ws_eof_told : 1;       /* its tunnel heard of the client's END_STREAM */
-	unsigned ws_shut : 1;           /* its tunnel ended the answer's direction */
-};
-
-LIST_HEAD(h2_stream_list, h2_stream);
-TAILQ_HEAD(h2_stream_queue, h2_stream);
-
-struct h2_session {
-	struct client *c;               /* the connection */
-	struct worker *w;
-	nghttp2_session *ng;
-	struct h2_stream_list streams;  /* with a request or an answer in flight */
-	struct h2_stream_list dead;     /* closed, freed from the loop */
-	struct h2_stream_queue work;
-	struct event *kick;             /* runs s->work and frees s->dead from the loop */
-	struct event *tick;             /* once a second: answers stuck at a shut window */
-	size_t nstreams;
-	enum client_close close_why;    /* the connection is to close, from the loop */
-	enum client_close drain_why;    /* why it was told to go (GOAWAY) */
-	unsigned sending : 1;
-	unsigned send_again : 1;
-	unsigned in_recv : 1;           /* inside nghttp2's recv: frames go out after it */
-	unsigned draining : 1;
-	unsigned closing : 1;
-};
-
 extern const struct downstream h2_downstream;
 
 static void h2_send(struct h2_session *s);
-static void h2_kick(struct h2_session *s);
 static void h2_answer_error(struct client *c, enum gateway_error err, const char *message,
     const char *extra, int must_close);
-
-static struct h2_stream *
-h2_stream_of(struct client *c)
-{
-	return (struct h2_stream *)c;
-}
 
 static uint64_t
 h2_now_ms(void)
@@ -262,7 +186,7 @@ h2_worker_end(void)
 
 /* Hand the stream's new input, or the news that its answer drained, to its request from the
  * loop: never from inside nghttp2. */
-static void
+void
 h2_queue(struct h2_stream *st)
 {
 	if (st->queued)
@@ -807,7 +731,7 @@ h2_lower(char *to, const char *from, size_t n)
 
 /* A head written as HTTP/1.1 (status line, fields) goes as a HEADERS frame: names in lower
  * case, the connection's own fields (RFC 9113 8.2.2) left out. */
-static int
+int
 h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
     const char *length, int tunnel)
 {
@@ -1092,162 +1016,6 @@ h2_flush(struct client *c)
 	h2_kick(h2_stream_of(c)->s);
 }
 
-/* --- a stream as a tunnel's client end (RFC 8441) ------------------------------------------ */
-
-/* The client's DATA, as it came; the window it used opens as the tunnel moves it out (the
- * input's callback, h2_consume), and stays shut while the tunnel does not read. */
-static struct evbuffer *
-h2_tunnel_input(void *arg)
-{
-	return ((struct h2_stream *)arg)->c.conn.in;
-}
-
-/* Into DATA frames, as the client's window lets them go. */
-static void
-h2_tunnel_write(void *arg, struct evbuffer *from, size_t n)
-{
-	struct h2_stream *st = arg;
-
-	if (st->closed || st->ws_shut || st->aborted) {
-		evbuffer_drain(from, n);
-		return;
-	}
-	evbuffer_remove_buffer(from, st->out, n);
-	if (st->deferred && evbuffer_get_length(st->out) != 0) {
-		st->deferred = 0;
-		nghttp2_session_resume_data(st->s->ng, st->id);
-	}
-}
-
-static size_t
-h2_tunnel_unsent(void *arg)
-{
-	struct h2_stream *st = arg;
-
-	return st->closed || st->aborted ? 0 : evbuffer_get_length(st->out);
-}
-
-static void
-h2_tunnel_reading(void *arg, int on)
-{
-	struct h2_stream *st = arg;
-
-	st->reading = on != 0;
-	if (st->reading && evbuffer_get_length(st->c.conn.in) != 0)
-		h2_queue(st);
-}
-
-static void
-h2_tunnel_drained(void *arg, size_t low)
-{
-	struct h2_stream *st = arg;
-
-	st->drained = 1;
-	st->low = low;
-	if (h2_tunnel_unsent(st) <= low)
-		h2_queue(st);
-}
-
-/* The answer's direction ends: END_STREAM, once out went (it has: the tunnel waits). */
-static int
-h2_tunnel_shutdown(void *arg)
-{
-	struct h2_stream *st = arg;
-
-	st->ws_shut = 1;
-	st->out_done = 1;
-	if (st->deferred && !st->closed) {
-		st->deferred = 0;
-		nghttp2_session_resume_data(st->s->ng, st->id);
-	}
-	return 0;
-}
-
-static int
-h2_tunnel_ended(void *arg)
-{
-	return ((struct h2_stream *)arg)->in_done;
-}
-
-/* The tunnel is over.  Ended by both sides (an upstream that cannot half-close too): what
- * is queued goes, then END_STREAM; else (a failure, timeouts.tunnel, the shutdown) the
- * stream is reset (CANCEL). */
-static void
-h2_tunnel_close(void *arg, enum tunnel_close why)
-{
-	struct h2_stream *st = arg;
-
-	st->reading = 0;
-	if (st->closed || st->aborted || (st->ws_shut && st->in_done))
-		return;
-	if (st->in_done && (why == TUNNEL_CLOSE_CLIENT_CLOSED ||
-	    why == TUNNEL_CLOSE_UPSTREAM_CLOSED)) {
-		h2_tunnel_shutdown(st);
-		h2_kick(st->s);
-		return;
-	}
-	st->aborted = 1;
-	st->out_done = 1;
-	nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-	h2_kick(st->s);         /* from a timer too: the reset goes from the loop */
-}
-
-static const struct tunnel_end_ops h2_tunnel_ops = {
-	h2_tunnel_input, h2_tunnel_write, h2_tunnel_unsent, h2_tunnel_reading,
-	h2_tunnel_drained, h2_tunnel_shutdown, h2_tunnel_ended, h2_tunnel_close
-};
-
-/* What the stream's loop turn has for its tunnel: DATA, the window opened, END_STREAM. */
-static void
-h2_tunnel_work(struct h2_stream *st)
-{
-	int what = 0;
-
-	if (st->drained && h2_tunnel_unsent(st) <= st->low) {
-		st->drained = 0;
-		what |= TUNNEL_DRAINED;
-	}
-	if (st->reading && evbuffer_get_length(st->c.conn.in) != 0)
-		what |= TUNNEL_READ;
-	if (st->in_done && !st->ws_eof_told) {
-		st->ws_eof_told = 1;
-		what |= TUNNEL_READ | TUNNEL_EOF;
-	}
-	if (what != 0)
-		tunnel_event(st->tunnel, TUNNEL_CLIENT, what);
-}
-
-/* The upstream switched to the WebSocket protocol: the extended CONNECT is answered 200 with
- * the 101's fields but its handshake's own (Upgrade, Connection, Sec-WebSocket-Accept), and
- * the stream's DATA both ways is the tunnel's. */
-static int
-h2_upgrade(struct client *c, const struct answer_head *h, struct http_str protocol,
-    struct tunnel *t)
-{
-	struct h2_stream *st = h2_stream_of(c);
-	struct evbuffer *text = c->w->h2_head;
-	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
-
-	if (!st->websocket || !HTTP_IEQ(protocol.p, protocol.len, "websocket") || st->closed)
-		return -1;
-	evbuffer_drain(text, evbuffer_get_length(text));
-	if (headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra) < 0)
-		return -1;
-	if (c->rq->answer_headers_len != 0)
-		evbuffer_add(text, c->rq->answer_headers, c->rq->answer_headers_len);
-	evbuffer_add(text, "\r\n", 2);
-	if (h2_submit_head(st, text, 1, NULL, 1) < 0)
-		return -1;
-	c->rq->head_sent = evbuffer_get_length(text);
-	c->rq->bytes_sent += c->rq->head_sent;
-	c->rq->status = 200;
-	st->tunnel = t;
-	st->reading = 1;
-	st->ws_eof_told = st->in_done;  /* tunnel_start asks ended() */
-	tunnel_attach(t, TUNNEL_CLIENT, &h2_tunnel_ops, st);
-	return 0;
-}
-
 const struct downstream h2_downstream = {
 	h2_read_body, h2_input_room, h2_body_next, h2_body_peek,
 	h2_transport, h2_takes_chunks, h2_continue, h2_answer_head,
@@ -1378,7 +1146,7 @@ h2_kick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-static void
+void
 h2_kick(struct h2_session *s)
 {
 	event_active(s->kick, EV_TIMEOUT, 0);
