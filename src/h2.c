@@ -308,16 +308,16 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 		return;
 	}
 	c->state = CLIENT_BUSY;
-	if (st->too_large) {
+	if (st->head.too_large) {
 		h2_refuse(st, GW_HEADER_TOO_LARGE, NULL);
 		return;
 	}
-	if (!st->has_path || strcmp(st->method, "CONNECT") == 0) {
+	if (!st->head.has_path || strcmp(st->method, "CONNECT") == 0) {
 		/* CONNECT is no method jsongate proxies; RFC 8441's extended CONNECT for a
 		 * WebSocket goes on as RFC 6455's GET with Upgrade (h2_websocket_head), any other
 		 * :protocol is refused. */
-		if (!st->websocket || !st->has_path) {
-			h2_refuse(st, GW_NOT_IMPLEMENTED, st->has_path ?
+		if (!st->head.websocket || !st->head.has_path) {
+			h2_refuse(st, GW_NOT_IMPLEMENTED, st->head.has_path ?
 			    "only the websocket protocol is tunnelled" : NULL);
 			return;
 		}
@@ -327,9 +327,9 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	 * evbuffer call, nothing for the pullup to move. */
 	method_len = strlen(st->method);
 	path_len = st->path.len;
-	authority_len = st->has_authority && !st->has_host ? st->authority.len : 0;
+	authority_len = st->head.has_authority && !st->head.has_host ? st->authority.len : 0;
 	cookie_len = st->cookie != NULL ? evbuffer_get_length(st->cookie) : 0;
-	len = method_len + 1 + path_len + 11 + (st->websocket ? H2_WS_HEAD_MAX : 0) +
+	len = method_len + 1 + path_len + 11 + (st->head.websocket ? H2_WS_HEAD_MAX : 0) +
 	    (authority_len != 0 ? authority_len + 8 : 0) + st->fields.len +
 	    (cookie_len != 0 ? cookie_len + 10 : 0) + 28 + 2;
 	if (evbuffer_reserve_space(in, (ev_ssize_t)len, &v, 1) != 1) {
@@ -341,7 +341,7 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	*w++ = ' ';
 	w = h2_put(w, st->path.p, path_len);
 	w = h2_put(w, " HTTP/1.1\r\n", 11);
-	if (st->websocket)
+	if (st->head.websocket)
 		w += h2_websocket_head(w, st->ws_version);
 	if (authority_len != 0) {
 		w = h2_put(w, "Host: ", 6);
@@ -357,7 +357,7 @@ h2_stream_start(struct h2_stream *st, int end_stream)
 	}
 	/* A body without a length: the request takes its payload through h2_body_next.  A
 	 * WebSocket's stream has none: what it sends after the head is the tunnel's. */
-	if (!end_stream && !st->has_length && !st->websocket)
+	if (!end_stream && !st->head.has_length && !st->head.websocket)
 		w = h2_put(w, "Transfer-Encoding: chunked\r\n", 28);
 	w = h2_put(w, "\r\n", 2);
 	v.iov_len = (size_t)(w - (char *)v.iov_base);
@@ -454,36 +454,36 @@ h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *nam
 		return 0;
 	/* RFC 7541's size of a field: what an HPACK bomb inflates is counted, not its bytes. */
 	st->field_bytes += namelen + valuelen + 32;
-	if (st->too_large || st->field_bytes > s->w->cur->rt->cfg->limits.max_header) {
-		st->too_large = 1;
+	if (st->head.too_large || st->field_bytes > s->w->cur->rt->cfg->limits.max_header) {
+		st->head.too_large = 1;
 		return 0;
 	}
 	if (namelen > 0 && name[0] == ':') {
 		if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
 			if (valuelen >= sizeof(st->method))
-				st->too_large = 1;
+				st->head.too_large = 1;
 			else
 				memcpy(st->method, value, valuelen + 1);
 		} else if (namelen == 5 && memcmp(name, ":path", 5) == 0) {
 			if (h2_buf_set(&st->path, value, valuelen) < 0)
 				return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-			st->has_path = 1;
+			st->head.has_path = 1;
 		} else if (namelen == 10 && memcmp(name, ":authority", 10) == 0) {
 			if (h2_buf_set(&st->authority, value, valuelen) < 0)
 				return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-			st->has_authority = 1;
+			st->head.has_authority = 1;
 		} else if (namelen == 9 && memcmp(name, ":protocol", 9) == 0) {
-			st->websocket = HTTP_IEQ((const char *)value, valuelen, "websocket");
+			st->head.websocket = HTTP_IEQ((const char *)value, valuelen, "websocket");
 		}
 		return 0;
 	}
 	/* The handshake's key is ours to make, its version written with it (h2_websocket_head):
 	 * pseudo-fields come first, so :protocol is known here. */
-	if (st->websocket && namelen == 17 && memcmp(name, "sec-websocket-key", 17) == 0)
+	if (st->head.websocket && namelen == 17 && memcmp(name, "sec-websocket-key", 17) == 0)
 		return 0;
-	if (st->websocket && namelen == 21 && memcmp(name, "sec-websocket-version", 21) == 0) {
+	if (st->head.websocket && namelen == 21 && memcmp(name, "sec-websocket-version", 21) == 0) {
 		if (valuelen >= sizeof(st->ws_version))
-			st->too_large = 1;
+			st->head.too_large = 1;
 		else
 			memcpy(st->ws_version, value, valuelen + 1);
 		return 0;
@@ -498,9 +498,9 @@ h2_on_header(nghttp2_session *ng, const nghttp2_frame *frame, const uint8_t *nam
 		return 0;
 	}
 	if (namelen == 14 && memcmp(name, "content-length", 14) == 0)
-		st->has_length = 1;
+		st->head.has_length = 1;
 	if (namelen == 4 && memcmp(name, "host", 4) == 0)
-		st->has_host = 1;
+		st->head.has_host = 1;
 	return h2_field_line(st, name, namelen, value, valuelen);
 }
 
@@ -829,7 +829,7 @@ h2_answer_head(struct client *c, const struct answer_head *h)
 	/* A 2xx to an extended CONNECT would tell its client the tunnel is open (RFC 8441 5):
 	 * a route that does not tunnel (body ops, aggregated) cannot answer it so, nor an
 	 * upstream that took the upgrade for a plain GET. */
-	if (st->websocket && h->resp->status / 100 == 2) {
+	if (st->head.websocket && h->resp->status / 100 == 2) {
 		enum gateway_error err = c->rq->upgrade ? GW_UPSTREAM_INVALID : GW_NOT_IMPLEMENTED;
 
 		c->rq->status = gateway_errors[err].status;

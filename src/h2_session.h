@@ -47,14 +47,16 @@ struct h2_stream {
 	unsigned out_done : 1;          /* the answer's last byte is in out */
 	unsigned deferred : 1;          /* the answer waits for bytes in out */
 	unsigned drained : 1;           /* its request waits to hear that out went down */
-	unsigned too_large : 1;         /* its fields outgrew limits.max_header */
 	unsigned closed : 1;            /* nghttp2 is done with it */
 	unsigned aborted : 1;           /* reset by us: its request ended in an error */
-	unsigned has_host : 1;
-	unsigned has_path : 1;
-	unsigned has_authority : 1;
-	unsigned has_length : 1;
-	unsigned websocket : 1;         /* an extended CONNECT with :protocol websocket */
+	struct {                        /* what its request's fields said */
+		unsigned too_large : 1; /* they outgrew limits.max_header */
+		unsigned has_host : 1;
+		unsigned has_path : 1;
+		unsigned has_authority : 1;
+		unsigned has_length : 1;
+		unsigned websocket : 1; /* an extended CONNECT with :protocol websocket */
+	} head;
 	unsigned ws_eof_told : 1;       /* its tunnel heard of the client's END_STREAM */
 	unsigned ws_shut : 1;           /* its tunnel ended the answer's direction */
 };

@@ -138,7 +138,7 @@ h2_upgrade(struct client *c, const struct answer_head *h, struct http_str protoc
 	struct evbuffer *text = c->w->h2_head;
 	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 
-	if (!st->websocket || !HTTP_IEQ(protocol.p, protocol.len, "websocket") || st->closed)
+	if (!st->head.websocket || !HTTP_IEQ(protocol.p, protocol.len, "websocket") || st->closed)
 		return -1;
 	evbuffer_drain(text, evbuffer_get_length(text));
 	if (headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra) < 0)
