@@ -304,26 +304,28 @@ struct stream_envelope {
 	struct jv jv;
 
 	/* the program, laid out */
-	const struct rewrite_key **useg;    /* unwrap path */
-	size_t nuseg, useg_cap;
-	size_t ops_from, ops_to;        /* member ops: prog->ops[ops_from..ops_to) */
-	size_t wraps_from;              /* wrap ops: prog->ops[wraps_from..nops) */
-	unsigned char *active;          /* per op: its when: holds (or it has none) */
-	size_t active_cap;
-	int wrapped;                    /* an active wrap op */
-	int always_dirty;               /* a set op: the target always changes */
-	size_t *base;                   /* per op: its first item's index in the flags */
-	size_t base_cap;
-	unsigned char *reached;         /* set item met by a member */
-	unsigned char *renamed_any;     /* rename item renamed a member */
-	unsigned char *assumed;         /* rename item: a member called its new name was kept
-	                                 * before any was renamed to it */
-	size_t nflags, reached_cap, renamed_cap, assumed_cap;
-	struct rewrite_str *vals;       /* set values per item index, then scratch */
-	size_t vals_cap;
-	struct rewrite_ctx *rw;         /* their storage */
-	struct senv_member *app;        /* members set ops append */
-	size_t napp, app_cap;
+	struct {
+		const struct rewrite_key **useg;    /* unwrap path */
+		size_t nuseg, useg_cap;
+		size_t ops_from, ops_to;        /* member ops: prog->ops[ops_from..ops_to) */
+		size_t wraps_from;              /* wrap ops: prog->ops[wraps_from..nops) */
+		unsigned char *active;          /* per op: its when: holds (or it has none) */
+		size_t active_cap;
+		int wrapped;                    /* an active wrap op */
+		int always_dirty;               /* a set op: the target always changes */
+		size_t *base;                   /* per op: its first item's index in the flags */
+		size_t base_cap;
+		unsigned char *reached;         /* set item met by a member */
+		unsigned char *renamed_any;     /* rename item renamed a member */
+		unsigned char *assumed;         /* rename item: a member called its new name was
+		                                 * kept before any was renamed to it */
+		size_t nflags, reached_cap, renamed_cap, assumed_cap;
+		struct rewrite_str *vals;       /* set values per item index, then scratch */
+		size_t vals_cap;
+		struct rewrite_ctx *rw;         /* their storage */
+		struct senv_member *app;        /* members set ops append */
+		size_t napp, app_cap;
+	} layout;
 
 	/* the scan */
 	enum senv_state state;
@@ -349,21 +351,24 @@ struct stream_envelope {
 	size_t primlen, prim_cap;
 
 	/* the target object's output */
-	int dirty;                      /* decided changed */
-	int opened;                     /* the wrap openings and '{' have gone out */
-	int clean_sent;                 /* unchanged past max_hold, it went out as it came: a
-	                                 * change now cannot be written exactly */
-	int pending;                    /* output held back until dirty or not is known */
-	char *pend;                     /* held output: the input's bytes so far */
-	size_t pendlen, pend_cap;
-	size_t prefix;                  /* of pend: whitespace, '{', whitespace */
-	char *hold;                     /* bytes since the last value: separators and key */
-	size_t holdlen, hold_cap;
-	size_t key_off;                 /* the key in hold */
-	int first;                      /* no member written yet */
-	size_t idx;                     /* members of the target so far */
-	size_t last_kept;               /* idx + 1 of the last member written pristine, 0: none */
-	struct senv_member cur;
+	struct {
+		int dirty;                      /* decided changed */
+		int opened;                     /* the wrap openings and '{' have gone out */
+		int clean_sent;                 /* unchanged past max_hold, it went out as it
+		                                 * came: a change now cannot be written exactly */
+		int pending;                    /* output held back until dirty or not is known */
+		char *pend;                     /* held output: the input's bytes so far */
+		size_t pendlen, pend_cap;
+		size_t prefix;                  /* of pend: whitespace, '{', whitespace */
+		char *hold;                     /* bytes since the last value: separators and key */
+		size_t holdlen, hold_cap;
+		size_t key_off;                 /* the key in hold */
+		int first;                      /* no member written yet */
+		size_t idx;                     /* members of the target so far */
+		size_t last_kept;               /* idx + 1 of the last member written pristine,
+		                                 * 0: none */
+		struct senv_member cur;
+	} target;
 };
 
 /* 1 when the condition tests the status only, which is known before the body. */
@@ -449,7 +454,7 @@ stream_envelope_new(size_t max_hold)
 	if ((se = calloc(1, sizeof(*se))) == NULL)
 		return NULL;
 	se->max_hold = max_hold;
-	if ((se->rw = rewrite_ctx_new(1, 1)) == NULL) {
+	if ((se->layout.rw = rewrite_ctx_new(1, 1)) == NULL) {
 		free(se);
 		return NULL;
 	}
@@ -461,19 +466,19 @@ stream_envelope_free(struct stream_envelope *se)
 {
 	if (se == NULL)
 		return;
-	rewrite_ctx_free(se->rw);
-	free(se->useg);
-	free(se->active);
-	free(se->base);
-	free(se->reached);
-	free(se->renamed_any);
-	free(se->assumed);
-	free(se->vals);
-	free(se->app);
+	rewrite_ctx_free(se->layout.rw);
+	free(se->layout.useg);
+	free(se->layout.active);
+	free(se->layout.base);
+	free(se->layout.reached);
+	free(se->layout.renamed_any);
+	free(se->layout.assumed);
+	free(se->layout.vals);
+	free(se->layout.app);
 	free(se->key);
 	free(se->prim);
-	free(se->pend);
-	free(se->hold);
+	free(se->target.pend);
+	free(se->target.hold);
 	free(se);
 }
 
@@ -520,16 +525,16 @@ static int senv_out(struct stream_envelope *se, const char *p, size_t n);
 static int
 senv_send_clean(struct stream_envelope *se)
 {
-	se->pending = 0;
-	se->clean_sent = 1;
-	if (!se->opened) {
-		se->opened = 1;
+	se->target.pending = 0;
+	se->target.clean_sent = 1;
+	if (!se->target.opened) {
+		se->target.opened = 1;
 		if (senv_wrap_open(se) != 0)
 			return se->err;
 	}
-	if (senv_out(se, se->pend, se->pendlen) != 0)
+	if (senv_out(se, se->target.pend, se->target.pendlen) != 0)
 		return se->err;
-	se->pendlen = 0;
+	se->target.pendlen = 0;
 	return 0;
 }
 
@@ -539,9 +544,10 @@ senv_out(struct stream_envelope *se, const char *p, size_t n)
 {
 	if (n == 0)
 		return 0;
-	if (se->pending) {
-		if (se->pendlen + n <= se->max_hold)
-			return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
+	if (se->target.pending) {
+		if (se->target.pendlen + n <= se->max_hold)
+			return senv_keep(se, &se->target.pend, &se->target.pendlen,
+			    &se->target.pend_cap, p, n);
 		if (senv_send_clean(se) != 0)
 			return se->err;
 	}
@@ -558,9 +564,9 @@ senv_wrap_open(struct stream_envelope *se)
 	const struct rewrite_op *op;
 	size_t i, j;
 
-	for (i = se->prog ? se->prog->nops : 0; i-- > se->wraps_from;) {
+	for (i = se->prog ? se->prog->nops : 0; i-- > se->layout.wraps_from;) {
 		op = &se->prog->ops[i];
-		if (!se->active[i])
+		if (!se->layout.active[i])
 			continue;
 		for (j = 0; j < op->path.nseg; j++)
 			if (senv_out(se, "{", 1) != 0 ||
@@ -575,8 +581,8 @@ senv_wrap_close(struct stream_envelope *se)
 {
 	size_t i, j;
 
-	for (i = se->wraps_from; se->prog != NULL && i < se->prog->nops; i++)
-		for (j = 0; se->active[i] && j < se->prog->ops[i].path.nseg; j++)
+	for (i = se->layout.wraps_from; se->prog != NULL && i < se->prog->nops; i++)
+		for (j = 0; se->layout.active[i] && j < se->prog->ops[i].path.nseg; j++)
 			if (senv_out(se, "}", 1) != 0)
 				return se->err;
 	return 0;
@@ -607,38 +613,40 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 		jv_init(&se->jv, max_depth);
 	se->level = 0;
 	se->target_done = se->committed = se->not_object = 0;
-	se->dirty = se->pending = se->clean_sent = 0;
-	se->pendlen = se->holdlen = se->keylen = se->primlen = 0;
-	se->napp = 0;
-	se->nuseg = 0;
-	se->ops_from = se->ops_to = se->wraps_from = 0;
-	se->always_dirty = 0;
+	se->target.dirty = se->target.pending = se->target.clean_sent = 0;
+	se->target.pendlen = se->target.holdlen = se->keylen = se->primlen = 0;
+	se->layout.napp = 0;
+	se->layout.nuseg = 0;
+	se->layout.ops_from = se->layout.ops_to = se->layout.wraps_from = 0;
+	se->layout.always_dirty = 0;
 	if (!stream_envelope_can(prog, VALIDATE_ENVELOPE, &why))
 		return senv_fail(se, STREAM_ENVELOPE_OPS, why);
-	if (grow_array(&se->active, &se->active_cap, (prog ? prog->nops : 0) + 1, 1, 16) != 0)
+	if (grow_array(&se->layout.active, &se->layout.active_cap, (prog ? prog->nops : 0) + 1,
+	    1, 16) != 0)
 		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
-	se->wrapped = 0;
+	se->layout.wrapped = 0;
 	se->target_obj = 0;
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
 		op = &prog->ops[i];
 		/* when: on the status is decided now; ops it turns off are left out. */
-		se->active[i] = op->when == NULL ||
+		se->layout.active[i] = op->when == NULL ||
 		    jcond_eval_lookup(op->when, senv_no_lookup, NULL, vars ? vars->status : 0) > 0;
 		if (op->kind == REWRITE_UNWRAP)
-			se->ops_from = i + 1;
-		if (!se->active[i])
+			se->layout.ops_from = i + 1;
+		if (!se->layout.active[i])
 			continue;
 		if (op->kind == REWRITE_WRAP)
-			se->wrapped = 1;
+			se->layout.wrapped = 1;
 		if (op->kind == REWRITE_UNWRAP) {
-			if (grow_array(&se->useg, &se->useg_cap, se->nuseg + op->path.nseg,
-			    sizeof(*se->useg), 16) != 0)
+			if (grow_array(&se->layout.useg, &se->layout.useg_cap,
+			    se->layout.nuseg + op->path.nseg,
+			    sizeof(*se->layout.useg), 16) != 0)
 				return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 			for (j = 0; j < op->path.nseg; j++)
-				se->useg[se->nuseg++] = &op->path.seg[j];
+				se->layout.useg[se->layout.nuseg++] = &op->path.seg[j];
 		}
 		if (op->kind == REWRITE_SET && op->nitems > 0)
-			se->always_dirty = 1;
+			se->layout.always_dirty = 1;
 		if (op->kind != REWRITE_UNWRAP && op->kind != REWRITE_WRAP)
 			se->target_obj = 1;
 	}
@@ -647,36 +655,39 @@ stream_envelope_start(struct stream_envelope *se, const struct rewrite_program *
 			nset += prog->ops[i].nitems;
 		nitems += prog->ops[i].nitems;
 	}
-	se->ops_to = se->ops_from;
-	while (prog != NULL && se->ops_to < prog->nops && prog->ops[se->ops_to].kind != REWRITE_WRAP)
-		se->ops_to++;
-	se->wraps_from = se->ops_to;
-	if (grow_array(&se->base, &se->base_cap, (prog ? prog->nops : 0) + 1, sizeof(*se->base), 16) ||
-	    grow_array(&se->reached, &se->reached_cap, nitems + 1, 1, 16) ||
-	    grow_array(&se->renamed_any, &se->renamed_cap, nitems + 1, 1, 16) ||
-	    grow_array(&se->assumed, &se->assumed_cap, nitems + 1, 1, 16) ||
-	    grow_array(&se->vals, &se->vals_cap, nitems + nset + 1, sizeof(*se->vals), 16) ||
-	    grow_array(&se->app, &se->app_cap, nset + 1, sizeof(*se->app), 16))
+	se->layout.ops_to = se->layout.ops_from;
+	while (prog != NULL && se->layout.ops_to < prog->nops &&
+	    prog->ops[se->layout.ops_to].kind != REWRITE_WRAP)
+		se->layout.ops_to++;
+	se->layout.wraps_from = se->layout.ops_to;
+	if (grow_array(&se->layout.base, &se->layout.base_cap, (prog ? prog->nops : 0) + 1,
+	    sizeof(*se->layout.base), 16) ||
+	    grow_array(&se->layout.reached, &se->layout.reached_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->layout.renamed_any, &se->layout.renamed_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->layout.assumed, &se->layout.assumed_cap, nitems + 1, 1, 16) ||
+	    grow_array(&se->layout.vals, &se->layout.vals_cap, nitems + nset + 1,
+	    sizeof(*se->layout.vals), 16) ||
+	    grow_array(&se->layout.app, &se->layout.app_cap, nset + 1, sizeof(*se->layout.app), 16))
 		return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
-	memset(se->reached, 0, nitems + 1);
-	memset(se->renamed_any, 0, nitems + 1);
-	memset(se->assumed, 0, nitems + 1);
-	se->nflags = 0;
+	memset(se->layout.reached, 0, nitems + 1);
+	memset(se->layout.renamed_any, 0, nitems + 1);
+	memset(se->layout.assumed, 0, nitems + 1);
+	se->layout.nflags = 0;
 	for (i = 0; prog != NULL && i < prog->nops; i++) {
-		se->base[i] = se->nflags;
-		se->nflags += prog->ops[i].nitems;
+		se->layout.base[i] = se->layout.nflags;
+		se->layout.nflags += prog->ops[i].nitems;
 	}
 	if (nset > 0) {
 		/* The values in op and item order, then spread to their items' indexes. */
-		struct rewrite_str *tmp = se->vals + nitems;
+		struct rewrite_str *tmp = se->layout.vals + nitems;
 		size_t k = 0;
 
-		if (rewrite_set_values(se->rw, prog, vars, tmp, nset) != 0)
+		if (rewrite_set_values(se->layout.rw, prog, vars, tmp, nset) != 0)
 			return senv_fail(se, STREAM_ENVELOPE_NOMEM, "out of memory");
 		for (i = 0; i < prog->nops; i++)
 			if (prog->ops[i].kind == REWRITE_SET)
 				for (j = 0; j < prog->ops[i].nitems; j++, k++)
-					se->vals[se->base[i] + j] = tmp[k];
+					se->layout.vals[se->layout.base[i] + j] = tmp[k];
 	}
 	return 0;
 }
@@ -705,7 +716,7 @@ senv_item(struct stream_envelope *se, struct senv_member *m, size_t opi, size_t 
 {
 	const struct rewrite_op *op = &se->prog->ops[opi];
 	const struct rewrite_item *it = &op->items[item];
-	size_t f = se->base[opi] + item;
+	size_t f = se->layout.base[opi] + item;
 
 	switch (op->kind) {
 	case REWRITE_DROP:
@@ -718,25 +729,25 @@ senv_item(struct stream_envelope *se, struct senv_member *m, size_t opi, size_t 
 		if (!unlink) {
 			if (!senv_key_is(m, &it->path.seg[0]))
 				break;
-			if (se->assumed[f])
+			if (se->layout.assumed[f])
 				return senv_lookahead(se);
 			m->key = it->to.json;
 			m->keylen = it->to.json_len;
 			m->input_key = 0;
 			m->renamed = (unsigned)opi + 1;
-			se->renamed_any[f] = 1;
+			se->layout.renamed_any[f] = 1;
 		} else if (it->replaces && senv_key_is(m, &it->to)) {
-			if (se->renamed_any[f])
+			if (se->layout.renamed_any[f])
 				m->removed = 1;
 			else
-				se->assumed[f] = 1;
+				se->layout.assumed[f] = 1;
 		}
 		break;
 	case REWRITE_SET:
 		if (senv_key_is(m, &it->path.seg[0])) {
-			m->lit = se->vals[f].p;
-			m->litlen = se->vals[f].len;
-			se->reached[f] = 1;
+			m->lit = se->layout.vals[f].p;
+			m->litlen = se->layout.vals[f].len;
+			se->layout.reached[f] = 1;
 		}
 		break;
 	default:
@@ -752,9 +763,9 @@ senv_pipeline(struct stream_envelope *se, struct senv_member *m)
 	const struct rewrite_op *op;
 	size_t i, j;
 
-	for (i = se->ops_from; i < se->ops_to && !m->removed; i++) {
+	for (i = se->layout.ops_from; i < se->layout.ops_to && !m->removed; i++) {
 		op = &se->prog->ops[i];
-		if (!se->active[i])
+		if (!se->layout.active[i])
 			continue;
 		if (op->kind == REWRITE_KEEP) {
 			for (j = 0; j < op->nitems; j++)
@@ -780,14 +791,14 @@ senv_appended(struct stream_envelope *se)
 	struct senv_member *m;
 	size_t i, j, a, f;
 
-	se->napp = 0;
-	for (i = se->ops_from; i < se->ops_to; i++) {
+	se->layout.napp = 0;
+	for (i = se->layout.ops_from; i < se->layout.ops_to; i++) {
 		op = &se->prog->ops[i];
-		if (!se->active[i])
+		if (!se->layout.active[i])
 			continue;
 		if (op->kind == REWRITE_KEEP) {
-			for (a = 0; a < se->napp; a++) {
-				m = &se->app[a];
+			for (a = 0; a < se->layout.napp; a++) {
+				m = &se->layout.app[a];
 				for (j = 0; j < op->nitems; j++)
 					if (senv_key_is(m, &op->items[j].path.seg[0]))
 						break;
@@ -797,33 +808,36 @@ senv_appended(struct stream_envelope *se)
 			continue;
 		}
 		for (j = 0; j < op->nitems; j++) {
-			for (a = 0; a < se->napp; a++)
-				if (!se->app[a].removed && senv_item(se, &se->app[a], i, j, 0) != 0)
+			for (a = 0; a < se->layout.napp; a++)
+				if (!se->layout.app[a].removed &&
+				    senv_item(se, &se->layout.app[a], i, j, 0) != 0)
 					return se->err;
-			for (a = 0; op->kind == REWRITE_RENAME && a < se->napp; a++)
-				if (!se->app[a].removed && senv_item(se, &se->app[a], i, j, 1) != 0)
+			for (a = 0; op->kind == REWRITE_RENAME && a < se->layout.napp; a++)
+				if (!se->layout.app[a].removed &&
+				    senv_item(se, &se->layout.app[a], i, j, 1) != 0)
 					return se->err;
-			f = se->base[i] + j;
-			if (op->kind != REWRITE_SET || se->reached[f])
+			f = se->layout.base[i] + j;
+			if (op->kind != REWRITE_SET || se->layout.reached[f])
 				continue;
 			/* No member is called so: the value goes in a new one at the end. */
-			m = &se->app[se->napp++];
+			m = &se->layout.app[se->layout.napp++];
 			memset(m, 0, sizeof(*m));
 			m->key = op->items[j].path.seg[0].json;
 			m->keylen = op->items[j].path.seg[0].json_len;
-			m->lit = se->vals[f].p;
-			m->litlen = se->vals[f].len;
-			se->reached[f] = 1;
+			m->lit = se->layout.vals[f].p;
+			m->litlen = se->layout.vals[f].len;
+			se->layout.reached[f] = 1;
 		}
 	}
-	for (a = 0; a < se->napp; a++) {
-		m = &se->app[a];
+	for (a = 0; a < se->layout.napp; a++) {
+		m = &se->layout.app[a];
 		if (m->removed)
 			continue;
-		if (senv_out(se, m->key - !se->first, m->keylen + 1 + !se->first) != 0 ||
+		if (senv_out(se, m->key - !se->target.first,
+		    m->keylen + 1 + !se->target.first) != 0 ||
 		    senv_out(se, m->lit, m->litlen) != 0)
 			return se->err;
-		se->first = 0;
+		se->target.first = 0;
 	}
 	return 0;
 }
@@ -832,24 +846,25 @@ senv_appended(struct stream_envelope *se)
 static int
 senv_dirty(struct stream_envelope *se)
 {
-	int held = se->pending;
+	int held = se->target.pending;
 
-	if (se->dirty)
+	if (se->target.dirty)
 		return 0;
-	if (se->clean_sent)
+	if (se->target.clean_sent)
 		return senv_fail(se, STREAM_ENVELOPE_LOOKAHEAD,
 		    "the body changed after more than the look-ahead of it went out unchanged");
-	se->dirty = 1;
-	se->pending = 0;
-	if (!se->opened) {
-		se->opened = 1;
+	se->target.dirty = 1;
+	se->target.pending = 0;
+	if (!se->target.opened) {
+		se->target.opened = 1;
 		if (senv_wrap_open(se) != 0 || senv_out(se, "{", 1) != 0)
 			return se->err;
-		if (held && se->idx > 0 &&
-		    senv_out(se, se->pend + se->prefix, se->pendlen - se->prefix) != 0)
+		if (held && se->target.idx > 0 &&
+		    senv_out(se, se->target.pend + se->target.prefix,
+		    se->target.pendlen - se->target.prefix) != 0)
 			return se->err;
 	}
-	se->pendlen = 0;
+	se->target.pendlen = 0;
 	return 0;
 }
 
@@ -858,11 +873,11 @@ senv_dirty(struct stream_envelope *se)
 static int
 senv_member(struct stream_envelope *se)
 {
-	struct senv_member *m = &se->cur;
-	size_t k = se->key_off;
+	struct senv_member *m = &se->target.cur;
+	size_t k = se->target.key_off;
 
 	memset(m, 0, sizeof(*m));
-	m->key = se->hold + k;
+	m->key = se->target.hold + k;
 	m->keylen = se->keylen;
 	m->input_key = 1;
 	if (senv_pipeline(se, m) != 0)
@@ -874,46 +889,46 @@ senv_member(struct stream_envelope *se)
 	}
 	if (m->removed)
 		return 0;
-	if (!se->dirty) {
+	if (!se->target.dirty) {
 		/* Unchanged so far: the input's bytes. */
-		if (se->idx == 0) {
-			if (se->pendlen == 1 && k == 0) {
+		if (se->target.idx == 0) {
+			if (se->target.pendlen == 1 && k == 0) {
 				/* No whitespace that a change would drop: nothing to hold back. */
-				se->pending = 0;
-				se->pendlen = 0;
-				se->opened = 1;
+				se->target.pending = 0;
+				se->target.pendlen = 0;
+				se->target.opened = 1;
 				if (senv_wrap_open(se) != 0 || senv_out(se, "{", 1) != 0)
 					return se->err;
 			} else
-				se->prefix = se->pendlen + k;
+				se->target.prefix = se->target.pendlen + k;
 		}
 		se->emit = 1;
-		se->last_kept = se->idx + 1;
-		se->first = 0;
-		return senv_out(se, se->hold, se->holdlen);
+		se->target.last_kept = se->target.idx + 1;
+		se->target.first = 0;
+		return senv_out(se, se->target.hold, se->target.holdlen);
 	}
 	if (m->input_key && m->lit == NULL) {
 		se->emit = 1;
-		if (!se->first && se->last_kept == se->idx) {
+		if (!se->target.first && se->target.last_kept == se->target.idx) {
 			/* Next to the last member kept: the bytes between them too. */
-			se->first = 0;
-			se->last_kept = se->idx + 1;
-			return senv_out(se, se->hold, se->holdlen);
+			se->target.first = 0;
+			se->target.last_kept = se->target.idx + 1;
+			return senv_out(se, se->target.hold, se->target.holdlen);
 		}
-		if (!se->first && senv_out(se, ",", 1) != 0)
+		if (!se->target.first && senv_out(se, ",", 1) != 0)
 			return se->err;
-		se->first = 0;
-		se->last_kept = se->idx + 1;
-		return senv_out(se, se->hold + k, se->holdlen - k);
+		se->target.first = 0;
+		se->target.last_kept = se->target.idx + 1;
+		return senv_out(se, se->target.hold + k, se->target.holdlen - k);
 	}
-	se->last_kept = 0;
+	se->target.last_kept = 0;
 	if (m->input_key) {
-		if ((!se->first && senv_out(se, ",", 1) != 0) ||
+		if ((!se->target.first && senv_out(se, ",", 1) != 0) ||
 		    senv_out(se, m->key, m->keylen) != 0 || senv_out(se, ":", 1) != 0)
 			return se->err;
-	} else if (senv_out(se, m->key - !se->first, m->keylen + 1 + !se->first) != 0)
+	} else if (senv_out(se, m->key - !se->target.first, m->keylen + 1 + !se->target.first) != 0)
 		return se->err;
-	se->first = 0;
+	se->target.first = 0;
 	if (m->lit != NULL)
 		return senv_out(se, m->lit, m->litlen);
 	se->emit = 1;
@@ -942,26 +957,26 @@ senv_object(struct stream_envelope *se)
 	if (se->level + 1 > se->max_depth)
 		return senv_depth_err(se);
 	se->state = SE_OBJ_START;
-	if (se->level < se->nuseg)
+	if (se->level < se->layout.nuseg)
 		return 0;
 	/* The target. */
 	se->committed = 1;
-	se->first = 1;
-	se->idx = 0;
-	se->last_kept = 0;
-	se->holdlen = 0;
-	se->dirty = 0;
-	se->opened = 0;
-	if (se->always_dirty)
+	se->target.first = 1;
+	se->target.idx = 0;
+	se->target.last_kept = 0;
+	se->target.holdlen = 0;
+	se->target.dirty = 0;
+	se->target.opened = 0;
+	if (se->layout.always_dirty)
 		return senv_dirty(se);
-	if (se->clean_sent) {
+	if (se->target.clean_sent) {
 		/* The body's whitespace went out already (no wrap op then). */
-		se->opened = 1;
+		se->target.opened = 1;
 		return senv_out(se, "{", 1);
 	}
 	/* Undecided: held back from here (the body's leading whitespace is there already). */
-	se->pending = 1;
-	return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, "{", 1);
+	se->target.pending = 1;
+	return senv_keep(se, &se->target.pend, &se->target.pendlen, &se->target.pend_cap, "{", 1);
 }
 
 /* A value begins with c at p[i] (c is not whitespace). */
@@ -973,11 +988,11 @@ senv_value(struct stream_envelope *se, unsigned char c, size_t i)
 	se->passthrough = 0;
 	if (!member)
 		se->emit = 1;
-	else if (se->level < se->nuseg) {
+	else if (se->level < se->layout.nuseg) {
 		/* In an object unwrap walks through. */
 		se->emit = 0;
 		if (se->descend) {
-			if (se->level + 1 < se->nuseg || se->target_obj) {
+			if (se->level + 1 < se->layout.nuseg || se->target_obj) {
 				if (c == '{') {
 					se->level++;
 					return senv_object(se);
@@ -1033,9 +1048,9 @@ senv_value_end(struct stream_envelope *se, const char *p, size_t i)
 		return senv_wrap_close(se);
 	}
 	se->state = SE_AFTER_VALUE;
-	if (se->level == se->nuseg && se->target_obj) {
-		se->holdlen = 0;
-		se->idx++;
+	if (se->level == se->layout.nuseg && se->target_obj) {
+		se->target.holdlen = 0;
+		se->target.idx++;
 	}
 	if (se->passthrough) {
 		se->passthrough = 0;
@@ -1049,24 +1064,25 @@ senv_value_end(struct stream_envelope *se, const char *p, size_t i)
 static int
 senv_close(struct stream_envelope *se)
 {
-	if (se->level == se->nuseg && se->target_obj) {
-		if (!se->dirty) {
+	if (se->level == se->layout.nuseg && se->target_obj) {
+		if (!se->target.dirty) {
 			/* Unchanged: as it came (what is held back, the whitespace, the brace). */
-			se->pending = 0;
-			if (!se->opened) {
+			se->target.pending = 0;
+			if (!se->target.opened) {
 				/* The wrap openings before the held bytes: there is no whitespace
 				 * around the body to hold when there are any. */
-				se->opened = 1;
+				se->target.opened = 1;
 				if (senv_wrap_open(se) != 0 ||
-				    senv_out(se, se->pend, se->pendlen) != 0)
+				    senv_out(se, se->target.pend, se->target.pendlen) != 0)
 					return se->err;
 			}
-			se->pendlen = 0;
-			if (senv_out(se, se->hold, se->holdlen) != 0 || senv_out(se, "}", 1) != 0)
+			se->target.pendlen = 0;
+			if (senv_out(se, se->target.hold, se->target.holdlen) != 0 ||
+			    senv_out(se, "}", 1) != 0)
 				return se->err;
 		} else if (senv_appended(se) != 0 || senv_out(se, "}", 1) != 0)
 			return se->err;
-		se->holdlen = 0;
+		se->target.holdlen = 0;
 		se->target_done = 1;
 		if (senv_wrap_close(se) != 0)
 			return se->err;
@@ -1090,9 +1106,9 @@ senv_key_done(struct stream_envelope *se)
 		return senv_fail(se, STREAM_ENVELOPE_MEMBERS,
 		    "more members to edit than limits.max_members");
 	se->descend = 0;
-	if (se->level >= se->nuseg)
+	if (se->level >= se->layout.nuseg)
 		return 0;
-	k = se->useg[se->level];
+	k = se->layout.useg[se->level];
 	if (!envelope_string_eq(se->key, se->keylen, k->name, k->len))
 		return 0;
 	if (se->committed)
@@ -1134,9 +1150,9 @@ senv_strict_byte(struct stream_envelope *se, unsigned char c)
 static int
 senv_hold(struct stream_envelope *se, const char *p, size_t n)
 {
-	if (se->level != se->nuseg || !se->target_obj)
+	if (se->level != se->layout.nuseg || !se->target_obj)
 		return 0;
-	return senv_keep(se, &se->hold, &se->holdlen, &se->hold_cap, p, n);
+	return senv_keep(se, &se->target.hold, &se->target.holdlen, &se->target.hold_cap, p, n);
 }
 
 /* The ops need an object and the body is not one.  validate: full reads on: the buffered
@@ -1155,20 +1171,21 @@ senv_not_object(struct stream_envelope *se)
 static int
 senv_outer_ws(struct stream_envelope *se, const char *p, size_t n)
 {
-	if (se->wrapped || se->nuseg > 0)
+	if (se->layout.wrapped || se->layout.nuseg > 0)
 		return 0;
 	if (!se->target_obj)
 		return senv_out(se, p, n);
 	if (se->state == SE_TRAIL)
-		return se->dirty ? 0 : senv_out(se, p, n);
-	if (se->always_dirty)
+		return se->target.dirty ? 0 : senv_out(se, p, n);
+	if (se->layout.always_dirty)
 		return 0;
-	if (se->pendlen + n <= se->max_hold)
-		return senv_keep(se, &se->pend, &se->pendlen, &se->pend_cap, p, n);
-	se->clean_sent = 1;
-	if (senv_out(se, se->pend, se->pendlen) != 0)
+	if (se->target.pendlen + n <= se->max_hold)
+		return senv_keep(se, &se->target.pend, &se->target.pendlen,
+		    &se->target.pend_cap, p, n);
+	se->target.clean_sent = 1;
+	if (senv_out(se, se->target.pend, se->target.pendlen) != 0)
 		return se->err;
-	se->pendlen = 0;
+	se->target.pendlen = 0;
 	return senv_out(se, p, n);
 }
 
@@ -1218,7 +1235,7 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 			if (se->state == SE_TRAIL)
 				return senv_invalid(se);
 			c = (unsigned char)p[i];
-			if (se->nuseg > 0 || se->target_obj) {
+			if (se->layout.nuseg > 0 || se->target_obj) {
 				if (c == 0xef && se->fed + i == 0) {
 					/* A byte order mark is invalid JSON, not a body that is not an
 					 * object, as the buffered engine tells them apart. */
@@ -1261,7 +1278,7 @@ stream_envelope_feed(struct stream_envelope *se, const char *p, size_t n)
 				break;
 			}
 			if (c == '"' && (se->state == SE_OBJ_START || se->state == SE_NEXT_KEY)) {
-				se->key_off = se->holdlen;
+				se->target.key_off = se->target.holdlen;
 				se->keylen = 0;
 				se->esc = se->uhex = 0;
 				se->state = SE_KEY;
