@@ -55,6 +55,23 @@ jwk_b64_member(const struct jdoc *d, int k, const char *name, unsigned char *out
 	return (int)n;
 }
 
+/*
+ * A P-256 coordinate of key k into out[0..32), big-endian.  RFC 7518 wants all 32 bytes, but
+ * some producers (PyJWT's to_jwk among them) leave out leading zero bytes, one key in 128:
+ * they are put back.  0, or -1 when it is missing, empty or longer.
+ */
+static int
+jwk_coordinate(const struct jdoc *d, int k, const char *name, unsigned char *out)
+{
+	int n = jwk_b64_member(d, k, name, out, 32, 0);
+
+	if (n < 0)
+		return -1;
+	memmove(out + 32 - n, out, (size_t)n);
+	memset(out, 0, 32 - (size_t)n);
+	return 0;
+}
+
 static EVP_PKEY *
 jwk_fromdata(const char *type, OSSL_PARAM *params)
 {
@@ -125,8 +142,7 @@ jwk_ec(const struct jdoc *d, int k, struct jwk_key *key)
 	if (!jdoc_str_eq(d, crv, "P-256", 5))
 		return "EC key on a curve other than P-256";
 	pub[0] = 0x04;                  /* uncompressed point: x then y */
-	if (jwk_b64_member(d, k, "x", pub + 1, 32, 32) < 0 ||
-	    jwk_b64_member(d, k, "y", pub + 33, 32, 32) < 0)
+	if (jwk_coordinate(d, k, "x", pub + 1) < 0 || jwk_coordinate(d, k, "y", pub + 33) < 0)
 		return "EC key without a valid x and y";
 	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, group, 0);
 	params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY, pub, sizeof(pub));

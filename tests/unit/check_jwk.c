@@ -156,6 +156,33 @@ START_TEST(test_three_types)
 }
 END_TEST
 
+/* A coordinate written without its leading zero byte (31 bytes): the point as meant. */
+START_TEST(test_ec_short_coordinate)
+{
+	static const char *x31 = "aE9uQkuFfeAO8M5JIts7S9xBzz7nx5-43nntIihN-g";
+	static const char *x32 = "AGhPbkJLhX3gDvDOSSLbO0vcQc8-58efuN557SIoTfo";
+	static const char *y = "In0Ww0NvXst0haND7Q7veL3fesYSZ4bNvBe839kSPOo";
+	char jwk[256];
+	struct jwk_set *a, *b;
+
+	snprintf(jwk, sizeof(jwk), "{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"%s\",\"y\":\"%s\"}",
+	    x31, y);
+	a = parse_one(jwk);
+	snprintf(jwk, sizeof(jwk), "{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"%s\",\"y\":\"%s\"}",
+	    x32, y);
+	b = parse_one(jwk);
+	ck_assert_uint_eq(a->n, 1);
+	ck_assert_uint_eq(b->n, 1);
+	ck_assert_int_eq(EVP_PKEY_eq(a->keys[0].pkey, b->keys[0].pkey), 1);
+	jwk_set_unref(a);
+	jwk_set_unref(b);
+	/* longer than 32 bytes (35 here): no P-256 coordinate */
+	snprintf(jwk, sizeof(jwk), "{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"AAAA%s\",\"y\":\"%s\"}",
+	    x32, y);
+	assert_skipped(jwk, "0 -: EC key without a valid x and y\n");
+}
+END_TEST
+
 START_TEST(test_skipped_with_reason)
 {
 	char *k;
@@ -263,6 +290,7 @@ main(void)
 	tcase_add_test(tc, test_base64url_strict);
 	tcase_add_test(tc, test_jdoc);
 	tcase_add_test(tc, test_three_types);
+	tcase_add_test(tc, test_ec_short_coordinate);
 	tcase_add_test(tc, test_skipped_with_reason);
 	tcase_add_test(tc, test_skip_keeps_the_rest);
 	tcase_add_test(tc, test_not_a_jwks);
