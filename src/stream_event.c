@@ -506,6 +506,8 @@ stream_events_out(void *arg, const char *p, size_t len)
 	struct stream_events *se = arg;
 	int r;
 
+	if (len == 0)
+		return 0;       /* nothing to add, and obuf may not exist yet */
 	if (len >= STREAM_EVENTS_PIECE) {
 		if ((r = stream_events_flush(se)) != 0)
 			return r;
