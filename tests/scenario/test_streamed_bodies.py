@@ -238,6 +238,22 @@ def malformed_after_output_is_cut(env):
 
 
 @T.case
+def upstream_dies_mid_body(env):
+    """The upstream closes after the rewritten answer started: the client sees it cut (no
+    last chunk, the connection closed), it is counted aborted, and no other try is made."""
+    whole = http_response(200, ENVELOPE)
+    up = env.scripted([close_mid_body(whole[:len(whole) - 40])])
+    gw = start(env, up, '1k', admin=True)
+    c = env.client(gw.port)
+    r = c.request('GET', '/drop/x', [('Host', 'a'), ('X-Request-Id', RID)])
+    env.eq('head out, body cut', (r.status, r.framing, r.complete), (200, 'chunked', False))
+    env.check('the connection closes', c.wait_closed(), 'still open')
+    env.eq('one try only', len(up.requests), 1)
+    env.eq('metrics', scrape(gw, 'jsongate_streamed_bodies_total'), [
+        'jsongate_streamed_bodies_total{route="drop",outcome="aborted"} 1'])
+
+
+@T.case
 def over_http2(env):
     up = env.scripted(default=answer(http_response(200, ENVELOPE, chunked=True)))
     gw = start(env, up, '1k', h2=True)
