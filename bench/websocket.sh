@@ -124,27 +124,30 @@ version_of() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# CPU µs per message and messages per second of one measured run: "cpu_us msgs_per_s".
+# CPU µs per message, of it user space, and messages per second of one measured run:
+# "cpu_us user_us msgs_per_s".
 measure() { # measure SIZE
-	local before after msgs
+	local msgs user0 sys0 user1 sys1
 	taskset -c "$LOAD_CPU" python3 "$BENCH_DIR/ws_load.py" load "$PORT" "$CONNECTIONS" "$1" "$WARMUP" >/dev/null
 	# shellcheck disable=SC2086
-	before=$(cpu_ticks $CPU_PIDS)
+	read -r user0 sys0 <<<"$(cpu_ticks_split $CPU_PIDS)"
 	msgs=$(taskset -c "$LOAD_CPU" python3 "$BENCH_DIR/ws_load.py" load "$PORT" "$CONNECTIONS" "$1" "$DURATION")
 	# shellcheck disable=SC2086
-	after=$(cpu_ticks $CPU_PIDS)
-	awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$msgs" -v d="$DURATION" \
-		'BEGIN { printf "%.2f %.0f\n", t / hz * 1e6 / n, n / d }'
+	read -r user1 sys1 <<<"$(cpu_ticks_split $CPU_PIDS)"
+	awk -v t=$((user1 + sys1 - user0 - sys0)) -v u=$((user1 - user0)) -v hz="$CLK_TCK" \
+		-v n="$msgs" -v d="$DURATION" \
+		'BEGIN { printf "%.2f %.2f %.0f\n", t / hz * 1e6 / n, u / hz * 1e6 / n, n / d }'
 }
 
-declare -A CPU RATE MEM
+declare -A CPU USER RATE MEM
 for round in $(seq "$ROUNDS"); do
 	for p in $PROXIES; do
 		proxy_start "$p"
 		for size in $SIZES; do
-			read -r cpu rate <<<"$(measure "$size")"
-			log "round $round $p $size: $cpu µs/msg, $rate msg/s"
+			read -r cpu user rate <<<"$(measure "$size")"
+			log "round $round $p $size: $cpu µs/msg ($user user), $rate msg/s"
 			CPU[$p,$size]="${CPU[$p,$size]:-} $cpu"
+			USER[$p,$size]="${USER[$p,$size]:-} $user"
 			RATE[$p,$size]="${RATE[$p,$size]:-} $rate"
 		done
 		if [ "$round" = 1 ]; then
@@ -179,12 +182,13 @@ mkdir -p "$(dirname "$RESULTS")"
 	printf '(median shown); proxy alone on CPU %s, load and echo upstream on CPU %s.\n\n' \
 		"$PROXY_CPU" "$LOAD_CPU"
 	for p in $PROXIES; do printf -- '- %s: %s\n' "$p" "$(version_of "$p")"; done
-	printf '\n| size | proxy | CPU µs/msg | msg/s | RSS idle | KB per idle tunnel (%s) |\n' "$IDLE"
-	printf '|---|---|---:|---:|---:|---:|\n'
+	printf '\n| size | proxy | CPU µs/msg | of it user | msg/s | RSS idle | KB per idle tunnel (%s) |\n' "$IDLE"
+	printf '|---|---|---:|---:|---:|---:|---:|\n'
 	for size in $SIZES; do
 		for p in $PROXIES; do
-			printf '| %s | %s | %s | %s | %s | %s |\n' "$size" "$p" \
+			printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$p" \
 				"$(tr ' ' '\n' <<<"${CPU[$p,$size]}" | grep . | median)" \
+				"$(tr ' ' '\n' <<<"${USER[$p,$size]}" | grep . | median)" \
 				"$(tr ' ' '\n' <<<"${RATE[$p,$size]}" | grep . | median)" \
 				"$(fmt_mb "${MEM[$p,base]}")" "${MEM[$p]}"
 		done
