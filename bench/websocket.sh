@@ -206,5 +206,21 @@ mkdir -p "$(dirname "$RESULTS")"
 		done
 		printf '\n'
 	done
+	# The rounds ran in turns, so round k of two proxies saw much the same machine.
+	if [ "$ROUNDS" -gt 1 ] && [ -n "${CPU[jsongate,${SIZES%% *}]:-}" ]; then
+		printf '\nThe same ratio per round (round k of jsongate over round k of the other), median\n'
+		printf '(lowest–highest):\n\n'
+		for p in $PROXIES; do
+			[ "$p" = jsongate ] && continue
+			for size in $SIZES; do
+				paste <(tr ' ' '\n' <<<"${CPU[jsongate,$size]}" | grep .) \
+					<(tr ' ' '\n' <<<"${CPU[$p,$size]}" | grep .) |
+					awk '{ printf "%.4f\n", $1 / $2 }' | sort -g |
+					awk -v p="$p" -v s="$size" '{ r[NR] = $1 } END {
+						printf "- %s: jsongate / %s per round: %.2f (%.2f–%.2f)\n", s, p,
+						    r[int((NR + 1) / 2)], r[1], r[NR] }'
+			done
+		done
+	fi
 } >"$RESULTS"
 cat "$RESULTS"
