@@ -45,16 +45,80 @@ proxy_payload(struct client *c, int eof, payload_take_fn take, void *arg)
 	return PAYLOAD_MORE;
 }
 
+/* --- a worker's idle objects, kept for its next answers -------------------------------- */
+
+/* The limits an object was made for (its kind's own meaning; unused ones 0). */
+struct proxy_made_for {
+	size_t limit[3];
+};
+
+/* Embedded first in a pooled object. */
+struct proxy_pooled {
+	struct proxy_pooled *next;      /* in the worker's idle list */
+	struct proxy_made_for made_for;
+};
+
+/* One kind of object: up to PROXY_POOL_KEPT idle ones per worker; beyond, they are freed.
+ * make: a new one for those limits, NULL without memory. */
+struct proxy_pool {
+	struct proxy_pooled *idle;
+	unsigned nidle;
+	struct proxy_pooled *(*make)(const struct proxy_made_for *);
+	void (*free)(struct proxy_pooled *);
+};
+
+#define PROXY_POOL_KEPT 16
+
+/* An idle one made for these limits, or a new one; NULL without memory. */
+static struct proxy_pooled *
+proxy_pool_get(struct proxy_pool *pool, const struct proxy_made_for *want)
+{
+	struct proxy_pooled *p;
+
+	while ((p = pool->idle) != NULL) {
+		pool->idle = p->next;
+		pool->nidle--;
+		if (memcmp(&p->made_for, want, sizeof(*want)) == 0)
+			return p;
+		pool->free(p);          /* made for the limits of a configuration gone */
+	}
+	if ((p = pool->make(want)) != NULL)
+		p->made_for = *want;
+	return p;
+}
+
+static void
+proxy_pool_put(struct proxy_pool *pool, struct proxy_pooled *p)
+{
+	if (pool->nidle >= PROXY_POOL_KEPT) {
+		pool->free(p);
+		return;
+	}
+	p->next = pool->idle;
+	pool->idle = p;
+	pool->nidle++;
+}
+
+/* The worker ends: its idle ones go. */
+static void
+proxy_pool_empty(struct proxy_pool *pool)
+{
+	struct proxy_pooled *p;
+
+	while ((p = pool->idle) != NULL) {
+		pool->idle = p->next;
+		pool->free(p);
+	}
+	pool->nidle = 0;
+}
+
 /* --- events: ops per event of an SSE or NDJSON answer ------------------------------------ */
 
 /* A streamed answer's events: the parser and its ops, the variables they read (valid for the
  * whole answer), and what the ops wrote since it last went to the client. */
 struct proxy_events {
-	struct proxy_events *next;      /* in the worker's idle list */
+	struct proxy_pooled pooled;     /* made for limits.max_event, max_depth, max_members */
 	struct stream_events *se;
-	size_t max_event;               /* the limits se was made for */
-	unsigned max_depth;
-	size_t max_members;
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct stream_events_counts counted;    /* of the counts, those in the metrics */
@@ -64,46 +128,45 @@ struct proxy_events {
 
 static int proxy_events_batch_cb(void *arg, char *p, size_t len);
 
-/* Idle ones kept for this worker's next event streams; beyond, they are freed. */
-#define PROXY_EVENTS_KEPT 16
-static _Thread_local struct proxy_events *events_idle;
-static _Thread_local unsigned events_nidle;
-
 static void
-proxy_events_free(struct proxy_events *pe)
+proxy_events_free(struct proxy_pooled *p)
 {
+	struct proxy_events *pe = (struct proxy_events *)p;
+
 	stream_events_free(pe->se);
 	if (pe->out != NULL)
 		evbuffer_free(pe->out);
 	free(pe);
 }
 
+static struct proxy_pooled *
+proxy_events_make(const struct proxy_made_for *lim)
+{
+	struct proxy_events *pe;
+
+	if ((pe = calloc(1, sizeof(*pe))) == NULL)
+		return NULL;
+	if ((pe->se = stream_events_new(lim->limit[0], (unsigned)lim->limit[1],
+	    lim->limit[2])) == NULL || (pe->out = evbuffer_new()) == NULL) {
+		proxy_events_free(&pe->pooled);
+		return NULL;
+	}
+	stream_events_take_batches(pe->se, proxy_events_batch_cb);
+	return &pe->pooled;
+}
+
+static _Thread_local struct proxy_pool events_pool = {
+	.make = proxy_events_make, .free = proxy_events_free
+};
+
 /* An idle one made for cfg's limits, or a new one; NULL without memory. */
 static struct proxy_events *
 proxy_events_get(const struct config *cfg)
 {
-	struct proxy_events *pe;
+	struct proxy_made_for want = { { cfg->limits.max_event, cfg->limits.max_depth,
+	    cfg->limits.max_members } };
 
-	while ((pe = events_idle) != NULL) {
-		events_idle = pe->next;
-		events_nidle--;
-		if (pe->max_event == cfg->limits.max_event && pe->max_depth == cfg->limits.max_depth &&
-		    pe->max_members == cfg->limits.max_members)
-			return pe;
-		proxy_events_free(pe);  /* made for the limits of a configuration gone */
-	}
-	if ((pe = calloc(1, sizeof(*pe))) == NULL)
-		return NULL;
-	pe->max_event = cfg->limits.max_event;
-	pe->max_depth = cfg->limits.max_depth;
-	pe->max_members = cfg->limits.max_members;
-	if ((pe->se = stream_events_new(pe->max_event, pe->max_depth, pe->max_members)) == NULL ||
-	    (pe->out = evbuffer_new()) == NULL) {
-		proxy_events_free(pe);
-		return NULL;
-	}
-	stream_events_take_batches(pe->se, proxy_events_batch_cb);
-	return pe;
+	return (struct proxy_events *)proxy_pool_get(&events_pool, &want);
 }
 
 /* The answer's events are over (or the request ended first): back to the idle list. */
@@ -116,13 +179,7 @@ proxy_events_put(struct client *c)
 		return;
 	c->rq->ans.events = NULL;
 	evbuffer_drain(pe->out, evbuffer_get_length(pe->out));
-	if (events_nidle >= PROXY_EVENTS_KEPT) {
-		proxy_events_free(pe);
-		return;
-	}
-	pe->next = events_idle;
-	events_idle = pe;
-	events_nidle++;
+	proxy_pool_put(&events_pool, &pe->pooled);
 }
 
 /* The route has events: 1 when this answer streams through them (a body of an event format,
@@ -284,7 +341,7 @@ proxy_events_forward(struct client *c, int eof)
 #define REWRITING_MIN_HOLD (64 * 1024)
 
 struct proxy_rewriting {
-	struct proxy_rewriting *next;   /* in the worker's idle list */
+	struct proxy_pooled pooled;     /* made for max_hold */
 	struct stream_envelope *se;
 	struct evbuffer *out;
 	size_t max_hold;                /* what se was made to hold back at most */
@@ -297,41 +354,44 @@ struct proxy_rewriting {
 	size_t cur_len, cur_done;
 };
 
-#define REWRITING_KEPT 16
-static _Thread_local struct proxy_rewriting *rewriting_idle;
-static _Thread_local unsigned rewriting_nidle;
-
 static void
-proxy_rewriting_free(struct proxy_rewriting *rw)
+proxy_rewriting_free(struct proxy_pooled *p)
 {
+	struct proxy_rewriting *rw = (struct proxy_rewriting *)p;
+
 	stream_envelope_free(rw->se);
 	if (rw->out != NULL)
 		evbuffer_free(rw->out);
 	free(rw);
 }
 
+static struct proxy_pooled *
+proxy_rewriting_make(const struct proxy_made_for *lim)
+{
+	struct proxy_rewriting *rw;
+
+	if ((rw = calloc(1, sizeof(*rw))) == NULL)
+		return NULL;
+	rw->max_hold = lim->limit[0];
+	if ((rw->se = stream_envelope_new(rw->max_hold)) == NULL ||
+	    (rw->out = evbuffer_new()) == NULL) {
+		proxy_rewriting_free(&rw->pooled);
+		return NULL;
+	}
+	return &rw->pooled;
+}
+
+static _Thread_local struct proxy_pool rewriting_pool = {
+	.make = proxy_rewriting_make, .free = proxy_rewriting_free
+};
+
 /* An idle one made for max_hold, or a new one; NULL without memory. */
 static struct proxy_rewriting *
 proxy_rewriting_get(size_t max_hold)
 {
-	struct proxy_rewriting *rw;
+	struct proxy_made_for want = { { max_hold, 0, 0 } };
 
-	while ((rw = rewriting_idle) != NULL) {
-		rewriting_idle = rw->next;
-		rewriting_nidle--;
-		if (rw->max_hold == max_hold)
-			return rw;
-		proxy_rewriting_free(rw);       /* made for the limits of a configuration gone */
-	}
-	if ((rw = calloc(1, sizeof(*rw))) == NULL)
-		return NULL;
-	rw->max_hold = max_hold;
-	if ((rw->se = stream_envelope_new(max_hold)) == NULL ||
-	    (rw->out = evbuffer_new()) == NULL) {
-		proxy_rewriting_free(rw);
-		return NULL;
-	}
-	return rw;
+	return (struct proxy_rewriting *)proxy_pool_get(&rewriting_pool, &want);
 }
 
 void
@@ -345,13 +405,7 @@ proxy_rewriting_put(struct client *c)
 	if (!rw->complete && stream_envelope_written(rw->se) != 0)
 		metrics_streamed(c->w, c->rq->route, METRICS_STREAMED_ABORTED);
 	evbuffer_drain(rw->out, evbuffer_get_length(rw->out));
-	if (rewriting_nidle >= REWRITING_KEPT) {
-		proxy_rewriting_free(rw);
-		return;
-	}
-	rw->next = rewriting_idle;
-	rewriting_idle = rw;
-	rewriting_nidle++;
+	proxy_pool_put(&rewriting_pool, &rw->pooled);
 }
 
 int
@@ -560,17 +614,6 @@ proxy_rewriting_forward(struct client *c, int eof)
 void
 proxy_events_worker_end(void)
 {
-	struct proxy_events *pe;
-	struct proxy_rewriting *rw;
-
-	while ((pe = events_idle) != NULL) {
-		events_idle = pe->next;
-		proxy_events_free(pe);
-	}
-	events_nidle = 0;
-	while ((rw = rewriting_idle) != NULL) {
-		rewriting_idle = rw->next;
-		proxy_rewriting_free(rw);
-	}
-	rewriting_nidle = 0;
+	proxy_pool_empty(&events_pool);
+	proxy_pool_empty(&rewriting_pool);
 }
