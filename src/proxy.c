@@ -120,6 +120,15 @@ proxy_wants_body(struct client *c, const struct http_response *resp)
 	return 1;
 }
 
+/* The head kept by proxy_hold_response, parsed into resp (which points into it). */
+static void
+proxy_parse_held(struct client *c, struct http_response *resp)
+{
+	size_t hl = evbuffer_get_length(c->rq->resp_head);
+
+	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+}
+
 /* Keep the answer's head (head_len bytes of the upstream input) and collect its body before
  * answering.  0, or -1 when answered with an error. */
 int
@@ -224,8 +233,11 @@ proxy_read_response_head(struct client *c)
 		 * rewrite it as it comes, when it is too large to hold). */
 		if (collect && proxy_hold_response(c, (size_t)r) != 0)
 			return -1;
-		if (collect == 2)
-			proxy_rewriting_start(c);
+		if (collect == 2) {
+			/* The head moved to resp_head: parsed there, where it stays. */
+			proxy_parse_held(c, resp);
+			proxy_rewriting_start(c, resp);
+		}
 		if (collect)
 			return c->state == CLIENT_BUSY ? 0 : -1;
 	}
@@ -362,15 +374,14 @@ static void
 proxy_body_overflow(struct client *c)
 {
 	struct http_response *resp = &c->w->resp;
-	size_t hl = evbuffer_get_length(c->rq->resp_head);
 
 	if (c->rq->rpc != NULL) {
 		proxy_jsonrpc_too_large(c);
 		return;
 	}
-	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	proxy_parse_held(c, resp);
 	if (proxy_rewriting_can(c, resp)) {
-		proxy_rewriting_start(c);
+		proxy_rewriting_start(c, resp);
 		return;
 	}
 	log_warnx("route %s: response body exceeds limits.max_body (request %s)", c->rq->route->name,
@@ -385,10 +396,10 @@ void
 proxy_pass_held(struct client *c, int ended)
 {
 	struct http_response *resp = &c->w->resp;
-	size_t hl = evbuffer_get_length(c->rq->resp_head), n = evbuffer_get_length(c->rq->body);
+	size_t n = evbuffer_get_length(c->rq->body);
 	enum answer_framing framing;
 
-	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	proxy_parse_held(c, resp);
 	c->rq->ans.collecting = 0;
 	/* What was collected is de-chunked: a chunked body goes on as a stream. */
 	framing = c->rq->ans.mode == BODY_CHUNKED ? ANSWER_STREAM : c->rq->ans.mode == BODY_LENGTH ?
@@ -421,7 +432,6 @@ proxy_respond_rewritten(struct client *c)
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct body_result res;
-	size_t hl = evbuffer_get_length(c->rq->resp_head);
 	enum body_coding coding;
 	char msg[256];
 	int rc;
@@ -430,7 +440,7 @@ proxy_respond_rewritten(struct client *c)
 		proxy_jsonrpc_judge(c);
 		return;
 	}
-	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	proxy_parse_held(c, resp);
 	proxy_vars(c, proxy_prog_vars(c->rq->ans.prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
 	if (body_needs_headers(c->rq->ans.prog))

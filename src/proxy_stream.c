@@ -352,6 +352,9 @@ struct proxy_rewriting {
 	struct evbuffer *in, *kept;
 	const char *cur;
 	size_t cur_len, cur_done;
+	/* The answer's head, parsed once from resp_head (which stays as it is while the body
+	 * streams): its status for the ops, all of it for the first output. */
+	struct http_response head;
 };
 
 static void
@@ -443,15 +446,11 @@ proxy_rewriting_write_cb(void *arg, const char *p, size_t len)
 static void
 proxy_rewriting_send(struct client *c, struct proxy_rewriting *rw)
 {
-	struct http_response *resp = &c->w->resp;
-	size_t hl;
+	struct http_response *resp = &rw->head;
 
 	if (evbuffer_get_length(rw->out) == 0)
 		return;
 	if (!c->rq->ans.started) {
-		hl = evbuffer_get_length(c->rq->resp_head);
-		http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl),
-		    hl, resp);
 		proxy_remove_header(resp->headers, &resp->nheaders, "content-length");
 		/* The bytes are jsongate's: no strong ETag. */
 		proxy_write_response_head(c, resp, ANSWER_STREAM, 0, "");
@@ -534,17 +533,15 @@ proxy_rewriting_failed(struct client *c, struct proxy_rewriting *rw, int ended)
 }
 
 void
-proxy_rewriting_start(struct client *c)
+proxy_rewriting_start(struct client *c, const struct http_response *resp)
 {
 	const struct rewrite_program *prog = c->rq->ans.prog;
 	const struct config *cfg = client_cfg(c);
-	struct http_response *resp = &c->w->resp;
 	struct proxy_rewriting *rw;
 	struct rewrite_vars vars;
 	struct body_tls_text tls_text;
 	struct evbuffer_iovec v;
 	struct evbuffer_ptr at;
-	size_t hl = evbuffer_get_length(c->rq->resp_head);
 
 	c->rq->ans.collecting = 0;
 	if ((rw = proxy_rewriting_get(cfg->limits.max_body > REWRITING_MIN_HOLD ?
@@ -556,7 +553,7 @@ proxy_rewriting_start(struct client *c)
 	rw->err = 0;
 	rw->complete = 0;
 	rw->cur = NULL;
-	http_parse_response((const char *)evbuffer_pullup(c->rq->resp_head, (ev_ssize_t)hl), hl, resp);
+	rw->head = *resp;
 	proxy_vars(c, proxy_prog_vars(prog), &vars, &tls_text);
 	vars.status = resp->status;     /* for when: { status: ... } */
 	if (body_needs_headers(prog))

@@ -638,8 +638,9 @@ void proxy_events_put(struct client *c);
  * of its status while it is forwarded. */
 int proxy_rewriting_can(struct client *c, const struct http_response *resp);
 /* Rewrite the held answer while it is forwarded: what was collected first, then the rest as
- * it comes.  The first output sends the head; an error before it follows on_error. */
-void proxy_rewriting_start(struct client *c);
+ * it comes.  The first output sends the head; an error before it follows on_error.  resp: the
+ * head parsed from resp_head, kept (it points there) until the rewriting ends. */
+void proxy_rewriting_start(struct client *c, const struct http_response *resp);
 /* More of the body came (eof: the upstream closed an answer ended so). */
 void proxy_rewriting_forward(struct client *c, int eof);
 /* The request ends: its rewriting goes back for reuse (counted aborted when cut short). */
