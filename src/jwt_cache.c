@@ -7,125 +7,61 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
-#define JWT_CACHE_SHARDS 16
+#include "lru.h"
 
 struct jwt_cache_entry {
+	struct lru_node node;
 	struct jwt_cache_key key;
 	int64_t expires;
 	struct jwt_claims *claims;
-	struct jwt_cache_entry *hnext;          /* hash chain */
-	struct jwt_cache_entry *prev, *next;    /* recency: head most recent */
-};
-
-struct jwt_cache_shard {
-	pthread_mutex_t lock;
-	struct jwt_cache_entry **buckets;
-	size_t mask;
-	size_t count, max;
-	struct jwt_cache_entry *head, *tail;
 };
 
 struct jwt_cache {
-	struct jwt_cache_shard shards[JWT_CACHE_SHARDS];
+	struct lru *table;
 	int64_t max_ttl;
 };
 
-/* The digest is uniform: its bytes pick the shard and the bucket. */
-static struct jwt_cache_shard *
-jwt_cache_shard(struct jwt_cache *c, const struct jwt_cache_key *key)
+/* The digest is uniform: its last byte picks the shard, its first bytes the bucket. */
+static uint64_t
+jwt_cache_hash(const struct jwt_cache_key *key)
 {
-	return &c->shards[key->digest[31] % JWT_CACHE_SHARDS];
-}
-
-static size_t
-jwt_cache_bucket(const struct jwt_cache_shard *s, const struct jwt_cache_key *key)
-{
-	size_t h;
+	uint64_t h;
 
 	memcpy(&h, key->digest, sizeof(h));
-	return h & s->mask;
+	return (h & ~(UINT64_C(0xf) << 60)) | (uint64_t)(key->digest[31] % LRU_SHARDS) << 60;
+}
+
+static int
+jwt_cache_eq(const struct lru_node *n, const void *key)
+{
+	const struct jwt_cache_entry *e = LRU_ENTRY(n, const struct jwt_cache_entry, node);
+
+	return memcmp(e->key.digest, ((const struct jwt_cache_key *)key)->digest,
+	    sizeof(e->key.digest)) == 0;
+}
+
+static void
+jwt_cache_entry_free(struct lru_node *n)
+{
+	struct jwt_cache_entry *e = LRU_ENTRY(n, struct jwt_cache_entry, node);
+
+	jwt_claims_unref(e->claims);
+	free(e);
 }
 
 struct jwt_cache *
 jwt_cache_new(size_t max_entries, int64_t max_ttl)
 {
 	struct jwt_cache *c;
-	struct jwt_cache_shard *s;
-	size_t i, per, nb;
 
 	if (max_entries == 0 || (c = calloc(1, sizeof(*c))) == NULL)
 		return NULL;
 	c->max_ttl = max_ttl;
-	per = (max_entries + JWT_CACHE_SHARDS - 1) / JWT_CACHE_SHARDS;
-	for (nb = 4; nb < per * 2; nb *= 2)
-		;
-	for (i = 0; i < JWT_CACHE_SHARDS; i++)
-		pthread_mutex_init(&c->shards[i].lock, NULL);
-	for (i = 0; i < JWT_CACHE_SHARDS; i++) {
-		s = &c->shards[i];
-		/* The total stays at most max_entries. */
-		s->max = max_entries / JWT_CACHE_SHARDS + (i < max_entries % JWT_CACHE_SHARDS);
-		s->mask = nb - 1;
-		if ((s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
-			jwt_cache_free(c);
-			return NULL;
-		}
+	if ((c->table = lru_new(max_entries, jwt_cache_entry_free)) == NULL) {
+		free(c);
+		return NULL;
 	}
 	return c;
-}
-
-static void
-jwt_cache_unlink(struct jwt_cache_shard *s, struct jwt_cache_entry *e)
-{
-	struct jwt_cache_entry **pp = &s->buckets[jwt_cache_bucket(s, &e->key)];
-
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
-	if (e->prev != NULL)
-		e->prev->next = e->next;
-	else
-		s->head = e->next;
-	if (e->next != NULL)
-		e->next->prev = e->prev;
-	else
-		s->tail = e->prev;
-	s->count--;
-}
-
-static void
-jwt_cache_drop(struct jwt_cache_shard *s, struct jwt_cache_entry *e)
-{
-	jwt_cache_unlink(s, e);
-	jwt_claims_unref(e->claims);
-	free(e);
-}
-
-static void
-jwt_cache_to_front(struct jwt_cache_shard *s, struct jwt_cache_entry *e)
-{
-	if (s->head == e)
-		return;
-	e->prev->next = e->next;
-	if (e->next != NULL)
-		e->next->prev = e->prev;
-	else
-		s->tail = e->prev;
-	e->prev = NULL;
-	e->next = s->head;
-	s->head->prev = e;
-	s->head = e;
-}
-
-static struct jwt_cache_entry *
-jwt_cache_find(struct jwt_cache_shard *s, const struct jwt_cache_key *key)
-{
-	struct jwt_cache_entry *e;
-
-	for (e = s->buckets[jwt_cache_bucket(s, key)]; e != NULL; e = e->hnext)
-		if (memcmp(e->key.digest, key->digest, sizeof(key->digest)) == 0)
-			return e;
-	return NULL;
 }
 
 /* SHA256() looks the algorithm up and makes a context at every call: a thread keeps both,
@@ -162,20 +98,23 @@ jwt_cache_thread_end(void)
 struct jwt_claims *
 jwt_cache_get(struct jwt_cache *c, const struct jwt_cache_key *key, int64_t now)
 {
-	struct jwt_cache_shard *s = jwt_cache_shard(c, key);
+	uint64_t h = jwt_cache_hash(key);
+	struct lru_shard *s = lru_shard(c->table, h);
+	struct lru_node *n;
 	struct jwt_cache_entry *e;
 	struct jwt_claims *claims = NULL;
 
-	pthread_mutex_lock(&s->lock);
-	if ((e = jwt_cache_find(s, key)) != NULL) {
+	lru_lock(s);
+	if ((n = lru_find(s, h, jwt_cache_eq, key)) != NULL) {
+		e = LRU_ENTRY(n, struct jwt_cache_entry, node);
 		if (now >= e->expires) {
-			jwt_cache_drop(s, e);
+			lru_drop(s, n);
 		} else {
-			jwt_cache_to_front(s, e);
+			lru_use(s, n);
 			claims = jwt_claims_ref(e->claims);
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	lru_unlock(s);
 	return claims;
 }
 
@@ -183,84 +122,50 @@ void
 jwt_cache_put(struct jwt_cache *c, const struct jwt_cache_key *key, struct jwt_claims *claims,
     int64_t now)
 {
-	struct jwt_cache_shard *s = jwt_cache_shard(c, key);
+	uint64_t h = jwt_cache_hash(key);
+	struct lru_shard *s = lru_shard(c->table, h);
+	struct lru_node *n;
 	struct jwt_cache_entry *e;
 	int64_t expires = now + c->max_ttl;
-	size_t b;
 
 	if (claims->has_exp && claims->exp < expires)
 		expires = claims->exp;
-	if (expires <= now || s->max == 0)
+	if (expires <= now || lru_max(s) == 0)
 		return;
-	pthread_mutex_lock(&s->lock);
-	if ((e = jwt_cache_find(s, key)) != NULL) {
-		jwt_cache_to_front(s, e);
-		e->expires = expires;
-		pthread_mutex_unlock(&s->lock);
+	lru_lock(s);
+	if ((n = lru_find(s, h, jwt_cache_eq, key)) != NULL) {
+		lru_use(s, n);
+		LRU_ENTRY(n, struct jwt_cache_entry, node)->expires = expires;
+		lru_unlock(s);
 		return;
 	}
-	if (s->count >= s->max)
-		jwt_cache_drop(s, s->tail);
+	lru_make_room(s);
 	if ((e = calloc(1, sizeof(*e))) != NULL) {
 		e->key = *key;
 		e->expires = expires;
 		e->claims = jwt_claims_ref(claims);
-		b = jwt_cache_bucket(s, key);
-		e->hnext = s->buckets[b];
-		s->buckets[b] = e;
-		e->next = s->head;
-		if (s->head != NULL)
-			s->head->prev = e;
-		s->head = e;
-		if (s->tail == NULL)
-			s->tail = e;
-		s->count++;
+		lru_add(s, &e->node, h);
 	}
-	pthread_mutex_unlock(&s->lock);
+	lru_unlock(s);
 }
 
 void
 jwt_cache_clear(struct jwt_cache *c)
 {
-	struct jwt_cache_shard *s;
-	size_t i;
-
-	for (i = 0; i < JWT_CACHE_SHARDS; i++) {
-		s = &c->shards[i];
-		pthread_mutex_lock(&s->lock);
-		while (s->head != NULL)
-			jwt_cache_drop(s, s->head);
-		pthread_mutex_unlock(&s->lock);
-	}
+	lru_clear(c->table);
 }
 
 size_t
 jwt_cache_count(struct jwt_cache *c)
 {
-	size_t i, n = 0;
-
-	for (i = 0; i < JWT_CACHE_SHARDS; i++) {
-		pthread_mutex_lock(&c->shards[i].lock);
-		n += c->shards[i].count;
-		pthread_mutex_unlock(&c->shards[i].lock);
-	}
-	return n;
+	return lru_count(c->table);
 }
 
 void
 jwt_cache_free(struct jwt_cache *c)
 {
-	struct jwt_cache_shard *s;
-	size_t i;
-
 	if (c == NULL)
 		return;
-	for (i = 0; i < JWT_CACHE_SHARDS; i++) {
-		s = &c->shards[i];
-		while (s->head != NULL)
-			jwt_cache_drop(s, s->head);
-		free(s->buckets);
-		pthread_mutex_destroy(&s->lock);
-	}
+	lru_free(c->table);
 	free(c);
 }

@@ -1,34 +1,25 @@
 #include "ratelimit.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <openssl/rand.h>
 
-#define RATELIMIT_SHARDS 16
+#include "lru.h"
+
 #define NS 1000000000ULL
 
 struct ratelimit_entry {
-	struct ratelimit_entry *hnext;          /* hash chain */
-	struct ratelimit_entry *prev, *next;    /* recency: head most recent */
-	uint64_t hash;
+	struct lru_node node;
 	uint64_t tat;
 	uint32_t rule;
 	size_t len;
 	unsigned char key[];
 };
 
-struct ratelimit_shard {
-	pthread_mutex_t lock;
-	struct ratelimit_entry **buckets;
-	size_t mask, count, max;
-	struct ratelimit_entry *head, *tail;
-};
-
 struct ratelimit {
-	struct ratelimit_shard shards[RATELIMIT_SHARDS];
+	struct lru *table;
 	uint64_t seed[2];                       /* keys come from clients: a keyed hash */
 };
 
@@ -155,69 +146,44 @@ ratelimit_hash(const uint64_t seed[2], uint32_t rule, const unsigned char *p, si
 	return v0 ^ v1 ^ v2 ^ v3;
 }
 
+/* What a bucket's key is compared with. */
+struct ratelimit_key {
+	uint32_t rule;
+	size_t len;
+	const void *p;
+};
+
+static int
+ratelimit_eq(const struct lru_node *n, const void *key)
+{
+	const struct ratelimit_entry *e = LRU_ENTRY(n, const struct ratelimit_entry, node);
+	const struct ratelimit_key *k = key;
+
+	return e->rule == k->rule && e->len == k->len && memcmp(e->key, k->p, k->len) == 0;
+}
+
+static void
+ratelimit_entry_free(struct lru_node *n)
+{
+	free(LRU_ENTRY(n, struct ratelimit_entry, node));
+}
+
 struct ratelimit *
 ratelimit_new(size_t max_keys)
 {
 	struct ratelimit *rl;
-	struct ratelimit_shard *s;
-	size_t i, per, nb;
 
 	if ((rl = calloc(1, sizeof(*rl))) == NULL)
 		return NULL;
 	/* Every shard holds at least one key, else its keys would not be limited. */
-	if (max_keys < RATELIMIT_SHARDS)
-		max_keys = RATELIMIT_SHARDS;
-	if (RAND_bytes((unsigned char *)rl->seed, sizeof(rl->seed)) != 1) {
+	if (max_keys < LRU_SHARDS)
+		max_keys = LRU_SHARDS;
+	if (RAND_bytes((unsigned char *)rl->seed, sizeof(rl->seed)) != 1 ||
+	    (rl->table = lru_new(max_keys, ratelimit_entry_free)) == NULL) {
 		free(rl);
 		return NULL;
 	}
-	per = (max_keys + RATELIMIT_SHARDS - 1) / RATELIMIT_SHARDS;
-	for (nb = 4; nb < per * 2; nb *= 2)
-		;
-	for (i = 0; i < RATELIMIT_SHARDS; i++)
-		pthread_mutex_init(&rl->shards[i].lock, NULL);
-	for (i = 0; i < RATELIMIT_SHARDS; i++) {
-		s = &rl->shards[i];
-		s->max = max_keys / RATELIMIT_SHARDS + (i < max_keys % RATELIMIT_SHARDS);
-		s->mask = nb - 1;
-		if ((s->buckets = calloc(nb, sizeof(*s->buckets))) == NULL) {
-			ratelimit_free(rl);
-			return NULL;
-		}
-	}
 	return rl;
-}
-
-static void
-ratelimit_unlink(struct ratelimit_shard *s, struct ratelimit_entry *e)
-{
-	struct ratelimit_entry **pp = &s->buckets[e->hash & s->mask];
-
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
-	if (e->prev != NULL)
-		e->prev->next = e->next;
-	else
-		s->head = e->next;
-	if (e->next != NULL)
-		e->next->prev = e->prev;
-	else
-		s->tail = e->prev;
-	s->count--;
-	free(e);
-}
-
-static void
-ratelimit_push_front(struct ratelimit_shard *s, struct ratelimit_entry *e)
-{
-	e->prev = NULL;
-	e->next = s->head;
-	if (s->head != NULL)
-		s->head->prev = e;
-	s->head = e;
-	if (s->tail == NULL)
-		s->tail = e;
 }
 
 void
@@ -225,79 +191,49 @@ ratelimit_take(struct ratelimit *rl, const struct ratelimit_rule *rule, const vo
     size_t len, uint64_t now, struct ratelimit_answer *ans)
 {
 	uint64_t h = ratelimit_hash(rl->seed, rule->id, key, len), tat = 0;
-	/* The high bits pick the shard, the low bits the bucket in it. */
-	struct ratelimit_shard *s = &rl->shards[h >> 60];
+	struct ratelimit_key k = { rule->id, len, key };
+	struct lru_shard *s = lru_shard(rl->table, h);
+	struct lru_node *n;
 	struct ratelimit_entry *e;
 	int i;
 
-	pthread_mutex_lock(&s->lock);
+	lru_lock(s);
 	/* A key idle long enough to be full again is the same as no key: drop a few. */
-	for (i = 0; i < 2 && s->tail != NULL && s->tail->tat <= now; i++)
-		ratelimit_unlink(s, s->tail);
-	for (e = s->buckets[h & s->mask]; e != NULL; e = e->hnext)
-		if (e->hash == h && e->rule == rule->id && e->len == len &&
-		    memcmp(e->key, key, len) == 0)
-			break;
-	if (e != NULL) {
-		ratelimit_gcra(&e->tat, rule, now, ans);
-		if (s->head != e) {
-			e->prev->next = e->next;
-			if (e->next != NULL)
-				e->next->prev = e->prev;
-			else
-				s->tail = e->prev;
-			ratelimit_push_front(s, e);
-		}
-		pthread_mutex_unlock(&s->lock);
+	for (i = 0; i < 2 && (n = lru_oldest(s)) != NULL &&
+	    LRU_ENTRY(n, struct ratelimit_entry, node)->tat <= now; i++)
+		lru_drop(s, n);
+	if ((n = lru_find(s, h, ratelimit_eq, &k)) != NULL) {
+		ratelimit_gcra(&LRU_ENTRY(n, struct ratelimit_entry, node)->tat, rule, now, ans);
+		lru_use(s, n);
+		lru_unlock(s);
 		return;
 	}
 	ratelimit_gcra(&tat, rule, now, ans);
 	/* Make room: the least recently used key goes. */
-	if (s->count >= s->max)
-		ratelimit_unlink(s, s->tail);
+	lru_make_room(s);
 	if ((e = malloc(sizeof(*e) + len)) == NULL) {
-		pthread_mutex_unlock(&s->lock);
+		lru_unlock(s);
 		return;
 	}
-	e->hash = h;
 	e->tat = tat;
 	e->rule = rule->id;
 	e->len = len;
 	memcpy(e->key, key, len);
-	e->hnext = s->buckets[h & s->mask];
-	s->buckets[h & s->mask] = e;
-	ratelimit_push_front(s, e);
-	s->count++;
-	pthread_mutex_unlock(&s->lock);
+	lru_add(s, &e->node, h);
+	lru_unlock(s);
 }
 
 size_t
 ratelimit_count(struct ratelimit *rl)
 {
-	size_t i, n = 0;
-
-	for (i = 0; i < RATELIMIT_SHARDS; i++) {
-		pthread_mutex_lock(&rl->shards[i].lock);
-		n += rl->shards[i].count;
-		pthread_mutex_unlock(&rl->shards[i].lock);
-	}
-	return n;
+	return lru_count(rl->table);
 }
 
 void
 ratelimit_free(struct ratelimit *rl)
 {
-	struct ratelimit_shard *s;
-	size_t i;
-
 	if (rl == NULL)
 		return;
-	for (i = 0; i < RATELIMIT_SHARDS; i++) {
-		s = &rl->shards[i];
-		while (s->head != NULL)
-			ratelimit_unlink(s, s->head);
-		free(s->buckets);
-		pthread_mutex_destroy(&s->lock);
-	}
+	lru_free(rl->table);
 	free(rl);
 }
