@@ -168,6 +168,42 @@ def head_of_a_rewritten_answer(env):
 
 
 @T.case
+def head_kept_until_the_first_output(env):
+    """The head goes out at the first output, after other answers went through the same
+    worker: it is still this answer's own, over a Content-Length and chunked."""
+    start_a = b'{"code":0,"msg":"' + b'm' * 3000
+    rest_a = b'","data":{"id":1}}'
+    whole = start_a + rest_a
+    for framing in ('length', 'chunked'):
+        go = threading.Event()
+        if framing == 'length':
+            head = (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Which: a\r\n'
+                    b'Content-Length: %d\r\n\r\n' % len(whole))
+            parts = ((head + start_a, go), (rest_a, 0))
+        else:
+            head = (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Which: a\r\n'
+                    b'Transfer-Encoding: chunked\r\n\r\n')
+            parts = ((head + b'%x\r\n%s\r\n' % (len(start_a), start_a), go),
+                     (b'%x\r\n%s\r\n0\r\n\r\n' % (len(rest_a), rest_a), 0))
+        up = env.scripted([pieces(*parts, close=False),
+                           answer(http_response(201, b'{"code":0,"data":{"b":2}}',
+                                                headers=[('X-Which', 'b')]))])
+        gw = start(env, up, '1k')
+        a = env.client(gw.port)
+        a.send(build_request('GET', '/unwrap/a', [('Host', 'a'), ('X-Request-Id', RID)]))
+        env.require('%s: a asked' % framing, wait_until(lambda: len(up.requests) == 1, 5))
+        b = env.client(gw.port).request('GET', '/unwrap/b', [('Host', 'a')])
+        env.eq('%s: b' % framing, (b.status, b.header('X-Which'), b.body),
+               (201, 'b', b'{"b":2}'))
+        go.set()
+        r = a.read_response()
+        env.eq('%s: a, its own head' % framing, r.head,
+               b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Which: a\r\n'
+               b'X-Request-Id: req-stream-1\r\nTransfer-Encoding: chunked\r\n\r\n')
+        env.eq('%s: a, its body' % framing, r.body, b'{"id":1}')
+
+
+@T.case
 def to_an_http10_client(env):
     """No chunks for HTTP/1.0: the rewritten body goes until the close."""
     up = env.scripted([answer(http_response(200, ENVELOPE))])
