@@ -24,6 +24,10 @@ Environment:
   NGINX=nginx          nginx binary (the upstream)
   KEEP=1               keep the temporary directory, with each run's callgrind dump
                        (callgrind_annotate FILE shows where the instructions go)
+  H2=1                 HTTP/2 streams instead: the listener gets http2: true and h2load
+                       sends the requests over one h2c connection, 10 streams at a time
+                       (h2load -c 1 -m 10), warm-up and measured run each on a new one
+  H2LOAD=h2load        h2load binary (H2=1)
 EOF
 }
 
@@ -44,6 +48,8 @@ WARMUP=${WARMUP:-400}
 JSONGATE=${JSONGATE:-$ROOT_DIR/build/src/jsongate}
 NGINX=${NGINX:-nginx}
 KEEP=${KEEP:-0}
+H2=${H2:-0}
+H2LOAD=${H2LOAD:-h2load}
 
 # shellcheck source=lib.sh
 . "$BENCH_DIR/lib.sh"
@@ -53,6 +59,9 @@ for tool in valgrind callgrind_control python3 "$NGINX"; do
 	command -v "$tool" >/dev/null || missing="$missing $tool"
 done
 [ -x "$JSONGATE" ] || missing="$missing $JSONGATE"
+if [ "$H2" = 1 ]; then
+	command -v "$H2LOAD" >/dev/null || missing="$missing $H2LOAD"
+fi
 [ -z "$missing" ] || die "missing:$missing"
 
 templates=()
@@ -113,12 +122,28 @@ for _ in range(count):
 EOF
 }
 
+# COUNT GETs of PATH as HTTP/2 streams over one h2c connection to PORT, 10 at a time; all
+# must be answered 2xx.
+send_h2() {
+	local out
+	out=$("$H2LOAD" -n "$3" -c 1 -m 10 "http://127.0.0.1:$1$2" 2>&1) ||
+		die "h2load failed: $out"
+	grep -q "status codes: $3 2xx" <<<"$out" || die "not all $3 streams 2xx: $out"
+}
+
 printf '%-36s %6s %14s\n' "configuration" "size" "instr/request"
 for t in "${templates[@]}"; do
 	for size in $SIZES; do
 		name=${t%.yaml.in}-$size
 		port=$(pick_port)
 		render "$t" "$RUNDIR/$name.yaml" "$port"
+		if [ "$H2" = 1 ] && ! grep -q 'http2: true' "$RUNDIR/$name.yaml"; then
+			# The listener (the first) speaks HTTP/2 by prior knowledge too.
+			sed -i "s|^\(  - listen: 127.0.0.1:$port\)\$|\1\n    http2: true|" \
+				"$RUNDIR/$name.yaml"
+			grep -q 'http2: true' "$RUNDIR/$name.yaml" ||
+				die "no listener line to add http2: true to in $t"
+		fi
 		"$JSONGATE" -t -c "$RUNDIR/$name.yaml" >"$RUNDIR/$name.test.log" 2>&1 ||
 			die "jsongate rejects $t: $(cat "$RUNDIR/$name.test.log")"
 		start_bg "$RUNDIR/$name.out" valgrind --tool=callgrind \
@@ -133,14 +158,23 @@ for t in "${templates[@]}"; do
 		wait_port "$port" "$pid" "$RUNDIR/$name.out"
 		headers=$BENCH_DIR/conf/${t%.yaml.in}.headers
 		[ -f "$headers" ] || headers=
-		send "$port" "/$size.json" "$WARMUP" "$headers"
-		callgrind_control -z "$pid" >/dev/null 2>&1 || die "callgrind_control -z failed"
-		send "$port" "/$size.json" "$REQUESTS" "$headers"
+		if [ "$H2" = 1 ]; then
+			[ -z "$headers" ] || die "H2=1 sends no extra headers ($headers)"
+			send_h2 "$port" "/$size.json" "$WARMUP"
+			callgrind_control -z "$pid" >/dev/null 2>&1 || die "callgrind_control -z failed"
+			send_h2 "$port" "/$size.json" "$REQUESTS"
+		else
+			send "$port" "/$size.json" "$WARMUP" "$headers"
+			callgrind_control -z "$pid" >/dev/null 2>&1 || die "callgrind_control -z failed"
+			send "$port" "/$size.json" "$REQUESTS" "$headers"
+		fi
 		callgrind_control -d "$pid" >/dev/null 2>&1 || die "callgrind_control -d failed"
 		stop_pid "$pid"
 		# The dump of -d is the first one; the file without a number is the one at exit.
 		total=$(awk '/^(summary|totals):/ { print $2; exit }' "$RUNDIR/$name.callgrind.1")
-		printf '%-36s %6s %14s\n' "${t%.yaml.in}" "$size" \
+		label=${t%.yaml.in}
+		[ "$H2" = 1 ] && label="$label (h2)"
+		printf '%-36s %6s %14s\n' "$label" "$size" \
 			"$(awk -v t="$total" -v n="$REQUESTS" 'BEGIN { printf "%.0f", t / n }')"
 	done
 done
