@@ -28,6 +28,17 @@
 #define H2_OUT_LOW (16 * 1024)
 extern const struct downstream h2_downstream;
 
+/* The worker's answer head being submitted: its fields (headers.c decides them), then the
+ * same as nghttp2's name-value pairs with the names in lower case.  Kept from one answer to
+ * the next. */
+static _Thread_local struct headers_fields h2_fields;
+static _Thread_local struct {
+	nghttp2_nv *nv;
+	size_t cap;
+	char *lower;                    /* the names in lower case, one after the other */
+	size_t lower_size;
+} h2_nvs;
+
 static void h2_send(struct h2_session *s);
 static void h2_answer_error(struct client *c, enum gateway_error err, const char *message,
     const char *extra, int must_close);
@@ -176,6 +187,11 @@ void
 h2_worker_end(void)
 {
 	struct h2_stream *st;
+
+	headers_fields_free(&h2_fields);
+	free(h2_nvs.nv);
+	free(h2_nvs.lower);
+	memset(&h2_nvs, 0, sizeof(h2_nvs));
 
 	while ((st = h2_kept) != NULL) {
 		h2_kept = st->next_kept;
@@ -674,41 +690,6 @@ h2_send_cb(nghttp2_session *ng, const uint8_t *data, size_t length, int flags, v
 	return (ssize_t)length;
 }
 
-/* The fields of a head we wrote ourselves as HTTP/1.1 (headers_response_out, respond_error):
- * one "Name: value" line each, nothing the full parser must catch.  The count of fields, or
- * -1 for anything else (then the parser judges it). */
-static ssize_t
-h2_split_head(const char *p, size_t len, int *status, struct http_header *fields, size_t max)
-{
-	const char *end = p + len, *eol, *colon, *v;
-	size_t n = 0;
-
-	if (len < 14 || memcmp(p, "HTTP/1.1 ", 9) != 0 || p[9] < '1' || p[9] > '9' ||
-	    p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9')
-		return -1;
-	*status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
-	if ((eol = memchr(p, '\n', len)) == NULL)
-		return -1;
-	for (p = eol + 1; p < end; p = eol + 1) {
-		if ((eol = memchr(p, '\n', (size_t)(end - p))) == NULL || eol == p || eol[-1] != '\r')
-			return -1;
-		if (eol == p + 1)
-			return p + 2 == end ? (ssize_t)n : -1;      /* the blank line ends it */
-		if ((colon = memchr(p, ':', (size_t)(eol - p))) == NULL || colon == p ||
-		    colon[-1] == ' ' || colon[-1] == '\t' || n == max)
-			return -1;
-		for (v = colon + 1; v < eol - 1 && (*v == ' ' || *v == '\t'); v++)
-			;
-		fields[n].name = (struct http_str){ p, (size_t)(colon - p) };
-		fields[n].value = (struct http_str){ v, (size_t)(eol - 1 - v) };
-		while (fields[n].value.len != 0 && (v[fields[n].value.len - 1] == ' ' ||
-		    v[fields[n].value.len - 1] == '\t'))
-			fields[n].value.len--;
-		n++;
-	}
-	return -1;
-}
-
 /* HTTP/2's field names are lower case (RFC 9113 8.2.1): eight bytes at a time, A-Z only. */
 static void
 h2_lower(char *to, const char *from, size_t n)
@@ -729,59 +710,88 @@ h2_lower(char *to, const char *from, size_t n)
 		to[j] = (char)(from[j] >= 'A' && from[j] <= 'Z' ? from[j] - 'A' + 'a' : from[j]);
 }
 
-/* A head written as HTTP/1.1 (status line, fields) goes as a HEADERS frame: names in lower
- * case, the connection's own fields (RFC 9113 8.2.2) left out. */
-int
-h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
-    const char *length, int tunnel)
+static int
+h2_nvs_room(size_t n, size_t names)
 {
-	static _Thread_local struct http_response resp;
-	static _Thread_local nghttp2_nv nv[HTTP_MAX_HEADERS + 2];
-	static _Thread_local char lower[HTTP_MAX_HEADERS][64];
-	nghttp2_data_provider data = { { .ptr = st }, h2_read_answer };
-	char status[4];
-	size_t len = evbuffer_get_length(text), n = 0, i, nfields;
-	const char *p = (const char *)evbuffer_pullup(text, (ev_ssize_t)len);
-	ssize_t r;
-	int code;
+	if (n > h2_nvs.cap) {
+		nghttp2_nv *nv = realloc(h2_nvs.nv, n * sizeof(*nv));
 
-	if ((r = h2_split_head(p, len, &code, resp.headers, HTTP_MAX_HEADERS)) >= 0) {
-		nfields = (size_t)r;
-	} else {
-		if (http_parse_response(p, len, &resp) <= 0)
+		if (nv == NULL)
 			return -1;
-		code = resp.status;
-		nfields = resp.nheaders;
+		h2_nvs.nv = nv;
+		h2_nvs.cap = n;
 	}
-	/* RFC 8441: a 200 answers an extended CONNECT whose upstream switched. */
-	if (tunnel)
-		code = 200;
+	if (names > h2_nvs.lower_size) {
+		char *p = realloc(h2_nvs.lower, names);
+
+		if (p == NULL)
+			return -1;
+		h2_nvs.lower = p;
+		h2_nvs.lower_size = names;
+	}
+	return 0;
+}
+
+/* The head in h2_fields goes as a HEADERS frame (with_body: DATA follows), length as its
+ * content-length (or NULL).  A tunnel's (RFC 8441) is a 200 without the handshake's
+ * Sec-WebSocket-Accept (h2_upgrade). */
+int
+h2_submit_head(struct h2_stream *st, int with_body, const char *length, int tunnel)
+{
+	const struct headers_fields *hf = &h2_fields;
+	nghttp2_data_provider data = { { .ptr = st }, h2_read_answer };
+	size_t n = 0, names = 0, i;
+	nghttp2_nv *nv;
+	char status[4], *lower;
+	int code = tunnel ? 200 : hf->status;
+
+	for (i = 0; i < hf->n; i++)
+		names += hf->f[i].name.len;
+	if (h2_nvs_room(hf->n + 2, names) < 0)
+		return -1;
+	nv = h2_nvs.nv;
+	lower = h2_nvs.lower;
 	status[0] = (char)('0' + code / 100 % 10);
 	status[1] = (char)('0' + code / 10 % 10);
 	status[2] = (char)('0' + code % 10);
 	status[3] = '\0';
 	nv[n++] = (nghttp2_nv){ (uint8_t *)":status", (uint8_t *)status, 7, 3,
 	    NGHTTP2_NV_FLAG_NONE };
-	for (i = 0; i < nfields; i++) {
-		const struct http_header *h = &resp.headers[i];
+	for (i = 0; i < hf->n; i++) {
+		const struct headers_field *f = &hf->f[i];
 		uint8_t flags = NGHTTP2_NV_FLAG_NONE;
 
-		if (headers_is_hop_by_hop(h->name) || h->name.len >= sizeof(lower[0]) ||
-		    (tunnel && HTTP_IEQ(h->name.p, h->name.len, "sec-websocket-accept")))
+		h2_lower(lower, f->name.p, f->name.len);
+		if (tunnel && f->name.len == 20 && memcmp(lower, "sec-websocket-accept", 20) == 0)
 			continue;
-		h2_lower(lower[i], h->name.p, h->name.len);
 		/* A request's id is new with every answer: in HPACK's table it would only push
 		 * out the fields that repeat (Date, Content-Type, Server, ...). */
-		if (h->name.len == 12 && memcmp(lower[i], "x-request-id", 12) == 0)
+		if (f->name.len == 12 && memcmp(lower, "x-request-id", 12) == 0)
 			flags = NGHTTP2_NV_FLAG_NO_INDEX;
-		nv[n++] = (nghttp2_nv){ (uint8_t *)lower[i], (uint8_t *)h->value.p, h->name.len,
-		    h->value.len, flags };
+		nv[n++] = (nghttp2_nv){ (uint8_t *)lower, (uint8_t *)f->value.p, f->name.len,
+		    f->value.len, flags };
+		lower += f->name.len;
 	}
 	if (length != NULL)
 		nv[n++] = (nghttp2_nv){ (uint8_t *)"content-length", (uint8_t *)length, 14,
 		    strlen(length), NGHTTP2_NV_FLAG_NONE };
+	/* nghttp2 copies the names and values: the buffers are the next answer's. */
 	return nghttp2_submit_response(st->s->ng, st->id, nv, n, with_body ? &data : NULL) == 0 ?
 	    0 : -1;
+}
+
+/* The fields of the answer head h with the request's own lines: into h2_fields, the length
+ * of the same head as HTTP/1.1 text returned (what the access log counts), or -1. */
+ssize_t
+h2_answer_fields(struct client *c, const struct answer_head *h)
+{
+	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+
+	if (headers_response_fields(&h2_fields, h->resp, id, h->ops, h->vars, h->extra) < 0 ||
+	    headers_fields_lines(&h2_fields, c->rq->answer_headers, c->rq->answer_headers_len) <
+	    0)
+		return -1;
+	return (ssize_t)h2_fields.text_len + 2;         /* the blank line */
 }
 
 /* A decimal number without printf: every answer's content-length. */
@@ -821,10 +831,9 @@ static void
 h2_answer_head(struct client *c, const struct answer_head *h)
 {
 	struct h2_stream *st = h2_stream_of(c);
-	struct evbuffer *text = c->w->h2_head;
-	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 	char length[24];
 	int body = h->framing != ANSWER_BODYLESS && !c->rq->head_request;
+	ssize_t head_len;
 
 	/* A 2xx to an extended CONNECT would tell its client the tunnel is open (RFC 8441 5):
 	 * a route that does not tunnel (body ops, aggregated) cannot answer it so, nor an
@@ -837,17 +846,13 @@ h2_answer_head(struct client *c, const struct answer_head *h)
 		    "the route does not tunnel WebSocket", NULL, 0);
 		return;
 	}
-	evbuffer_drain(text, evbuffer_get_length(text));
-	headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra);
-	if (c->rq->answer_headers_len != 0)
-		evbuffer_add(text, c->rq->answer_headers, c->rq->answer_headers_len);
-	evbuffer_add(text, "\r\n", 2);
-	c->rq->head_sent = evbuffer_get_length(text);
-	c->rq->bytes_sent += c->rq->head_sent;
-	if (h2_submit_head(st, text, body, h->framing == ANSWER_LENGTH ?
+	if ((head_len = h2_answer_fields(c, h)) < 0 ||
+	    h2_submit_head(st, body, h->framing == ANSWER_LENGTH ?
 	    h2_decimal(length, sizeof(length), h->length) : NULL, 0) < 0)
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_INTERNAL_ERROR);
+	c->rq->head_sent = head_len > 0 ? (size_t)head_len : 0;
+	c->rq->bytes_sent += c->rq->head_sent;
 	if (!body)
 		st->out_done = 1;
 }
@@ -895,6 +900,7 @@ h2_answer_error(struct client *c, enum gateway_error err, const char *message,
 	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
 	char lines[ROUTE_ALLOW_MAX + sizeof(c->rq->answer_headers)], length[24];
 	size_t head_len = 0, total;
+	const char *p, *eol;
 
 	(void)must_close;       /* a stream's error ends the stream, not the connection */
 	if (c->rq->answer_headers_len != 0) {
@@ -907,11 +913,19 @@ h2_answer_error(struct client *c, enum gateway_error err, const char *message,
 	c->rq->head_sent = head_len;
 	c->rq->bytes_sent += c->rq->head_request ? head_len : total;
 	snprintf(length, sizeof(length), "%zu", total - head_len);
+	p = (const char *)evbuffer_pullup(text, -1);
 	/* The body follows the head in text: it goes to out, the head as HEADERS. */
 	if (!c->rq->head_request)
-		evbuffer_add(st->out, evbuffer_pullup(text, -1) + head_len, total - head_len);
+		evbuffer_add(st->out, p + head_len, total - head_len);
 	st->out_done = 1;
-	if (h2_submit_head(st, text, !c->rq->head_request, length, 0) < 0)
+	/* Its status line, its lines (their Content-Length is the one given), the blank line. */
+	eol = head_len >= 16 ? memchr(p, '\n', head_len) : NULL;
+	h2_fields.status = gateway_errors[err].status;
+	h2_fields.n = 0;
+	h2_fields.text_len = 0;
+	if (eol == NULL || headers_fields_lines(&h2_fields, eol + 1,
+	    head_len - (size_t)(eol + 1 - p) - 2) < 0 ||
+	    h2_submit_head(st, !c->rq->head_request, length, 0) < 0)
 		nghttp2_submit_rst_stream(st->s->ng, NGHTTP2_FLAG_NONE, st->id,
 		    NGHTTP2_INTERNAL_ERROR);
 }

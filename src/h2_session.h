@@ -93,9 +93,13 @@ h2_stream_of(struct client *c)
 void h2_queue(struct h2_stream *st);
 /* The session's loop runs soon (frames to send, streams to free). */
 void h2_kick(struct h2_session *s);
-/* Submit the answer head written as HTTP/1.1 in text as HEADERS (with_body: DATA follows). */
-int h2_submit_head(struct h2_stream *st, struct evbuffer *text, int with_body,
-    const char *length, int tunnel);
+/* The fields of the answer head h and of the request's answer_headers, made ready for
+ * h2_submit_head: the length of the same head as HTTP/1.1 text (the access log's count), or
+ * -1 without memory. */
+ssize_t h2_answer_fields(struct client *c, const struct answer_head *h);
+/* Submit the head h2_answer_fields made as HEADERS (with_body: DATA follows), length its
+ * content-length or NULL; tunnel: the 200 that opens an RFC 8441 tunnel. */
+int h2_submit_head(struct h2_stream *st, int with_body, const char *length, int tunnel);
 
 /* h2_tunnel.c */
 /* The answer is 101 to an extended CONNECT: the stream becomes the tunnel's client end. */

@@ -135,20 +135,13 @@ h2_upgrade(struct client *c, const struct answer_head *h, struct http_str protoc
     struct tunnel *t)
 {
 	struct h2_stream *st = h2_stream_of(c);
-	struct evbuffer *text = c->w->h2_head;
-	struct http_str id = { c->rq->request_id, c->rq->request_id_len };
+	ssize_t head_len;
 
 	if (!st->head.websocket || !HTTP_IEQ(protocol.p, protocol.len, "websocket") || st->closed)
 		return -1;
-	evbuffer_drain(text, evbuffer_get_length(text));
-	if (headers_response_out(text, h->resp, id, h->ops, h->vars, h->extra) < 0)
+	if ((head_len = h2_answer_fields(c, h)) < 0 || h2_submit_head(st, 1, NULL, 1) < 0)
 		return -1;
-	if (c->rq->answer_headers_len != 0)
-		evbuffer_add(text, c->rq->answer_headers, c->rq->answer_headers_len);
-	evbuffer_add(text, "\r\n", 2);
-	if (h2_submit_head(st, text, 1, NULL, 1) < 0)
-		return -1;
-	c->rq->head_sent = evbuffer_get_length(text);
+	c->rq->head_sent = (size_t)head_len;
 	c->rq->bytes_sent += c->rq->head_sent;
 	c->rq->status = 200;
 	st->tunnel = t;

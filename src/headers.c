@@ -5,6 +5,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -413,97 +414,151 @@ headers_vary_said(const struct http_response *resp, const unsigned char *kind, s
 	return 1;
 }
 
+/*
+ * What an answer's head carries, decided once for both of its forms: HTTP/1.1 text
+ * (headers_response_out) and fields (headers_response_fields).
+ */
+struct headers_answer {
+	unsigned char kind[HTTP_MAX_HEADERS];   /* of each received header */
+	size_t n;                       /* received headers looked at */
+	int status;
+	struct http_str reason;
+	int has_id;                     /* 1: no X-Request-Id of ours (the upstream's, the ops', or
+	                                 * no id) */
+	int has_date;                   /* 1: no Date of ours (the upstream's, or the ops') */
+	size_t size;                    /* bytes of the head as text, at most */
+	size_t weak;                    /* bytes of the ETags that go out weak, W/ included */
+};
+
+static void
+headers_answer_decide(struct headers_answer *a, const struct http_response *resp,
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
+    const char *added)
+{
+	struct headers_listed listed;
+	size_t n = resp->nheaders < HTTP_MAX_HEADERS ? resp->nheaders : HTTP_MAX_HEADERS;
+	int status = resp->status;
+
+	if (status < 100 || status > 999)
+		status = 502;   /* never produced by the parser */
+	a->n = n;
+	a->status = status;
+	a->reason = resp->reason;
+	if (a->reason.len == 0)
+		a->reason = http_reason(status);        /* the upstream sent none */
+	a->has_id = a->has_date = 0;
+	a->weak = 0;
+	a->size = sizeof("HTTP/1.1 000 \r\n") + a->reason.len;
+	headers_listed_collect(&listed, resp->headers, n, &resp->framing);
+	for (size_t i = 0; i < n; i++) {
+		const struct http_header *h = &resp->headers[i];
+		enum http_name k = http_header_kind(h);
+		unsigned char kind = (unsigned char)headers_response_kind(k);
+
+		if (kind != HK_DROP && headers_is_listed(&listed, h->name))
+			kind = HK_DROP;
+		if (kind != HK_DROP && ops != NULL && header_ops_drops(ops, h->name))
+			kind = HK_DROP;
+		a->kind[i] = kind;
+		if (kind == HK_DROP)
+			continue;
+		if (kind == HK_REQUEST_ID)
+			a->has_id = 1;
+		if (k == HN_DATE) {
+			a->has_date = 1;
+		} else if (added != NULL && k == HN_ETAG) {
+			/* RFC 9110 8.8.1: a strong validator promises these very bytes. */
+			if (h->value.len >= 1 && h->value.p[0] == '"')
+				a->kind[i] = HK_ETAG_WEAK;
+			else if (h->value.len < 2 || h->value.p[0] != 'W' || h->value.p[1] != '/')
+				a->kind[i] = HK_DROP;   /* no entity-tag at all: not passed on */
+			if (a->kind[i] == HK_DROP)
+				continue;
+			if (a->kind[i] == HK_ETAG_WEAK)
+				a->weak += h->value.len + 2;
+		}
+		a->size += h->name.len + h->value.len + 6;
+	}
+	if (ops != NULL && (ops->own & HEADER_OPS_REQUEST_ID))
+		a->has_id = 1;  /* the ops set or remove it */
+	if (request_id.len == 0)
+		a->has_id = 1;
+	if (!a->has_id)
+		a->size += sizeof("X-Request-Id: \r\n") + request_id.len;
+	if (!a->has_date && (ops == NULL ||
+	    !header_ops_drops(ops, (struct http_str){ "Date", 4 })))
+		a->size += sizeof("Date: \r\n") + HEADERS_DATE_LEN;
+	else
+		a->has_date = 1;        /* the upstream's, or the ops' own */
+	if (ops != NULL)
+		a->size += header_ops_size(ops, vars);
+	if (added != NULL)
+		a->size += strlen(added);
+}
+
+/* The next line of added that goes out (CR LF included, *len bytes), or NULL; *at walks
+ * added. */
+static const char *
+headers_added_next(const struct headers_answer *a, const struct http_response *resp,
+    const char **at, size_t *len)
+{
+	const char *line, *eol;
+
+	while ((line = *at) != NULL && *line != '\0') {
+		eol = strstr(line, "\r\n");
+		eol = eol != NULL ? eol + 2 : line + strlen(line);
+		*at = eol;
+		*len = (size_t)(eol - line);
+		if (!headers_vary_said(resp, a->kind, a->n, line, *len))
+			return line;
+	}
+	return NULL;
+}
+
 int
 headers_response_out(struct evbuffer *out, const struct http_response *resp,
     struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
     const char *added)
 {
-	unsigned char kind[HTTP_MAX_HEADERS];
-	struct headers_listed listed;
-	size_t n = resp->nheaders < HTTP_MAX_HEADERS ? resp->nheaders : HTTP_MAX_HEADERS;
-	struct http_str reason = resp->reason;
-	int has_id = 0, has_date = 0;
-	int status = resp->status;
+	struct headers_answer a;
+	const char *line;
+	size_t len;
 
-	if (status < 100 || status > 999)
-		status = 502;   /* never produced by the parser */
-	if (reason.len == 0)
-		reason = http_reason(status);       /* the upstream sent none */
-
-	size_t size = sizeof("HTTP/1.1 000 \r\n") + reason.len;
-	headers_listed_collect(&listed, resp->headers, n, &resp->framing);
-	for (size_t i = 0; i < n; i++) {
-		const struct http_header *h = &resp->headers[i];
-		enum http_name k = http_header_kind(h);
-
-		kind[i] = (unsigned char)headers_response_kind(k);
-		if (kind[i] != HK_DROP && headers_is_listed(&listed, h->name))
-			kind[i] = HK_DROP;
-		if (kind[i] != HK_DROP && ops != NULL && header_ops_drops(ops, h->name))
-			kind[i] = HK_DROP;
-		if (kind[i] == HK_DROP)
-			continue;
-		if (kind[i] == HK_REQUEST_ID)
-			has_id = 1;
-		if (k == HN_DATE) {
-			has_date = 1;
-		} else if (added != NULL && k == HN_ETAG) {
-			/* RFC 9110 8.8.1: a strong validator promises these very bytes. */
-			if (h->value.len >= 1 && h->value.p[0] == '"')
-				kind[i] = HK_ETAG_WEAK;
-			else if (h->value.len < 2 || h->value.p[0] != 'W' || h->value.p[1] != '/')
-				kind[i] = HK_DROP;      /* no entity-tag at all: not passed on */
-			if (kind[i] == HK_DROP)
-				continue;
-		}
-		size += h->name.len + h->value.len + 6;
-	}
-	if (ops != NULL && (ops->own & HEADER_OPS_REQUEST_ID))
-		has_id = 1;     /* the ops set or remove it */
-	if (!has_id && request_id.len > 0)
-		size += sizeof("X-Request-Id: \r\n") + request_id.len;
-	if (!has_date && (ops == NULL || !header_ops_drops(ops, (struct http_str){ "Date", 4 })))
-		size += sizeof("Date: \r\n") + HEADERS_DATE_LEN;
-	else
-		has_date = 1;   /* the upstream's, or the ops' own */
-	if (ops != NULL)
-		size += header_ops_size(ops, vars);
-	if (added != NULL)
-		size += strlen(added);
+	headers_answer_decide(&a, resp, request_id, ops, vars, added);
 
 	struct evbuffer_iovec vec;
-	char *start = headers_reserve(out, size, &vec), *w = start;
+	char *start = headers_reserve(out, a.size, &vec), *w = start;
 	if (start == NULL)
 		return -1;
 
 	w = HEADERS_PUT_LIT(w, "HTTP/1.1 ");
-	*w++ = (char)('0' + status / 100);
-	*w++ = (char)('0' + status / 10 % 10);
-	*w++ = (char)('0' + status % 10);
+	*w++ = (char)('0' + a.status / 100);
+	*w++ = (char)('0' + a.status / 10 % 10);
+	*w++ = (char)('0' + a.status % 10);
 	*w++ = ' ';
-	w = headers_put(w, reason.p, reason.len);
+	w = headers_put(w, a.reason.p, a.reason.len);
 	*w++ = '\r';
 	*w++ = '\n';
-	if (!has_date) {
+	if (!a.has_date) {
 		w = HEADERS_PUT_LIT(w, "Date: ");
 		w = headers_put(w, headers_date(), HEADERS_DATE_LEN);
 		*w++ = '\r';
 		*w++ = '\n';
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < a.n; i++) {
 		const struct http_header *h = &resp->headers[i];
 
-		if (kind[i] == HK_ETAG_WEAK) {
+		if (a.kind[i] == HK_ETAG_WEAK) {
 			w = headers_put(w, h->name.p, h->name.len);
 			w = HEADERS_PUT_LIT(w, ": W/");
 			w = headers_put(w, h->value.p, h->value.len);
 			*w++ = '\r';
 			*w++ = '\n';
-		} else if (kind[i] != HK_DROP) {
+		} else if (a.kind[i] != HK_DROP) {
 			w = headers_put_field(w, h->name, h->value);
 		}
 	}
-	if (!has_id && request_id.len > 0) {
+	if (!a.has_id) {
 		w = HEADERS_PUT_LIT(w, "X-Request-Id: ");
 		w = headers_put(w, request_id.p, request_id.len);
 		*w++ = '\r';
@@ -511,13 +566,151 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	}
 	if (ops != NULL)
 		w = header_ops_put(w, ops, vars);
-	for (const char *line = added, *eol; line != NULL && *line != '\0'; line = eol) {
-		eol = strstr(line, "\r\n");
-		eol = eol != NULL ? eol + 2 : line + strlen(line);
-		if (!headers_vary_said(resp, kind, n, line, (size_t)(eol - line)))
-			w = headers_put(w, line, (size_t)(eol - line));
+	while ((line = headers_added_next(&a, resp, &added, &len)) != NULL)
+		w = headers_put(w, line, len);
+	return headers_commit(out, &vec, start, w, a.size);
+}
+
+/* Room for n more fields in hf. */
+static int
+headers_fields_room(struct headers_fields *hf, size_t n)
+{
+	size_t cap = hf->cap != 0 ? hf->cap : 32;
+	struct headers_field *f;
+
+	if (hf->n + n <= hf->cap)
+		return 0;
+	while (cap < hf->n + n)
+		cap *= 2;
+	if ((f = realloc(hf->f, cap * sizeof(*f))) == NULL)
+		return -1;
+	hf->f = f;
+	hf->cap = cap;
+	return 0;
+}
+
+static inline void
+headers_fields_put(struct headers_fields *hf, struct http_str name, struct http_str value)
+{
+	hf->f[hf->n].name = name;
+	hf->f[hf->n].value = value;
+	hf->n++;
+	hf->text_len += name.len + value.len + 4;
+}
+
+/* A "Name: value" line we made (CR LF excluded): its name and its value without the
+ * whitespace around it, as a parser of the text would read them.  0, or -1 without a name. */
+static int
+headers_line_split(const char *p, size_t len, struct http_str *name, struct http_str *value)
+{
+	const char *colon = memchr(p, ':', len), *v, *end = p + len;
+
+	if (colon == NULL || colon == p)
+		return -1;
+	for (v = colon + 1; v < end && (*v == ' ' || *v == '\t'); v++)
+		;
+	while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	*name = (struct http_str){ p, (size_t)(colon - p) };
+	*value = (struct http_str){ v, (size_t)(end - v) };
+	return 0;
+}
+
+/* The lines of p..end (each ending in CR LF) as fields; the hop-by-hop ones left out when
+ * drop_hop. */
+static int
+headers_fields_split(struct headers_fields *hf, const char *p, const char *end, int drop_hop)
+{
+	struct http_str name, value;
+	const char *eol;
+
+	for (; p < end; p = eol + 2) {
+		if ((eol = memchr(p, '\r', (size_t)(end - p))) == NULL)
+			eol = end;
+		if (headers_line_split(p, (size_t)(eol - p), &name, &value) < 0 ||
+		    (drop_hop && headers_is_hop_by_hop(name)))
+			continue;
+		if (headers_fields_room(hf, 1) < 0)
+			return -1;
+		headers_fields_put(hf, name, value);
+		hf->text_len += (size_t)(eol - p) - (name.len + value.len + 2);  /* whitespace */
 	}
-	return headers_commit(out, &vec, start, w, size);
+	return 0;
+}
+
+int
+headers_response_fields(struct headers_fields *hf, const struct http_response *resp,
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
+    const char *added)
+{
+	struct headers_answer a;
+	size_t store = 0, len;
+	const char *line;
+	char *w;
+
+	headers_answer_decide(&a, resp, request_id, ops, vars, added);
+	hf->status = a.status;
+	hf->n = 0;
+	hf->text_len = sizeof("HTTP/1.1 000 \r\n") - 1 + a.reason.len;
+	/* The received headers kept and ours; lines (ops, added) make room for themselves. */
+	if (headers_fields_room(hf, a.n + 2) < 0)
+		return -1;
+	/* Values made here: the weak ETags, the ops' lines. */
+	store = a.weak + (ops != NULL ? header_ops_size(ops, vars) : 0);
+	if (store > hf->store_size) {
+		char *p = realloc(hf->store, store);
+
+		if (p == NULL)
+			return -1;
+		hf->store = p;
+		hf->store_size = store;
+	}
+	w = hf->store;
+	if (!a.has_date)
+		headers_fields_put(hf, (struct http_str){ "Date", 4 },
+		    (struct http_str){ headers_date(), HEADERS_DATE_LEN });
+	for (size_t i = 0; i < a.n; i++) {
+		const struct http_header *h = &resp->headers[i];
+
+		if (a.kind[i] == HK_ETAG_WEAK) {
+			char *v = w;
+
+			w = HEADERS_PUT_LIT(w, "W/");
+			w = headers_put(w, h->value.p, h->value.len);
+			headers_fields_put(hf, h->name, (struct http_str){ v, (size_t)(w - v) });
+		} else if (a.kind[i] != HK_DROP) {
+			headers_fields_put(hf, h->name, h->value);
+		}
+	}
+	if (!a.has_id)
+		headers_fields_put(hf, (struct http_str){ "X-Request-Id", 12 }, request_id);
+	if (ops != NULL) {
+		char *lines = w;
+
+		w = header_ops_put(w, ops, vars);
+		assert((size_t)(w - hf->store) <= store);
+		if (headers_fields_split(hf, lines, w, 0) < 0)
+			return -1;
+	}
+	while ((line = headers_added_next(&a, resp, &added, &len)) != NULL) {
+		if (headers_fields_split(hf, line, line + len, 0) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int
+headers_fields_lines(struct headers_fields *hf, const char *lines, size_t len)
+{
+	return headers_fields_split(hf, lines, lines + len, 1);
+}
+
+void
+headers_fields_free(struct headers_fields *hf)
+{
+	free(hf->f);
+	free(hf->store);
+	memset(hf, 0, sizeof(*hf));
 }
 
 /* ------------------------------------------------------------------ request ids */

@@ -54,6 +54,41 @@ int headers_response_out(struct evbuffer *out, const struct http_response *resp,
     struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
     const char *added);
 
+/* A field of an answer's head: its name as written, its value. */
+struct headers_field {
+	struct http_str name;
+	struct http_str value;
+};
+
+/* An answer's head as fields, for a protocol that does not write it as HTTP/1.1 text.  The
+ * spans point into the response, the request id, added, lines given to
+ * headers_fields_lines, the thread's Date text, or store: valid until the next call.  Kept
+ * from one answer to the next (no allocation once warm); zeroed to start. */
+struct headers_fields {
+	int status;
+	size_t n;                       /* fields in f */
+	size_t text_len;                /* bytes of the same head as HTTP/1.1 text, from its
+	                                 * status line to the last field's CR LF */
+	struct headers_field *f;
+	size_t cap;
+	char *store;                    /* values made here: weak ETags, the ops' values */
+	size_t store_size;
+};
+
+/*
+ * The status and the fields of the head headers_response_out writes, decided by the same
+ * rules, in the same order, each as a name and a value instead of a line: the reason phrase
+ * is not kept (text_len counts it).  Returns 0, or -1 on allocation failure.
+ */
+int headers_response_fields(struct headers_fields *hf, const struct http_response *resp,
+    struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
+    const char *added);
+/* Append the fields of lines, header lines of jsongate's own ("Name: value" each ending in
+ * CR LF, as request.answer_headers), the hop-by-hop ones and Content-Length left out.
+ * Returns 0, or -1 on allocation failure. */
+int headers_fields_lines(struct headers_fields *hf, const char *lines, size_t len);
+void headers_fields_free(struct headers_fields *hf);
+
 /* The current time as an HTTP-date (RFC 9110 5.6.7), "Sat, 05 Dec 2026 11:00:00 GMT",
  * HEADERS_DATE_LEN bytes and a NUL: formatted once a second per thread. */
 #define HEADERS_DATE_LEN 29

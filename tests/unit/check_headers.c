@@ -297,6 +297,79 @@ START_TEST(test_response_rules)
 }
 END_TEST
 
+/* The head headers_response_out writes, and the status and fields headers_response_fields
+ * gives for the same answer written as lines: the same bytes, text_len their length. */
+static void
+check_fields_match(const char *name, const struct http_response *resp, struct http_str id,
+    const struct header_ops *ops, const struct rewrite_vars *vars, const char *added)
+{
+	static struct headers_fields hf;
+	struct evbuffer *out = evbuffer_new(), *lines = evbuffer_new();
+	const char *text, *eol;
+	size_t len;
+
+	/* Twice at most: a Date of each may fall on both sides of a second. */
+	for (int round = 0; round < 2; round++) {
+		evbuffer_drain(out, evbuffer_get_length(out));
+		evbuffer_drain(lines, evbuffer_get_length(lines));
+		ck_assert_int_eq(headers_response_fields(&hf, resp, id, ops, vars, added), 0);
+		ck_assert_int_eq(headers_response_out(out, resp, id, ops, vars, added), 0);
+		for (size_t i = 0; i < hf.n; i++)
+			evbuffer_add_printf(lines, "%.*s: %.*s\r\n", (int)hf.f[i].name.len,
+			    hf.f[i].name.p, (int)hf.f[i].value.len, hf.f[i].value.p);
+		len = evbuffer_get_length(out);
+		text = (const char *)evbuffer_pullup(out, -1);
+		eol = memchr(text, '\n', len);
+		ck_assert_msg(eol != NULL, "%s: no status line", name);
+		if (evbuffer_get_length(lines) == len - (size_t)(eol + 1 - text) &&
+		    memcmp(evbuffer_pullup(lines, -1), eol + 1, evbuffer_get_length(lines)) == 0)
+			break;
+		ck_assert_msg(round == 0, "%s: fields\n%.*s\nnot the lines\n%.*s", name,
+		    (int)evbuffer_get_length(lines), (const char *)evbuffer_pullup(lines, -1),
+		    (int)len, text);
+	}
+	ck_assert_msg(hf.status == (text[9] - '0') * 100 + (text[10] - '0') * 10 + text[11] - '0',
+	    "%s: status %d for %.12s", name, hf.status, text);
+	ck_assert_msg(hf.text_len == len, "%s: text_len %zu, the text %zu", name, hf.text_len,
+	    len);
+	evbuffer_free(out);
+	evbuffer_free(lines);
+}
+
+START_TEST(test_response_rules_as_fields)
+{
+	const struct resp_rule *c = &resp_rules[_i];
+	struct http_response resp;
+	size_t len = strlen(c->in);
+
+	ck_assert_msg(http_parse_response(c->in, len, &resp) == (ssize_t)len, "%s: parse", c->name);
+	check_fields_match(c->name, &resp, str_of(c->request_id), NULL, NULL, c->added);
+}
+END_TEST
+
+/* jsongate's own lines (an error's head, the request's answer lines): the hop-by-hop ones
+ * and Content-Length left out, values without the whitespace around them. */
+START_TEST(test_fields_lines)
+{
+	static struct headers_fields hf;
+	const char *lines = "Content-Type: application/json\r\nContent-Length: 42\r\n"
+	    "Connection: close\r\nX-RateLimit-Limit:  10 \r\nAccess-Control-Allow-Origin: *\r\n";
+
+	hf.n = 0;
+	hf.text_len = 0;
+	ck_assert_int_eq(headers_fields_lines(&hf, lines, strlen(lines)), 0);
+	ck_assert_uint_eq(hf.n, 3);
+	ck_assert_msg(hf.f[0].name.len == 12 && memcmp(hf.f[0].name.p, "Content-Type", 12) == 0 &&
+	    hf.f[0].value.len == 16 && memcmp(hf.f[0].value.p, "application/json", 16) == 0,
+	    "content-type");
+	ck_assert_msg(hf.f[1].name.len == 17 && hf.f[1].value.len == 2 &&
+	    memcmp(hf.f[1].value.p, "10", 2) == 0, "rate limit value trimmed");
+	ck_assert_msg(hf.f[2].value.len == 1 && hf.f[2].value.p[0] == '*', "allow origin");
+	ck_assert_uint_eq(hf.text_len, 32 + 25 + 32);
+	headers_fields_free(&hf);
+}
+END_TEST
+
 /* A head near the limits: one reservation must hold it all. */
 START_TEST(test_request_many_headers)
 {
@@ -453,6 +526,30 @@ START_TEST(test_response_date_ops)
 	check_output("date set", out, "HTTP/1.1 200 OK\r\nA: b\r\ndate: then\r\n");
 	header_ops_free(ops);
 	evbuffer_free(out);
+}
+END_TEST
+
+/* Ops with variables (a control byte of one left out), a strong ETag of a changed body,
+ * Vary merging, Date and request id: the same fields as the text, in its order. */
+START_TEST(test_response_ops_as_fields)
+{
+	static const char *const specs[] = {
+		"remove Server", "set X-Upstream=$upstream", "add X-Route=$route",
+		"add Cache-Control=no-store", "set X-Empty=", "set X-Time=$time_iso8601", NULL
+	};
+	static const char *const own_id[] = { "set X-Request-Id=$request_id", NULL };
+	const char *in = "HTTP/1.1 201 Created\r\nServer: app/1\r\nETag: \"v1\"\r\n"
+	    "Vary: Origin\r\nCache-Control: private\r\nContent-Length: 2\r\n\r\n";
+	struct header_ops *ops = ops_of(0, specs), *ops2 = ops_of(0, own_id);
+	struct http_response resp;
+	struct rewrite_vars vars = vars_of(NULL);
+
+	ck_assert_int_eq(http_parse_response(in, strlen(in), &resp), (ssize_t)strlen(in));
+	check_fields_match("ops, untouched body", &resp, str_of("rid"), ops, &vars, NULL);
+	check_fields_match("ops, gzipped body", &resp, str_of("rid"), ops, &vars, ADDED_GZIP);
+	check_fields_match("ops own the id", &resp, str_of("rid"), ops2, &vars, "");
+	header_ops_free(ops);
+	header_ops_free(ops2);
 }
 END_TEST
 
@@ -695,12 +792,16 @@ headers_suite(void)
 	tcase_add_loop_test(tc, test_request_rules, 0, sizeof(req_rules) / sizeof(req_rules[0]));
 	tcase_add_loop_test(tc, test_response_rules, 0, sizeof(resp_rules) / sizeof(resp_rules[0]));
 	tcase_add_test(tc, test_request_many_headers);
+	tcase_add_loop_test(tc, test_response_rules_as_fields, 0,
+	    sizeof(resp_rules) / sizeof(resp_rules[0]));
+	tcase_add_test(tc, test_fields_lines);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("header_ops");
 	tcase_add_test(tc, test_request_header_ops);
 	tcase_add_test(tc, test_response_header_ops);
 	tcase_add_test(tc, test_response_date_ops);
+	tcase_add_test(tc, test_response_ops_as_fields);
 	tcase_add_test(tc, test_date_text);
 	tcase_add_test(tc, test_header_ops_body_and_path_vars);
 	tcase_add_loop_test(tc, test_header_op_refusals, 0,
