@@ -430,7 +430,8 @@ struct headers_answer {
 	size_t weak;                    /* bytes of the ETags that go out weak, W/ included */
 };
 
-static void
+/* Inlined into both forms: the HTTP/1.1 one is every answer's. */
+static inline __attribute__((always_inline)) void
 headers_answer_decide(struct headers_answer *a, const struct http_response *resp,
     struct http_str request_id, const struct header_ops *ops, const struct rewrite_vars *vars,
     const char *added)
@@ -446,9 +447,10 @@ headers_answer_decide(struct headers_answer *a, const struct http_response *resp
 	a->reason = resp->reason;
 	if (a->reason.len == 0)
 		a->reason = http_reason(status);        /* the upstream sent none */
-	a->has_id = a->has_date = 0;
-	a->weak = 0;
-	a->size = sizeof("HTTP/1.1 000 \r\n") + a->reason.len;
+	/* Counted in locals: a's kind[] keeps it in memory. */
+	int has_id = 0, has_date = 0;
+	size_t size = sizeof("HTTP/1.1 000 \r\n") + a->reason.len, weak = 0;
+
 	headers_listed_collect(&listed, resp->headers, n, &resp->framing);
 	for (size_t i = 0; i < n; i++) {
 		const struct http_header *h = &resp->headers[i];
@@ -459,46 +461,47 @@ headers_answer_decide(struct headers_answer *a, const struct http_response *resp
 			kind = HK_DROP;
 		if (kind != HK_DROP && ops != NULL && header_ops_drops(ops, h->name))
 			kind = HK_DROP;
+		if (kind != HK_DROP && k == HN_DATE) {
+			has_date = 1;
+		} else if (kind != HK_DROP && added != NULL && k == HN_ETAG) {
+			/* RFC 9110 8.8.1: a strong validator promises these very bytes. */
+			if (h->value.len >= 1 && h->value.p[0] == '"') {
+				kind = HK_ETAG_WEAK;
+				weak += h->value.len + 2;
+			} else if (h->value.len < 2 || h->value.p[0] != 'W' || h->value.p[1] != '/') {
+				kind = HK_DROP;         /* no entity-tag at all: not passed on */
+			}
+		}
 		a->kind[i] = kind;
 		if (kind == HK_DROP)
 			continue;
 		if (kind == HK_REQUEST_ID)
-			a->has_id = 1;
-		if (k == HN_DATE) {
-			a->has_date = 1;
-		} else if (added != NULL && k == HN_ETAG) {
-			/* RFC 9110 8.8.1: a strong validator promises these very bytes. */
-			if (h->value.len >= 1 && h->value.p[0] == '"')
-				a->kind[i] = HK_ETAG_WEAK;
-			else if (h->value.len < 2 || h->value.p[0] != 'W' || h->value.p[1] != '/')
-				a->kind[i] = HK_DROP;   /* no entity-tag at all: not passed on */
-			if (a->kind[i] == HK_DROP)
-				continue;
-			if (a->kind[i] == HK_ETAG_WEAK)
-				a->weak += h->value.len + 2;
-		}
-		a->size += h->name.len + h->value.len + 6;
+			has_id = 1;
+		size += h->name.len + h->value.len + 6;
 	}
 	if (ops != NULL && (ops->own & HEADER_OPS_REQUEST_ID))
-		a->has_id = 1;  /* the ops set or remove it */
+		has_id = 1;     /* the ops set or remove it */
 	if (request_id.len == 0)
-		a->has_id = 1;
-	if (!a->has_id)
-		a->size += sizeof("X-Request-Id: \r\n") + request_id.len;
-	if (!a->has_date && (ops == NULL ||
-	    !header_ops_drops(ops, (struct http_str){ "Date", 4 })))
-		a->size += sizeof("Date: \r\n") + HEADERS_DATE_LEN;
+		has_id = 1;
+	if (!has_id)
+		size += sizeof("X-Request-Id: \r\n") + request_id.len;
+	if (!has_date && (ops == NULL || !header_ops_drops(ops, (struct http_str){ "Date", 4 })))
+		size += sizeof("Date: \r\n") + HEADERS_DATE_LEN;
 	else
-		a->has_date = 1;        /* the upstream's, or the ops' own */
+		has_date = 1;   /* the upstream's, or the ops' own */
 	if (ops != NULL)
-		a->size += header_ops_size(ops, vars);
+		size += header_ops_size(ops, vars);
 	if (added != NULL)
-		a->size += strlen(added);
+		size += strlen(added);
+	a->has_id = has_id;
+	a->has_date = has_date;
+	a->size = size;
+	a->weak = weak;
 }
 
 /* The next line of added that goes out (CR LF included, *len bytes), or NULL; *at walks
  * added. */
-static const char *
+static inline const char *
 headers_added_next(const struct headers_answer *a, const struct http_response *resp,
     const char **at, size_t *len)
 {
@@ -566,7 +569,7 @@ headers_response_out(struct evbuffer *out, const struct http_response *resp,
 	}
 	if (ops != NULL)
 		w = header_ops_put(w, ops, vars);
-	while ((line = headers_added_next(&a, resp, &added, &len)) != NULL)
+	while (added != NULL && (line = headers_added_next(&a, resp, &added, &len)) != NULL)
 		w = headers_put(w, line, len);
 	return headers_commit(out, &vec, start, w, a.size);
 }

@@ -189,6 +189,64 @@ def same_bytes_as_http11(env):
 
 
 @T.case
+def answer_fields_as_http11(env):
+    """An answer's fields over h2c are the HTTP/1.1 answer's, in its order and case but for
+    the names: header ops with variables, a strong ETag of a rewritten (and gzipped) body
+    made weak, the added Vary merged with the upstream's, the request id, CORS lines, a name
+    of 72 bytes."""
+    def app(req):
+        vary = 'Origin, Accept-Encoding' if req.target.startswith('/ops/merged') else 'Origin'
+        return http_response(200, b'{"code":0,"data":{"n":1,"pad":"' + b'x' * 300 + b'"}}',
+                             headers=[('ETag', '"v1"'), ('Vary', vary), ('Server', 'app/1'),
+                                      ('Cache-Control', 'private'), ('X-Up', 'Yes'),
+                                      ('X-' + 'Long-' * 14 + 'Name', 'kept')])
+    up = env.scripted(default=answer(app))
+    gw = h2_daemon(env, h2_conf(up.address, routes=[
+        {'name': 'ops', 'match': {'path_prefix': '/ops/'}, 'upstream': 'app',
+         'response': [{'unwrap': 'data'}], 'compress': 'gzip',
+         'cors': {'origins': ['https://app.example']},
+         'response_headers': {'set': {'Cache-Control': 'no-store', 'X-Route': '$route'},
+                              'add': {'X-Echo': '$header.x-trace'},
+                              'remove': ['Server']}},
+        {'name': 'all', 'upstream': 'app'}]))
+    headers = [('accept-encoding', 'gzip'), ('x-trace', 't-1'),
+               ('origin', 'https://app.example')]
+    h = H2(gw.port)
+    c = env.client(gw.port)
+    for path in ('/ops/merged', '/ops/origin', '/plain'):
+        rid = 'id' + path.replace('/', '-')
+        r = c.request('GET', path, [('Host', 'h2.example'), ('X-Request-Id', rid)] +
+                      [(n.title(), v) for n, v in headers])
+        sid = h.request(path, [('x-request-id', rid)] + headers)
+        env.check('%s: an answer' % path, h.pump(lambda h: h.ended(sid)))
+        status, fields, body, reset = h.answer(sid)
+        # The harness keeps HTTP/1.1's Date (the clock) apart, in r.date.
+        h1 = [(n.lower(), v) for n, v in r.headers
+              if n.lower() not in ('content-length', 'transfer-encoding', 'connection',
+                                   'keep-alive')]
+        h2f = [(n, v) for n, v in fields if n not in (':status', 'content-length', 'date')]
+        env.eq('%s: status, body' % path, (status, body, reset), (r.status, r.body, None))
+        env.eq('%s: the fields of the HTTP/1.1 answer' % path, h2f, h1)
+        env.eq('%s: one date, first, as HTTP/1.1 has one' % path,
+               ([n for n, _ in fields].count('date'), fields[1][0], r.date is not None),
+               (1, 'date', True))
+        env.eq('%s: the length' % path, dict(fields).get('content-length'),
+               str(len(r.body)))
+        want = {'etag': 'W/"v1"' if path.startswith('/ops/') else '"v1"',
+                'x-request-id': rid, 'x-echo': 't-1' if path.startswith('/ops/') else None,
+                'server': None if path.startswith('/ops/') else 'app/1'}
+        env.eq('%s: the fields the rules make' % path,
+               {n: dict(h2f).get(n) for n in want}, want)
+        if path.startswith('/ops/'):
+            # The upstream's, ours for gzip unless it said so already, CORS's.
+            env.eq('%s: one Vary names Accept-Encoding' % path,
+                   [v for n, v in h2f if n == 'vary'],
+                   ['Origin, Accept-Encoding', 'Origin'] if path == '/ops/merged' else
+                   ['Origin', 'Accept-Encoding', 'Origin'])
+    h.close()
+
+
+@T.case
 def uploads_byte_for_byte(env):
     up = env.scripted(default=answer(echo))
     # The scripted upstream reads 10 MB of chunks in Python: slow on a loaded machine.
