@@ -592,13 +592,13 @@ headers_fields_room(struct headers_fields *hf, size_t n)
 	return 0;
 }
 
-static inline void
-headers_fields_put(struct headers_fields *hf, struct http_str name, struct http_str value)
+/* Set f; the bytes its "Name: value" line takes. */
+static inline size_t
+headers_field_set(struct headers_field *f, struct http_str name, struct http_str value)
 {
-	hf->f[hf->n].name = name;
-	hf->f[hf->n].value = value;
-	hf->n++;
-	hf->text_len += name.len + value.len + 4;
+	f->name = name;
+	f->value = value;
+	return name.len + value.len + 4;
 }
 
 /* A "Name: value" line we made (CR LF excluded): its name and its value without the
@@ -635,8 +635,8 @@ headers_fields_split(struct headers_fields *hf, const char *p, const char *end, 
 			continue;
 		if (headers_fields_room(hf, 1) < 0)
 			return -1;
-		headers_fields_put(hf, name, value);
-		hf->text_len += (size_t)(eol - p) - (name.len + value.len + 2);  /* whitespace */
+		headers_field_set(&hf->f[hf->n++], name, value);
+		hf->text_len += (size_t)(eol - p) + 2;
 	}
 	return 0;
 }
@@ -669,8 +669,12 @@ headers_response_fields(struct headers_fields *hf, const struct http_response *r
 		hf->store_size = store;
 	}
 	w = hf->store;
+	/* Counted in locals (f is hf's): the fields pass is every h2 answer's. */
+	struct headers_field *f = hf->f;
+	size_t n = 0, text = hf->text_len;
+
 	if (!a.has_date)
-		headers_fields_put(hf, (struct http_str){ "Date", 4 },
+		text += headers_field_set(&f[n++], (struct http_str){ "Date", 4 },
 		    (struct http_str){ headers_date(), HEADERS_DATE_LEN });
 	for (size_t i = 0; i < a.n; i++) {
 		const struct http_header *h = &resp->headers[i];
@@ -680,13 +684,17 @@ headers_response_fields(struct headers_fields *hf, const struct http_response *r
 
 			w = HEADERS_PUT_LIT(w, "W/");
 			w = headers_put(w, h->value.p, h->value.len);
-			headers_fields_put(hf, h->name, (struct http_str){ v, (size_t)(w - v) });
+			text += headers_field_set(&f[n++], h->name,
+			    (struct http_str){ v, (size_t)(w - v) });
 		} else if (a.kind[i] != HK_DROP) {
-			headers_fields_put(hf, h->name, h->value);
+			text += headers_field_set(&f[n++], h->name, h->value);
 		}
 	}
 	if (!a.has_id)
-		headers_fields_put(hf, (struct http_str){ "X-Request-Id", 12 }, request_id);
+		text += headers_field_set(&f[n++], (struct http_str){ "X-Request-Id", 12 },
+		    request_id);
+	hf->n = n;
+	hf->text_len = text;
 	if (ops != NULL) {
 		char *lines = w;
 
@@ -695,7 +703,7 @@ headers_response_fields(struct headers_fields *hf, const struct http_response *r
 		if (headers_fields_split(hf, lines, w, 0) < 0)
 			return -1;
 	}
-	while ((line = headers_added_next(&a, resp, &added, &len)) != NULL) {
+	while (added != NULL && (line = headers_added_next(&a, resp, &added, &len)) != NULL) {
 		if (headers_fields_split(hf, line, line + len, 0) < 0)
 			return -1;
 	}
