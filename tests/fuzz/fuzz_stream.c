@@ -8,6 +8,8 @@
  * Checked on every input:
  *   - the bytes as an SSE stream, as NDJSON and as json-seq: the same events cut as in one
  *     piece, and every byte passed on exactly once, in order;
+ *   - the bytes as an SSE stream through event ops of drop and set: the fast path, in one
+ *     piece and cut, writes what the engine writes, with the same counts;
  *   - the bytes as a JSON body: stream_envelope gives exactly the buffered engine's bytes
  *     (rewrite_apply), or its error, or fails for look-ahead only where a later
  *     key decides; it never writes after an error.  With an 8-byte look-ahead: the same
@@ -22,6 +24,7 @@
 #include "ndjson.h"
 #include "sse.h"
 #include "stream_envelope.h"
+#include "stream_event.h"
 
 #define FUZZ_CHECK(cond) do { if (!(cond)) __builtin_trap(); } while (0)
 
@@ -101,6 +104,26 @@ nd_log_cb(void *arg, const struct ndjson_record *rec)
 	return 0;
 }
 
+static size_t next_cut(unsigned *seed, size_t at, size_t len);
+
+/* The SSE stream through the event ops, fast or not, cut by seed (none: one piece). */
+static void
+events_run(struct stream_events *ev, const struct rewrite_program *prog, int fast,
+    const char *body, size_t len, unsigned seed, int cut, struct buf *out,
+    struct stream_events_counts *counts)
+{
+	size_t at, end;
+
+	stream_events_start(ev, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+	stream_events_fast(ev, fast);
+	for (at = 0; at < len; at = end) {
+		end = cut ? next_cut(&seed, at, len) : len;
+		FUZZ_CHECK(stream_events_feed(ev, body + at, end - at, buf_add, out) == 0);
+	}
+	FUZZ_CHECK(stream_events_finish(ev, buf_add, out) == 0);
+	*counts = *stream_events_counts(ev);
+}
+
 static size_t
 next_cut(unsigned *seed, size_t at, size_t len)
 {
@@ -117,6 +140,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct rewrite_ctx *ctx;
 	static struct stream_envelope *se, *small;
 	static struct sse_parser *whole, *cut;
+	static struct stream_events *ev;
+	static struct rewrite_program *ev_prog;
 	static struct ndjson_parser *nd[2][2];
 	struct sse_log a = { 0 }, b = { 0 };
 	struct buf want = { 0 }, got = { 0 };
@@ -135,6 +160,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ctx = rewrite_ctx_new(32, 256);
 		se = stream_envelope_new(1 << 16);
 		small = stream_envelope_new(8);
+		ev = stream_events_new(256, 8, 64);
+		FUZZ_CHECK((ev_prog = rewrite_program_from_yaml(
+		    "[{drop: [drop, a]}, {set: {gw: jsongate}}]", 42, err, sizeof(err))) != NULL);
 		whole = sse_parser_new(64);
 		cut = sse_parser_new(64);
 		for (i = 0; i < 2; i++) {
@@ -162,6 +190,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(b.all.len == len && (len == 0 || memcmp(b.all.p, body, len) == 0));
 	FUZZ_CHECK(a.text.len == b.text.len &&
 	    (a.text.len == 0 || memcmp(a.text.p, b.text.p, a.text.len) == 0));
+
+	/* Event ops: the fast path and its lane as the engine, in one piece and cut. */
+	{
+		struct buf e0 = { 0 }, e1 = { 0 }, e2 = { 0 };
+		struct stream_events_counts c0, c1, c2;
+
+		events_run(ev, ev_prog, 0, body, len, 0, 0, &e0, &c0);
+		events_run(ev, ev_prog, 1, body, len, 0, 0, &e1, &c1);
+		events_run(ev, ev_prog, 1, body, len, data[1], 1, &e2, &c2);
+		FUZZ_CHECK(e1.len == e0.len && (e0.len == 0 || memcmp(e1.p, e0.p, e0.len) == 0));
+		FUZZ_CHECK(e2.len == e0.len && (e0.len == 0 || memcmp(e2.p, e0.p, e0.len) == 0));
+		FUZZ_CHECK(memcmp(&c1, &c0, sizeof(c0)) == 0 && memcmp(&c2, &c0, sizeof(c0)) == 0);
+		free(e0.p);
+		free(e1.p);
+		free(e2.p);
+	}
 
 	/* NDJSON and json-seq: the same. */
 	for (i = 0; i < 2; i++) {

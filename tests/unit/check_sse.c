@@ -412,6 +412,49 @@ START_TEST(test_events_over)
 }
 END_TEST
 
+/* The limit holds however an event is found: one of exactly max_event bytes (its data line
+ * and that line's end) is rewritten, one byte more passes untouched, also between events
+ * the fast path takes on its own, in one piece and byte by byte. */
+START_TEST(test_events_over_between)
+{
+	static const char in[] = "data: {\"drop\":1}\n\n"
+	    "data: {\"drop\":1234}\n\n"
+	    "data: {\"drop\":12345}\n\n"
+	    "data: {\"drop\":1}\n\n";
+	static const char want[] = "data: {}\n\ndata: {}\n\ndata: {\"drop\":12345}\n\ndata: {}\n\n";
+	struct rewrite_program *prog;
+	struct stream_events *se;
+	char err[200];
+	size_t at, step;
+	int fast;
+
+	ck_assert_ptr_nonnull(prog = rewrite_program_from_yaml(S("[ { drop: [ drop ] } ]"), err,
+	    sizeof(err)));
+	for (fast = 0; fast <= 1; fast++) {
+		for (step = 1; step <= sizeof(in); step += sizeof(in) - 1) {
+			struct out o = { 0 };
+
+			ck_assert_ptr_nonnull(se = stream_events_new(20, 64, 1000));
+			stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+			stream_events_fast(se, fast);
+			for (at = 0; at < sizeof(in) - 1; at += step)
+				ck_assert_int_eq(stream_events_feed(se, in + at,
+				    sizeof(in) - 1 - at < step ? sizeof(in) - 1 - at : step, out_write,
+				    &o), 0);
+			ck_assert_int_eq(stream_events_finish(se, out_write, &o), 0);
+			ck_assert_uint_eq(o.len, sizeof(want) - 1);
+			ck_assert_mem_eq(o.s, want, o.len);
+			ck_assert_uint_eq(stream_events_counts(se)->over, 1);
+			ck_assert_uint_eq(stream_events_counts(se)->rewritten, 3);
+			ck_assert_uint_eq(stream_events_fast_events(se), fast ? 3 : 0);
+			free(o.s);
+			stream_events_free(se);
+		}
+	}
+	rewrite_program_free(prog);
+}
+END_TEST
+
 /* Event texts for the fast path of drop and set against the engine: plain ones it takes,
  * and every kind it must leave to the engine (escapes, NUL, bad syntax, depth, members). */
 static const char *const fast_texts[] = {
@@ -434,6 +477,13 @@ static const char *const fast_texts[] = {
 	"{\"a\":1}x",
 	"{\"a\":[1,2}",
 	"{\"a\":[1]]}",
+	/* a line end inside: the event's data is its first line only */
+	"{\"a\":[1,\n2],\"drop\":1}",
+	"{\"drop\":{\"x\":\r1},\"b\":2}",
+	"{\"drop\":1,\n\"b\":2}",
+	"{\"drop\":\"x\ny\"}",
+	"{\"drop\":[\"0123456789012345678901234567890123456789012345678901234567890123\",\n1]}",
+	"{\"a\":1,\"drop\":2} ",
 	"{\"a\":1]",
 	"{\"a\":[[[[[[1]]]]]],\"drop\":1}",
 	"{\"a\":{\"b\":{\"c\":{\"d\":1}}},\"drop\":1}",
@@ -473,7 +523,7 @@ static const char *const fast_programs[] = {
 static void
 fast_run(const struct rewrite_program *prog, const char *in, size_t len, int fast,
     unsigned depth, size_t members, struct out *o, struct stream_events_counts *c,
-    uint64_t *nfast, enum stream_events_format format)
+    uint64_t *nfast, enum stream_events_format format, size_t piece)
 {
 	struct rewrite_vars vars = { .request_id = { S("r-\"1") } };
 	struct stream_events *se;
@@ -483,9 +533,9 @@ fast_run(const struct rewrite_program *prog, const char *in, size_t len, int fas
 	stream_events_start(se, format, prog, VALIDATE_ENVELOPE, &vars);
 	stream_events_fast(se, fast);
 	o->len = 0;
-	/* cut in pieces of 7 bytes: events held across feeds too */
+	/* cut in pieces: events held across feeds too, or many in one */
 	for (at = 0; at < len; at += k) {
-		k = len - at < 7 ? len - at : 7;
+		k = len - at < piece ? len - at : piece;
 		ck_assert_int_eq(stream_events_feed(se, in + at, k, out_write, o), 0);
 	}
 	ck_assert_int_eq(stream_events_finish(se, out_write, o), 0);
@@ -499,22 +549,32 @@ static uint64_t
 fast_compare(const struct rewrite_program *prog, const char *in, size_t len, unsigned depth,
     size_t members, enum stream_events_format format, const char *what)
 {
+	/* the fast path in pieces of 7 bytes, 61, and whole (SSE: with and without its lane) */
+	static const size_t pieces[] = { 7, 61, SIZE_MAX };
 	struct out a = { 0 }, b = { 0 };
 	struct stream_events_counts ca, cb;
-	uint64_t fa, fb;
+	uint64_t fa, fb, first = 0;
+	size_t i;
 
-	fast_run(prog, in, len, 1, depth, members, &a, &ca, &fa, format);
-	fast_run(prog, in, len, 0, depth, members, &b, &cb, &fb, format);
+	fast_run(prog, in, len, 0, depth, members, &b, &cb, &fb, format, 7);
 	ck_assert_uint_eq(fb, 0);
-	ck_assert_msg(a.len == b.len && memcmp(a.s, b.s, a.len) == 0,
-	    "%s: fast\n%.*s\nengine\n%.*s", what, (int)a.len, a.s, (int)b.len, b.s);
-	ck_assert_uint_eq(ca.rewritten, cb.rewritten);
-	ck_assert_uint_eq(ca.passed, cb.passed);
-	ck_assert_uint_eq(ca.failed, cb.failed);
-	ck_assert_uint_eq(ca.over, cb.over);
+	for (i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		fast_run(prog, in, len, 1, depth, members, &a, &ca, &fa, format, pieces[i]);
+		ck_assert_msg(a.len == b.len && memcmp(a.s, b.s, a.len) == 0,
+		    "%s (pieces of %zu): fast\n%.*s\nengine\n%.*s", what, pieces[i], (int)a.len,
+		    a.s, (int)b.len, b.s);
+		ck_assert_uint_eq(ca.rewritten, cb.rewritten);
+		ck_assert_uint_eq(ca.passed, cb.passed);
+		ck_assert_uint_eq(ca.failed, cb.failed);
+		ck_assert_uint_eq(ca.over, cb.over);
+		/* the same events taken the fast way however the stream is cut */
+		if (i == 0)
+			first = fa;
+		ck_assert_uint_eq(fa, first);
+	}
 	free(a.s);
 	free(b.s);
-	return fa;
+	return first;
 }
 
 /* Every text under every program, as SSE events and as NDJSON lines, with tight and loose
@@ -537,7 +597,9 @@ START_TEST(test_events_fast_same)
 		/* data over several lines, CRLF, other lines kept */
 		len += (size_t)snprintf(in + len, sizeof(in) - len,
 		    "id: 1\r\ndata: {\"a\":1,\r\ndata: \"drop\":2}\r\n\r\n"
-		    "event: e\ndata:{\"drop\":[\"\\n\"],\"b\":2}\n: c\n\n");
+		    "event: e\ndata:{\"drop\":[\"\\n\"],\"b\":2}\n: c\n\n"
+		    "data: {\"drop\":1}\nid: 7\n\ndata:{\"drop\":1}\ndata: {\"b\":2}\n\n"
+		    "data: {\"drop\":1}\n\n\ndata: {\"drop\":1}\r\n\n");
 		/* NUL in a key or a string: never taken as it is */
 		memcpy(in + len, S("data: {\"a\":\"x\0y\",\"drop\":1}\n\n"
 		    "data: {\"drop\":1,\"k\0\":1}\n\ndata: {\"drop\":1,\"k\":1\0}\n\n"));
@@ -570,7 +632,7 @@ START_TEST(test_events_fast_random)
 	    "[\"a long array that goes on past the end of one window of sixty-four bytes\"]",
 	    "1234567890123456789012345678901234567890123456789012345678901234567890",
 	    "\"0123456789012345678901234567890123456789\\\"x\"" };
-	static const char *const ws[] = { "", "", "", " ", "\t", "\r", "  ",
+	static const char *const ws[] = { "", "", "", " ", "\t", "\r", "\n", "  ",
 	    "                                                                   " };
 	static const char *const progs[] = {
 	    "[ { drop: [ drop, b ] }, { set: { gw: jsongate } } ]",
@@ -698,6 +760,7 @@ sse_suite(void)
 	tcase_add_test(tc, test_event_write);
 	tcase_add_test(tc, test_events_sse_every_cut);
 	tcase_add_test(tc, test_events_over);
+	tcase_add_test(tc, test_events_over_between);
 	tcase_add_test(tc, test_events_fast_same);
 	tcase_add_test(tc, test_events_fast_random);
 	tcase_add_test(tc, test_events_take_batches);
