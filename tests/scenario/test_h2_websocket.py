@@ -9,9 +9,7 @@ control both ways (a client that opens no window: the upstream no longer read; a
 that never reads: the client's window stays shut); timeouts.tunnel, SIGHUP, SIGTERM; the
 tunnel's metrics and access log line."""
 
-import asyncio
 import base64
-import http.client
 import os
 import random
 import re
@@ -26,6 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import *  # noqa: E402,F403
+from tunnel_peers import (RawUpstream, WsServer, make_pki, metric, metrics,  # noqa: E402
+                          sizes_1b_to_1mb, with_admin)
 
 try:
     import h2.config
@@ -33,125 +33,18 @@ try:
     import h2.errors
     import h2.events
     import h2.settings
-    import websockets
-except ImportError:     # Debian's python3-h2 and python3-websockets under another python3
+except ImportError:     # Debian's python3-h2 under another python3
     sys.path.append('/usr/lib/python3/dist-packages')
     import h2.config
     import h2.connection
     import h2.errors
     import h2.events
     import h2.settings
-    import websockets
 
 T = Suite(__file__)
 
 
 # --------------------------------------------------------------------- upstreams
-
-def make_pki():
-    """A self-signed certificate for 127.0.0.1, made with the openssl command."""
-    import tempfile
-    d = tempfile.mkdtemp(prefix='jsongate-h2ws-pki-')
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
-                    'ec_paramgen_curve:P-256', '-nodes', '-keyout', 'up.key', '-out', 'up.crt',
-                    '-days', '30', '-subj', '/CN=127.0.0.1',
-                    '-addext', 'subjectAltName=IP:127.0.0.1'],
-                   cwd=d, check=True, capture_output=True, timeout=60)
-    return os.path.join(d, 'up.crt'), os.path.join(d, 'up.key')
-
-
-class WsServer:
-    """A websockets server in a thread of its own that echoes every message."""
-
-    def __init__(self, ssl_ctx=None):
-        self.ssl_ctx = ssl_ctx
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.requests = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        if not self.ready.wait(10):
-            raise RuntimeError('websocket server did not start')
-        self.address = '127.0.0.1:%d' % self.port
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-
-        async def start():
-            async def handler(ws, path=None):
-                self.requests.append(ws.request_headers)
-                try:
-                    async for m in ws:
-                        await ws.send(m)
-                except websockets.ConnectionClosed:
-                    pass        # a client that ends its stream without a close frame
-            self.server = await websockets.serve(handler, '127.0.0.1', 0, max_size=None,
-                                                 ping_interval=None, compression=None,
-                                                 ssl=self.ssl_ctx)
-            self.port = self.server.sockets[0].getsockname()[1]
-            self.ready.set()
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    def stop(self):
-        async def close():
-            self.server.close()
-            await self.server.wait_closed()
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-class RawUpstream:
-    """A TCP server whose connections each run script(sock, head, rest)."""
-
-    def __init__(self, script):
-        self.script = script
-        self.sock = socket.socket()
-        self.sock.bind(('127.0.0.1', 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.address = '127.0.0.1:%d' % self.port
-        self.heads = []
-        self.conns = []
-        self.errors = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        buf = b''
-        try:
-            while b'\r\n\r\n' not in buf:
-                d = conn.recv(65536)
-                if not d:
-                    return
-                buf += d
-            head, rest = buf.split(b'\r\n\r\n', 1)
-            self.heads.append(head + b'\r\n\r\n')
-            self.script(conn, head + b'\r\n\r\n', rest)
-        except Exception as e:
-            self.errors.append(repr(e))
-
-    def stop(self):
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
 
 SWITCH = (b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
           b'Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
@@ -371,30 +264,10 @@ def ws_parse(buf):
 
 # ------------------------------------------------------------------------ helpers
 
-def with_admin(conf):
-    port = free_port()
-    conf['admin'] = {'listen': '127.0.0.1:%d' % port}
-    return conf, port
-
-
 def h2_daemon(env, conf):
     port = free_port()
     return env.daemon(dict(conf, listeners=[{'listen': '127.0.0.1:%d' % port,
                                              'http2': True}]), port=port)
-
-
-def metrics(port):
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        return c.getresponse().read().decode()
-    finally:
-        c.close()
-
-
-def metric(text, name, labels=''):
-    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
 
 
 def read_log(path):
@@ -491,10 +364,6 @@ def handshake_and_bytes(env):
     up.stop()
 
 
-def sizes_1b_to_1mb(n):
-    return [max(1, int(round(2 ** (20 * i / (n - 1))))) for i in range(n)]
-
-
 def ws_echo_run(h, sid, n):
     """n messages from 1 B to 1 MB, text and binary, in frames of our own: the indexes of
     those not echoed exactly, and what came after the last one."""
@@ -537,7 +406,7 @@ def ws_close(h, sid, pending):
 
 @T.case
 def websocket_echo(env):
-    ws = WsServer()
+    ws = WsServer(compression=None)
     gw = h2_daemon(env, upstream_config(ws.address))
     h, sid = open_tunnel(env, gw, [('sec-websocket-version', '13')])
     env.eq('a real WebSocket server: 200', h.status(sid), 200)
@@ -558,7 +427,7 @@ def websocket_over_a_tls_upstream(env):
     cert, key = make_pki()
     sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     sctx.load_cert_chain(cert, key)
-    ws = WsServer(ssl_ctx=sctx)
+    ws = WsServer(ssl_ctx=sctx, compression=None)
     conf, aport = with_admin(upstream_config(ws.address))
     conf['upstreams']['app']['tls'] = {'verify': True, 'ca': cert}
     gw = h2_daemon(env, conf)

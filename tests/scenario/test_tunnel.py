@@ -7,13 +7,14 @@ bounded), timeouts.tunnel (idle closed, busy kept), SIGHUP and SIGTERM, limits.m
 /metrics and the access log line."""
 
 import asyncio
-import http.client
 import random
 import ssl
 import struct
 import sys
 
 from harness import *
+from tunnel_peers import (RawUpstream, WsServer, make_pki, metric, metrics,  # noqa: E402
+                          sizes_1b_to_1mb, with_admin)
 
 try:
     import websockets
@@ -23,117 +24,8 @@ except ImportError:
 
 T = Suite(__file__)
 
-PKI = tempfile_dir = None
-
-
-def make_pki():
-    """A self-signed certificate for 127.0.0.1, made with the openssl command."""
-    import tempfile
-    d = tempfile.mkdtemp(prefix='jsongate-tunnel-pki-')
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
-                    'ec_paramgen_curve:P-256', '-nodes', '-keyout', 'gw.key', '-out', 'gw.crt',
-                    '-days', '30', '-subj', '/CN=127.0.0.1',
-                    '-addext', 'subjectAltName=IP:127.0.0.1'],
-                   cwd=d, check=True, capture_output=True, timeout=60)
-    return os.path.join(d, 'gw.crt'), os.path.join(d, 'gw.key')
-
 
 # --------------------------------------------------------------------- upstreams
-
-class WsServer:
-    """A websockets server in a thread of its own: echoes every message (or runs handler)."""
-
-    def __init__(self, handler=None, ssl_ctx=None):
-        self.handler = handler or self.echo
-        self.ssl_ctx = ssl_ctx
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.requests = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        if not self.ready.wait(10):
-            raise RuntimeError('websocket server did not start')
-        self.address = '127.0.0.1:%d' % self.port
-
-    @staticmethod
-    async def echo(ws, path=None):
-        async for m in ws:
-            await ws.send(m)
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-
-        async def start():
-            async def handler(ws, path=None):
-                self.requests.append(ws.request_headers)
-                await self.handler(ws)
-            self.server = await websockets.serve(handler, '127.0.0.1', 0, max_size=None,
-                                                 ping_interval=None, ssl=self.ssl_ctx)
-            self.port = self.server.sockets[0].getsockname()[1]
-            self.ready.set()
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    def stop(self):
-        async def close():
-            self.server.close()
-            await self.server.wait_closed()
-        try:
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-class RawUpstream:
-    """A TCP server whose connections each run script(sock, head): head is the request head
-    it read (bytes up to and including the blank line)."""
-
-    def __init__(self, script):
-        self.script = script
-        self.sock = socket.socket()
-        self.sock.bind(('127.0.0.1', 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.address = '127.0.0.1:%d' % self.port
-        self.heads = []
-        self.conns = []
-        self.errors = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        buf = b''
-        try:
-            while b'\r\n\r\n' not in buf:
-                d = conn.recv(65536)
-                if not d:
-                    return
-                buf += d
-            head, rest = buf.split(b'\r\n\r\n', 1)
-            self.heads.append(head + b'\r\n\r\n')
-            self.script(conn, head + b'\r\n\r\n', rest)
-        except Exception as e:      # recorded for the case to see
-            self.errors.append(repr(e))
-
-    def stop(self):
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
 
 def recv_exact(sock, n, timeout=IO_TIMEOUT):
     sock.settimeout(timeout)
@@ -204,26 +96,6 @@ def tunnel_conf(upstream, **top):
     return upstream_config(upstream.address, **top)
 
 
-def with_admin(conf):
-    port = free_port()
-    conf['admin'] = {'listen': '127.0.0.1:%d' % port}
-    return conf, port
-
-
-def metrics(port):
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        return c.getresponse().read().decode()
-    finally:
-        c.close()
-
-
-def metric(text, name, labels=''):
-    m = re.search(r'^%s%s (\S+)$' % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def open_tunnel(env, gw, sock=None):
     s = sock or socket.create_connection(('127.0.0.1', gw.port), timeout=IO_TIMEOUT)
     s.sendall(UPGRADE_REQ)
@@ -289,10 +161,6 @@ def handshake_and_bytes(env):
     env.check('its duration', isinstance(e.get('duration_ms'), float) and
               e['duration_ms'] > 0, repr(e))
     up.stop()
-
-
-def sizes_1b_to_1mb(n=1000):
-    return [max(1, int(round(2 ** (20 * i / (n - 1))))) for i in range(n)]
 
 
 async def ws_echo_run(uri, ssl_ctx=None, n=1000):
