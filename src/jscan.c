@@ -223,14 +223,13 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 #undef JSCAN_MM
 }
 
+/* The masks of the block in x: compares yield the 64-bit masks directly, no movemask. */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline void
-jscan_masks_avx512(const char *p, struct jscan_masks *m)
+jscan_masks_of_avx512(__m512i x, struct jscan_masks *m)
 {
-	__m512i x = _mm512_loadu_si512((const void *)p);
 	__m512i y = _mm512_and_si512(x, _mm512_set1_epi8((char)0xdf));
 
-	/* Compares yield the 64-bit masks directly: no movemask, one load per block. */
 	m->quote = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"'));
 	m->bslash = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
 	m->open = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5b));
@@ -239,22 +238,22 @@ jscan_masks_avx512(const char *p, struct jscan_masks *m)
 	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
 }
 
+/* One load per block. */
+__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
+static inline void
+jscan_masks_avx512(const char *p, struct jscan_masks *m)
+{
+	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m);
+}
+
 /* The last n (< 64) bytes, the rest of the block spaces: a masked load reads only those n
  * (and cannot fault past them), so no copy into a padded buffer. */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline void
 jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m)
 {
-	__m512i x = _mm512_mask_loadu_epi8(_mm512_set1_epi8(' '), (__mmask64)((1ULL << n) - 1),
-	    (const void *)p);
-	__m512i y = _mm512_and_si512(x, _mm512_set1_epi8((char)0xdf));
-
-	m->quote = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"'));
-	m->bslash = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
-	m->open = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5b));
-	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
-	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
-	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
+	jscan_masks_of_avx512(_mm512_mask_loadu_epi8(_mm512_set1_epi8(' '),
+	    (__mmask64)((1ULL << n) - 1), (const void *)p), m);
 }
 #endif
 
