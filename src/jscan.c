@@ -8,7 +8,7 @@
  * population count); when the total balances, squares balancing means curlies balance too.
  * So a value whose brackets balance per kind is accepted even if pairs cross ("[{]}");
  * strict validation rejects those.  The work per block is bound by integer instructions, so
- * each one saved there counts.
+ * each one saved there counts: a block wholly inside a string is passed after two compares.
  */
 #include "jscan.h"
 
@@ -257,6 +257,60 @@ jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m)
 }
 #endif
 
+/*
+ * Whether a whole block holds no quote and no backslash.  Inside a string such a block
+ * changes nothing (no quote ends the string, no bracket counts), so the loops pass it after
+ * two compares: long strings (text, encoded blobs) are most of many values' bytes.
+ */
+#ifdef JSCAN_X86
+__attribute__((target("sse2")))
+static inline int
+jscan_plain_sse2(const char *p)
+{
+	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
+	__m128i x, acc = _mm_setzero_si128();
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+		acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)));
+	}
+	return _mm_movemask_epi8(acc) == 0;
+}
+
+__attribute__((target("avx2")))
+static inline int
+jscan_plain_avx2(const char *p)
+{
+	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
+	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+
+	return _mm256_testz_si256(_mm256_or_si256(
+	    _mm256_or_si256(_mm256_cmpeq_epi8(lo, vq), _mm256_cmpeq_epi8(lo, vb)),
+	    _mm256_or_si256(_mm256_cmpeq_epi8(hi, vq), _mm256_cmpeq_epi8(hi, vb))),
+	    _mm256_set1_epi8(-1));
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline int
+jscan_plain_avx512(const char *p)
+{
+	__m512i x = _mm512_loadu_si512((const void *)p);
+
+	return (_mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'))) == 0;
+}
+#endif
+
+/* The scalar variant looks at every block. */
+static inline int
+jscan_plain_none(const char *p)
+{
+	(void)p;
+	return 0;
+}
+
 /* The variants without masked loads copy the last bytes into a block of spaces. */
 static inline void
 jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
@@ -271,7 +325,7 @@ jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
  * last partial block is read as if padded with spaces, which carry no structure: copied into
  * such a buffer, or (tail_fn, when the variant has one) loaded masked.
  */
-#define JSCAN_DEFINE(name, masks_fn, tail_fn, clmul, attr)				\
+#define JSCAN_DEFINE(name, masks_fn, plain_fn, tail_fn, clmul, attr)				\
 attr static ssize_t									\
 name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 {											\
@@ -295,6 +349,8 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 		st.squares = -(buf[pos] == '[');					\
 	}										\
 	for (i = pos + 1; i + 64 <= len; i += 64) {					\
+		if (st.in_string != 0 && st.esc_carry == 0 && plain_fn(buf + i))	\
+			continue;							\
 		masks_fn(buf + i, &m);							\
 		if ((r = jscan_block(&st, buf + i, &m, &end, clmul)) != 0)			\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
@@ -320,13 +376,13 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	return JSCAN_ERR_SYNTAX;							\
 }
 
-JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_tail_none, 0, )
+JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_plain_none, jscan_tail_none, 0, )
 #ifdef JSCAN_X86
-JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_tail_none, 0,
+JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_plain_sse2, jscan_tail_none, 0,
     __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_tail_none, 1,
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_plain_avx2, jscan_tail_none, 1,
     __attribute__((target("avx2,popcnt,bmi,pclmul"))))
-JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, jscan_tail_avx512, 1,
+JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, jscan_plain_avx512, jscan_tail_avx512, 1,
     __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
@@ -368,7 +424,7 @@ jscan_stream_bytes(struct jscan_state *st, const char *buf, size_t i, size_t len
 	return JSCAN_MORE;
 }
 
-#define JSCAN_STREAM_DEFINE(name, masks_fn, clmul, attr)				\
+#define JSCAN_STREAM_DEFINE(name, masks_fn, plain_fn, clmul, attr)				\
 attr static ssize_t									\
 name(struct jscan_state *st, const char *buf, size_t len)				\
 {											\
@@ -377,6 +433,8 @@ name(struct jscan_state *st, const char *buf, size_t len)				\
 	int end = 0, r;									\
 											\
 	for (i = 0; i + 64 <= len; i += 64) {						\
+		if (st->in_string != 0 && st->esc_carry == 0 && plain_fn(buf + i))	\
+			continue;							\
 		masks_fn(buf + i, &m);							\
 		if ((r = jscan_block(st, buf + i, &m, &end, clmul)) != 0)			\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
@@ -384,12 +442,13 @@ name(struct jscan_state *st, const char *buf, size_t len)				\
 	return jscan_stream_bytes(st, buf, i, len);					\
 }
 
-JSCAN_STREAM_DEFINE(jscan_stream_scalar, jscan_masks_scalar, 0, )
+JSCAN_STREAM_DEFINE(jscan_stream_scalar, jscan_masks_scalar, jscan_plain_none, 0, )
 #ifdef JSCAN_X86
-JSCAN_STREAM_DEFINE(jscan_stream_sse2, jscan_masks_sse2, 0, __attribute__((target("sse2"))))
-JSCAN_STREAM_DEFINE(jscan_stream_avx2, jscan_masks_avx2, 1,
+JSCAN_STREAM_DEFINE(jscan_stream_sse2, jscan_masks_sse2, jscan_plain_sse2, 0,
+    __attribute__((target("sse2"))))
+JSCAN_STREAM_DEFINE(jscan_stream_avx2, jscan_masks_avx2, jscan_plain_avx2, 1,
     __attribute__((target("avx2,popcnt,bmi,pclmul"))))
-JSCAN_STREAM_DEFINE(jscan_stream_avx512, jscan_masks_avx512, 1,
+JSCAN_STREAM_DEFINE(jscan_stream_avx512, jscan_masks_avx512, jscan_plain_avx512, 1,
     __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 

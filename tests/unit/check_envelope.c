@@ -247,6 +247,32 @@ START_TEST(test_skip_counted_blocks)
 }
 END_TEST
 
+/* Long strings whose blocks hold no quote or backslash are passed whole: brackets in them
+ * never count, and a quote, an escape or an escape carried over a block's end anywhere in
+ * them is still seen, by every variant, whole and in pieces. */
+START_TEST(test_skip_long_strings)
+{
+	static const char *marks[] = { "\\\"", "\\\\", "\"", "\\u0022" };
+	char buf[420];
+	size_t n, i, at;
+
+	for (size_t k = 0; k < sizeof(marks) / sizeof(marks[0]); k++) {
+		for (at = 2; at < 200; at++) {
+			n = 0;
+			buf[n++] = '[';
+			buf[n++] = '"';
+			for (i = 0; i < 380; i++)
+				buf[n++] = "ab[c{d]e}f"[i % 10];
+			memcpy(buf + at, marks[k], strlen(marks[k]));
+			buf[n++] = '"';
+			buf[n++] = ']';
+			skip_agrees(buf, n, 0, 4);
+			skip_agrees(buf, n, 1, 4);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_skip_depth_clamp)
 {
 	size_t n = 2 * (JSCAN_MAX_DEPTH + 1), i;
@@ -516,6 +542,7 @@ envelope_suite(void)
 	tcase_add_test(tc, test_skip_deep);
 	tcase_add_test(tc, test_skip_long);
 	tcase_add_test(tc, test_skip_counted_blocks);
+	tcase_add_test(tc, test_skip_long_strings);
 	tcase_add_test(tc, test_skip_depth_clamp);
 	tcase_add_loop_test(tc, test_envelope_members, 0, (int)(sizeof(env_cases) / sizeof(env_cases[0])));
 	tcase_add_test(tc, test_envelope_grow);
