@@ -151,35 +151,71 @@ stream_fast_ws(const char *p, size_t len, size_t i)
 	return i;
 }
 
-/* The end of the string at p[i] ('"'), or 0 when it has an escape or a NUL, or no end. */
-static inline size_t
-stream_fast_string(const char *p, size_t len, size_t i)
+/*
+ * Quotes, backslashes and NULs of a 64-byte window of the event: the end of each string is
+ * found in the mask of the window it lies in, so the walk from member to member waits on a
+ * shift and a bit count rather than on a load and compares per string.
+ */
+struct stream_fast_win {
+	size_t at;                      /* the window is p[at..at + 64), when valid */
+	uint64_t special;               /* bit k: p[at + k] is '"', '\\' or NUL */
+	int valid;
+};
+
+static inline uint64_t
+stream_fast_special_mask(const char *p)
 {
+	uint64_t m = 0;
 #ifdef __SSE2__
 	const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), z = _mm_setzero_si128();
 	__m128i x;
-	unsigned quote, bad, t;
+	int k;
 
-	for (i++; i + 16 <= len; i += 16) {
-		/* the masks say which byte came first: no load of it to wait for */
-		x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
-		quote = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, q));
-		bad = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, b),
-		    _mm_cmpeq_epi8(x, z)));
-		if ((quote | bad) != 0) {
-			t = (unsigned)__builtin_ctz(quote | bad);
-			return (bad >> t) & 1 ? 0 : i + t + 1;
-		}
+	for (k = 0; k < 4; k++) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
+		m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, q),
+		    _mm_or_si128(_mm_cmpeq_epi8(x, b), _mm_cmpeq_epi8(x, z)))) << (16 * k);
 	}
-	i--;
+#else
+	int k;
+
+	for (k = 0; k < 64; k++)
+		m |= (uint64_t)(p[k] == '"' || p[k] == '\\' || p[k] == '\0') << k;
 #endif
-	for (i++; i < len; i++) {
-		if (p[i] == '"')
-			return i + 1;
-		if (p[i] == '\\' || p[i] == '\0')
-			return 0;
+	return m;
+}
+
+/* The first '"', '\\' or NUL at or after p[i], or len. */
+static inline size_t
+stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t i)
+{
+	uint64_t r;
+
+	for (;;) {
+		if (w->valid && i >= w->at && i - w->at < 64) {
+			r = w->special >> (i - w->at);
+			if (r != 0)
+				return i + (size_t)__builtin_ctzll(r);
+			i = w->at + 64;
+		}
+		if (len - i < 64)
+			break;
+		w->at = i;
+		w->special = stream_fast_special_mask(p + i);
+		w->valid = 1;
 	}
-	return 0;
+	for (; i < len; i++)            /* the last bytes, fewer than a window */
+		if (p[i] == '"' || p[i] == '\\' || p[i] == '\0')
+			return i;
+	return len;
+}
+
+/* The end of the string at p[i] ('"'), or 0 when it has an escape or a NUL, or no end. */
+static inline size_t
+stream_fast_string(struct stream_fast_win *w, const char *p, size_t len, size_t i)
+{
+	i = stream_fast_special(w, p, len, i + 1);
+	return i < len && p[i] == '"' ? i + 1 : 0;
 }
 
 #define STREAM_FAST_WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
@@ -193,6 +229,7 @@ static ssize_t
 stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max_members,
     struct stream_fast_member *m)
 {
+	struct stream_fast_win w = { 0, 0, 0 };
 	size_t i, ks, ke, vs, n = 0;
 	ssize_t e;
 
@@ -205,7 +242,7 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 		goto end;
 	}
 	for (;;) {
-		if (i == len || json[i] != '"' || (i = stream_fast_string(json, len, ks = i)) == 0)
+		if (i == len || json[i] != '"' || (i = stream_fast_string(&w, json, len, ks = i)) == 0)
 			return -1;
 		ke = i;
 		if (i < len && json[i] != ':')
@@ -219,7 +256,7 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 		vs = i;
 		switch (json[i]) {
 		case '"':
-			if ((i = stream_fast_string(json, len, i)) == 0)
+			if ((i = stream_fast_string(&w, json, len, i)) == 0)
 				return -1;
 			break;
 		case '{':
