@@ -52,14 +52,27 @@ stream_event_apply(struct rewrite_ctx *ctx, const struct rewrite_program *prog,
  * the engine, which then decides as it always did.
  */
 struct stream_fast_item {
-	const struct rewrite_key *key;  /* its name has no byte that JSON escapes */
+	unsigned key;                   /* its key: keys[key] */
 	int set;                        /* set, to vals[val]; else drop */
 	size_t val;
+};
+
+/* What the ops do to an input member with a given key, whatever else the event holds. */
+enum stream_fast_fate { FAST_KEEP, FAST_DROP, FAST_REPLACE };
+
+struct stream_fast_key {
+	const struct rewrite_key *key;  /* its name has no byte that JSON escapes */
+	enum stream_fast_fate fate;     /* of an input member with this key */
+	size_t val;                     /* FAST_REPLACE: to vals[val] */
 };
 
 struct stream_fast {
 	struct stream_fast_item items[STREAM_FAST_ITEMS];
 	size_t nitems;
+	struct stream_fast_key keys[STREAM_FAST_ITEMS];         /* the items' keys, each once */
+	size_t nkeys;
+	uint64_t key_lens;              /* bit n: a key is n bytes long (63: 63 or more) */
+	uint64_t key_firsts[4];         /* bit c: a key begins with byte c */
 	size_t nvals;                   /* set items */
 	struct rewrite_str vals[STREAM_FAST_ITEMS];     /* their JSON text, in valbuf */
 	char *valbuf;
@@ -67,35 +80,33 @@ struct stream_fast {
 	int usable;                     /* the program is one the fast path takes */
 	int ready;                      /* vals resolved for this feed */
 	int vals_eol;                   /* a value holds a CR or LF (JSON whitespace) */
+	/* The members the ops add at the end, for the keys an event had (bit k: keys[k]):
+	 * the same from event to event of a stream, so kept for the last set of keys. */
+	uint32_t added_for;
+	int added_valid;
+	size_t nadded;
+	struct { unsigned key; size_t val; } added[STREAM_FAST_ITEMS];
 	struct rewrite_span spans[4 * (STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS) + 2];
 };
 
-/* One member of the list the ops edit. */
-struct stream_fast_member {
-	const char *name;               /* the key's text */
-	size_t name_len;
-	const char *key;                /* the input's key with its quotes, or the program's
-	                                 * (rewrite_key.json: ',' before it, ':' after it) */
-	size_t key_len;                 /* quotes included */
-	const char *val;                /* the value's JSON text */
-	size_t val_len;
-	unsigned seq;                   /* input: its place in the object */
-	unsigned char input;            /* the key is the input's */
-	unsigned char replaced;         /* a set op gave it a new value */
-};
-
-/* Take prog if the fast path can: its items, in order. */
+/* Take prog if the fast path can: its items, in order, and their keys, each once with what
+ * the ops do to an input member of that key: dropped by a drop (a later set adds the key
+ * anew at the end), else given the last set's value. */
 static void
 stream_fast_plan(struct stream_fast *f, const struct rewrite_program *prog,
     enum validate_mode mode)
 {
 	const struct rewrite_op *op;
 	const struct rewrite_key *key;
-	size_t i, j;
+	struct stream_fast_key *fk;
+	size_t i, j, k;
 
-	f->nitems = f->nvals = 0;
+	f->nitems = f->nvals = f->nkeys = 0;
+	f->key_lens = 0;
+	memset(f->key_firsts, 0, sizeof(f->key_firsts));
 	f->usable = 0;
 	f->ready = 0;
+	f->added_valid = 0;
 	if (prog == NULL || mode != VALIDATE_ENVELOPE)
 		return;
 	for (i = 0; i < prog->nops; i++) {
@@ -107,9 +118,28 @@ stream_fast_plan(struct stream_fast *f, const struct rewrite_program *prog,
 			if (op->items[j].path.nseg != 1 || key->json_len != key->len + 2 ||
 			    f->nitems == STREAM_FAST_ITEMS)
 				return;
-			f->items[f->nitems].key = key;
+			for (k = 0; k < f->nkeys; k++)
+				if (f->keys[k].key->len == key->len &&
+				    memcmp(f->keys[k].key->name, key->name, key->len) == 0)
+					break;
+			fk = &f->keys[k];
+			if (k == f->nkeys) {
+				*fk = (struct stream_fast_key){ .key = key, .fate = FAST_KEEP };
+				f->key_lens |= 1ULL << (key->len < 63 ? key->len : 63);
+				if (key->len > 0)
+					f->key_firsts[(unsigned char)key->name[0] >> 6] |=
+					    1ULL << ((unsigned char)key->name[0] & 63);
+				f->nkeys++;
+			}
+			f->items[f->nitems].key = (unsigned)k;
 			f->items[f->nitems].set = op->kind == REWRITE_SET;
 			f->items[f->nitems].val = op->kind == REWRITE_SET ? f->nvals++ : 0;
+			if (op->kind == REWRITE_DROP) {
+				fk->fate = FAST_DROP;
+			} else if (fk->fate != FAST_DROP) {
+				fk->fate = FAST_REPLACE;
+				fk->val = f->items[f->nitems].val;
+			}
 			f->nitems++;
 		}
 	}
@@ -157,9 +187,8 @@ stream_fast_ws(const char *p, size_t len, size_t i)
  * shift and a bit count rather than on a load and compares per string.
  */
 struct stream_fast_win {
-	size_t at;                      /* the window is p[at..at + 64), when valid */
+	size_t at;                      /* the window is p[at..at + 64) (SIZE_MAX - 63: none) */
 	uint64_t special;               /* bit k: p[at + k] is '"', '\\' or NUL */
-	int valid;
 };
 
 static inline uint64_t
@@ -192,7 +221,7 @@ stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t
 	uint64_t r;
 
 	for (;;) {
-		if (w->valid && i >= w->at && i - w->at < 64) {
+		if (i - w->at < 64) {   /* i below at wraps to a large number */
 			r = w->special >> (i - w->at);
 			if (r != 0)
 				return i + (size_t)__builtin_ctzll(r);
@@ -202,7 +231,6 @@ stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t
 			break;
 		w->at = i;
 		w->special = stream_fast_special_mask(p + i);
-		w->valid = 1;
 	}
 	for (; i < len; i++)            /* the last bytes, fewer than a window */
 		if (p[i] == '"' || p[i] == '\\' || p[i] == '\0')
@@ -220,49 +248,133 @@ stream_fast_string(struct stream_fast_win *w, const char *p, size_t len, size_t 
 
 #define STREAM_FAST_WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
 
-/*
- * The members of the object json[0..len) in m (at most STREAM_FAST_MEMBERS and max_members):
- * their number, or -1 when the engine must look.  Compact JSON is the common case: each
- * separator is looked for first where it would be without whitespace.
- */
-static ssize_t
-stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max_members,
-    struct stream_fast_member *m)
+/* The index of the program key that name[0..len) is, or -1. */
+static inline int
+stream_fast_key_of(const struct stream_fast *f, const char *name, size_t len)
 {
-	struct stream_fast_win w = { 0, 0, 0 };
-	size_t i, ks, ke, vs, n = 0;
+	unsigned char c = len > 0 ? (unsigned char)name[0] : 0;
+	size_t k, i;
+
+	/* Most members are no key of the program: their length or first byte tells. */
+	if (((f->key_lens >> (len < 63 ? len : 63)) & 1) == 0 ||
+	    (len > 0 && ((f->key_firsts[c >> 6] >> (c & 63)) & 1) == 0))
+		return -1;
+	for (k = 0; k < f->nkeys; k++) {
+		if (f->keys[k].key->len != len)
+			continue;
+		for (i = 0; i < len; i++)   /* keys are short: no library call */
+			if (name[i] != f->keys[k].key->name[i])
+				break;
+		if (i == len)
+			return (int)k;
+	}
+	return -1;
+}
+
+/*
+ * The members the ops add at the end of an event that had the keys of mask (bit k: keys[k]),
+ * in order, as the engine adds them: a set of a key the event no longer has appends it, or
+ * gives the one it appended before the new value; a drop takes an appended one away again.
+ */
+static void
+stream_fast_added(struct stream_fast *f, uint32_t mask)
+{
+	const struct stream_fast_item *it;
+	uint32_t input = mask;
+	size_t i, j;
+
+	f->nadded = 0;
+	for (i = 0; i < f->nitems; i++) {
+		it = &f->items[i];
+		for (j = 0; j < f->nadded && f->added[j].key != it->key; j++)
+			continue;
+		if (!it->set) {
+			input &= ~(1U << it->key);
+			if (j < f->nadded) {
+				memmove(&f->added[j], &f->added[j + 1],
+				    (f->nadded - j - 1) * sizeof(f->added[0]));
+				f->nadded--;
+			}
+		} else if ((input >> it->key) & 1) {
+			continue;       /* the input's members of that key take the value */
+		} else if (j < f->nadded) {
+			f->added[j].val = it->val;
+		} else {
+			f->added[f->nadded].key = it->key;
+			f->added[f->nadded++].val = it->val;
+		}
+	}
+	f->added_for = mask;
+	f->added_valid = 1;
+}
+
+static inline void
+stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
+{
+	if (*n > 0 && s[*n - 1].p + s[*n - 1].len == p) {
+		s[*n - 1].len += len;
+		return;
+	}
+	s[*n].p = p;
+	s[(*n)++].len = len;
+}
+
+/*
+ * The ops on the object json[0..len) the fast way, in one walk over its members: 1 with the
+ * new text in f->spans (*nspans), 0 when the event passes as it came, -2 when the engine
+ * must decide.  The output is made as rewrite_emit makes an edited object, byte for byte:
+ * input members that were neighbours as one span with what lay between them, a comma
+ * before any other, a replaced member as its key, ':' and the new value, then the members
+ * the ops add.  Compact JSON is the common case: each separator is looked for first where
+ * it would be without whitespace.
+ */
+static int
+stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
+    size_t max_members, size_t *nspans)
+{
+	struct stream_fast_win w = { SIZE_MAX - 63, 0 };
+	struct rewrite_span *s = f->spans;
+	const struct stream_fast_key *fk;
+	const struct rewrite_key *key;
+	size_t i, ks, ke, vs, n = 0, ns = 0, j;
 	ssize_t e;
+	uint32_t seen = 0;
+	int k, first = 1, joined = 0, dirty = f->nvals != 0;
 
 	i = stream_fast_ws(json, len, 0);
-	if (len > INT_MAX - 1 || max_depth < 1 || i == len || json[i] != '{')
-		return -1;
+	if (i == len || json[i] != '{')
+		return 0;
+	if (len > INT_MAX - 1 || max_depth < 1)
+		return -2;
+	stream_fast_span(s, &ns, "{", 1);
 	i = stream_fast_ws(json, len, i + 1);
 	if (i < len && json[i] == '}') {
 		i++;
 		goto end;
 	}
 	for (;;) {
-		if (i == len || json[i] != '"' || (i = stream_fast_string(&w, json, len, ks = i)) == 0)
-			return -1;
+		if (i == len || json[i] != '"' ||
+		    (i = stream_fast_string(&w, json, len, ks = i)) == 0)
+			return -2;
 		ke = i;
 		if (i < len && json[i] != ':')
 			i = stream_fast_ws(json, len, i);
 		if (i == len || json[i] != ':')
-			return -1;
+			return -2;
 		if (++i < len && STREAM_FAST_WS(json[i]))
 			i = stream_fast_ws(json, len, i);
 		if (i == len)
-			return -1;
+			return -2;
 		vs = i;
 		switch (json[i]) {
 		case '"':
 			if ((i = stream_fast_string(&w, json, len, i)) == 0)
-				return -1;
+				return -2;
 			break;
 		case '{':
 		case '[':
 			if ((e = jscan_skip(json, len, i, max_depth - 1)) < 0)
-				return -1;
+				return -2;
 			i = (size_t)e;
 			break;
 		case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8':
@@ -279,14 +391,38 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 			    !STREAM_FAST_WS(json[i]))
 				i++;
 			if (!envelope_is_primitive(json + vs, i - vs))
-				return -1;
+				return -2;
 		}
 		if (n == STREAM_FAST_MEMBERS || n >= max_members)
-			return -1;
-		m[n] = (struct stream_fast_member){ .name = json + ks + 1, .name_len = ke - ks - 2,
-		    .key = json + ks, .key_len = ke - ks, .val = json + vs, .val_len = i - vs,
-		    .seq = (unsigned)n, .input = 1 };
+			return -2;
 		n++;
+		k = stream_fast_key_of(f, json + ks + 1, ke - ks - 2);
+		fk = k < 0 ? NULL : &f->keys[k];
+		if (k >= 0)
+			seen |= 1U << k;
+		if (fk == NULL || fk->fate == FAST_KEEP) {
+			if (joined) {
+				/* the last span ends at its neighbour's value: it grows */
+				s[ns - 1].len = (size_t)(json + i - s[ns - 1].p);
+			} else {
+				if (!first)
+					stream_fast_span(s, &ns, ",", 1);
+				stream_fast_span(s, &ns, json + ks, i - ks);
+			}
+			first = 0;
+			joined = 1;
+		} else if (fk->fate == FAST_DROP) {
+			dirty = 1;
+			joined = 0;
+		} else {
+			if (!first)
+				stream_fast_span(s, &ns, ",", 1);
+			stream_fast_span(s, &ns, json + ks, ke - ks);
+			stream_fast_span(s, &ns, ":", 1);
+			stream_fast_span(s, &ns, f->vals[fk->val].p, f->vals[fk->val].len);
+			first = 0;
+			joined = 0;
+		}
 		if (i < len && STREAM_FAST_WS(json[i]))
 			i = stream_fast_ws(json, len, i);
 		if (i < len && json[i] == ',') {
@@ -298,120 +434,21 @@ stream_fast_members(const char *json, size_t len, unsigned max_depth, size_t max
 			i++;
 			break;
 		}
-		return -1;
+		return -2;
 	}
 end:
-	return stream_fast_ws(json, len, i) == len ? (ssize_t)n : -1;
-}
-
-static inline int
-stream_fast_is(const struct stream_fast_member *m, const struct rewrite_key *k)
-{
-	size_t i;
-
-	if (m->name_len != k->len)
-		return 0;
-	for (i = 0; i < k->len; i++)        /* keys are short: no library call */
-		if (m->name[i] != k->name[i])
-			return 0;
-	return 1;
-}
-
-static inline void
-stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
-{
-	if (*n > 0 && s[*n - 1].p + s[*n - 1].len == p) {
-		s[*n - 1].len += len;
-		return;
-	}
-	s[*n].p = p;
-	s[(*n)++].len = len;
-}
-
-/*
- * The ops on json[0..len) the fast way: 1 with the new text in f->spans (*nspans), 0 when the
- * event passes as it came, -2 when the engine must decide.
- */
-static int
-stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
-    size_t max_members, size_t *nspans)
-{
-	struct stream_fast_member m[STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS];
-	const struct stream_fast_item *it;
-	struct rewrite_span *s = f->spans;
-	const char *last_end = NULL;
-	size_t i, j, a, n, ns = 0;
-	ssize_t r;
-	unsigned last_seq = 0;
-	int dirty = 0, any, first = 1;
-
-	i = stream_fast_ws(json, len, 0);
-	if (i == len || json[i] != '{')
-		return 0;
-	if ((r = stream_fast_members(json, len, max_depth, max_members, m)) < 0)
+	if (stream_fast_ws(json, len, i) != len)
 		return -2;
-	n = (size_t)r;
-	for (i = 0; i < f->nitems; i++) {
-		it = &f->items[i];
-		if (!it->set) {
-			for (j = a = 0; j < n; j++) {
-				if (stream_fast_is(&m[j], it->key))
-					dirty = 1;
-				else
-					m[a++] = m[j];
-			}
-			n = a;
-			continue;
-		}
-		dirty = 1;
-		any = 0;
-		for (j = 0; j < n; j++) {
-			if (!stream_fast_is(&m[j], it->key))
-				continue;
-			m[j].val = f->vals[it->val].p;
-			m[j].val_len = f->vals[it->val].len;
-			m[j].replaced = 1;
-			any = 1;
-		}
-		if (!any)
-			m[n++] = (struct stream_fast_member){ .name = it->key->name,
-			    .name_len = it->key->len, .key = it->key->json,
-			    .key_len = it->key->json_len, .val = f->vals[it->val].p,
-			    .val_len = f->vals[it->val].len };
-	}
 	if (!dirty)
 		return 0;
-	/* As rewrite_emit writes an edited object: neighbours in the input as one span with
-	 * what lay between them, a comma before any other. */
-	stream_fast_span(s, &ns, "{", 1);
-	for (j = 0; j < n; j++) {
-		if (m[j].input && !m[j].replaced) {
-			if (!first && last_end != NULL && m[j].seq == last_seq + 1) {
-				stream_fast_span(s, &ns, last_end,
-				    (size_t)(m[j].val + m[j].val_len - last_end));
-			} else {
-				if (!first)
-					stream_fast_span(s, &ns, ",", 1);
-				stream_fast_span(s, &ns, m[j].key,
-				    (size_t)(m[j].val + m[j].val_len - m[j].key));
-			}
-			first = 0;
-			last_seq = m[j].seq;
-			last_end = m[j].val + m[j].val_len;
-			continue;
-		}
-		if (!first && m[j].input)
-			stream_fast_span(s, &ns, ",", 1);
-		last_end = NULL;
-		if (m[j].input) {
-			stream_fast_span(s, &ns, m[j].key, m[j].key_len);
-			stream_fast_span(s, &ns, ":", 1);
-		} else {
-			/* A program key: ,"key": */
-			stream_fast_span(s, &ns, m[j].key - !first, m[j].key_len + 1 + !first);
-		}
+	if (!f->added_valid || f->added_for != seen)
+		stream_fast_added(f, seen);
+	for (j = 0; j < f->nadded; j++) {
+		/* A program key: ,"key": */
+		key = f->keys[f->added[j].key].key;
+		stream_fast_span(s, &ns, key->json - !first, key->json_len + 1 + !first);
+		stream_fast_span(s, &ns, f->vals[f->added[j].val].p, f->vals[f->added[j].val].len);
 		first = 0;
-		stream_fast_span(s, &ns, m[j].val, m[j].val_len);
 	}
 	stream_fast_span(s, &ns, "}", 1);
 	*nspans = ns;
