@@ -632,6 +632,34 @@ stream_events_apply(struct stream_events *se, const char *json, size_t len,
 	return 0;
 }
 
+/* Copy n bytes: most pieces of an edited event are a few bytes long (a brace, a comma, a
+ * key), where a library call would cost more than the copy. */
+static inline char *
+stream_events_copy(char *o, const char *p, size_t n)
+{
+	uint64_t a, b;
+	uint32_t c, d;
+
+	if (n >= 8 && n <= 16) {
+		memcpy(&a, p, 8);
+		memcpy(&b, p + n - 8, 8);
+		memcpy(o, &a, 8);
+		memcpy(o + n - 8, &b, 8);
+	} else if (n >= 4 && n < 8) {
+		memcpy(&c, p, 4);
+		memcpy(&d, p + n - 4, 4);
+		memcpy(o, &c, 4);
+		memcpy(o + n - 4, &d, 4);
+	} else if (n < 4) {
+		while (n-- > 0)
+			*o++ = *p++;
+		return o;
+	} else {
+		memcpy(o, p, n);
+	}
+	return o + n;
+}
+
 /*
  * An event of one data line that the fast path rewrote: its bytes up to the value, the new
  * value, its bytes from the line end on, as sse_event_write writes them.  Nothing in the new
@@ -653,13 +681,10 @@ stream_events_sse_direct(struct stream_events *se, const struct sse_event *ev,
 	    STREAM_EVENTS_BATCH + STREAM_EVENTS_PIECE) != 0)
 		return -1;
 	o = se->obuf + se->olen;
-	memcpy(o, ev->raw, a);
-	o += a;
-	for (i = 0; i < n; i++) {
-		memcpy(o, spans[i].p, spans[i].len);
-		o += spans[i].len;
-	}
-	memcpy(o, ev->raw + b, ev->raw_len - b);
+	o = stream_events_copy(o, ev->raw, a);
+	for (i = 0; i < n; i++)
+		o = stream_events_copy(o, spans[i].p, spans[i].len);
+	stream_events_copy(o, ev->raw + b, ev->raw_len - b);
 	se->olen += need;
 	return 0;
 }
