@@ -214,7 +214,9 @@ stream_fast_special_mask(const char *p)
 	return m;
 }
 
-/* The first '"', '\\' or NUL at or after p[i], or len. */
+/* The first '"', '\\' or NUL at or after p[i], or len.  A new window starts at i, or, near
+ * the end, is the last 64 bytes (overlapping the one before): only an event shorter than a
+ * window is looked at byte by byte. */
 static inline size_t
 stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t i)
 {
@@ -227,12 +229,15 @@ stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t
 				return i + (size_t)__builtin_ctzll(r);
 			i = w->at + 64;
 		}
-		if (len - i < 64)
+		if (len - i >= 64)
+			w->at = i;
+		else if (i < len && len >= 64)
+			w->at = len - 64;
+		else
 			break;
-		w->at = i;
-		w->special = stream_fast_special_mask(p + i);
+		w->special = stream_fast_special_mask(p + w->at);
 	}
-	for (; i < len; i++)            /* the last bytes, fewer than a window */
+	for (; i < len; i++)
 		if (p[i] == '"' || p[i] == '\\' || p[i] == '\0')
 			return i;
 	return len;
