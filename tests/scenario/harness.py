@@ -67,7 +67,7 @@ __all__ = [
     'close_when_idle', 'retry_after', 'blackhole', 'GARBAGE',
     'http_response', 'build_request', 'upstream_config', 'to_yaml', 'free_port',
     'pattern_block', 'pattern_crc', 'rss_kb', 'wait_until', 'instrumented',
-    'gateway_error_body', 'date_is_now', 'metrics_lines', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
+    'gateway_error_body', 'date_is_now', 'metrics_lines', 'metrics_text', 'JSONGATE', 'DEMO_UPSTREAM', 'TESTS_SRCDIR',
     'WRAPPER', 'SLOW', 'IO_TIMEOUT', 'ProtocolError', 'json', 'os', 're',
     'socket', 'time', 'signal', 'threading', 'zlib', 'subprocess',
 ]
@@ -181,17 +181,22 @@ def rss_kb(pid):
     return out
 
 
-def metrics_lines(admin, prefix):
-    """The sample lines of /metrics on the admin listener (host:port) starting with prefix,
-    sorted."""
+def metrics_text(port, host='127.0.0.1'):
+    """The text of /metrics on the admin listener at host:port."""
     import http.client
-    host, port = admin.rsplit(':', 1)
     c = http.client.HTTPConnection(host, int(port), timeout=IO_TIMEOUT)
     try:
         c.request('GET', '/metrics')
-        text = c.getresponse().read().decode()
+        return c.getresponse().read().decode()
     finally:
         c.close()
+
+
+def metrics_lines(admin, prefix):
+    """The sample lines of /metrics on the admin listener (host:port) starting with prefix,
+    sorted."""
+    host, port = admin.rsplit(':', 1)
+    text = metrics_text(port, host)
     return sorted(l for l in text.splitlines() if l.startswith(prefix))
 
 

@@ -5,7 +5,6 @@ with the exact requests the backends received; HEAD, keep-alive reuse of
 backend connections, chunked and close-delimited answers, failing backends,
 16 backends and 10 MB answers."""
 
-import http.client
 import os
 import sys
 
@@ -748,12 +747,7 @@ def on_error_pass_takes_answers_as_they_are(env):
 def scrape(port):
     """Every sample of /metrics, parsed by the Prometheus client library:
     {(name, sorted labels): value}."""
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        body = c.getresponse().read().decode()
-    finally:
-        c.close()
+    body = metrics_text(port)
     return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
             for fam in text_string_to_metric_families(body) for smp in fam.samples}
 

@@ -12,7 +12,6 @@ the route's timeout; metrics and access log; and the specification's own
 examples (section 7) answered exactly as it lists them."""
 
 import gzip
-import http.client
 import os
 import struct
 import sys
@@ -765,12 +764,7 @@ def pipelined_batches_answer_in_order(env):
 
 def scrape(port):
     """Every sample of /metrics: {(name, sorted labels): value}."""
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        body = c.getresponse().read().decode()
-    finally:
-        c.close()
+    body = metrics_text(port)
     return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
             for fam in text_string_to_metric_families(body) for smp in fam.samples}
 

@@ -6,7 +6,6 @@ upstreams, and the daemon's metrics.
 """
 
 import asyncio
-import http.client
 import os
 import re
 import socket
@@ -15,7 +14,7 @@ import sys
 import tempfile
 import threading
 
-from harness import IO_TIMEOUT, free_port
+from harness import free_port, metrics_text
 
 try:
     import websockets
@@ -140,13 +139,7 @@ def with_admin(conf):
     return conf, port
 
 
-def metrics(port):
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=IO_TIMEOUT)
-    try:
-        c.request('GET', '/metrics')
-        return c.getresponse().read().decode()
-    finally:
-        c.close()
+metrics = metrics_text
 
 
 def metric(text, name, labels=''):
