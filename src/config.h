@@ -113,6 +113,8 @@ struct config_listener_tls {
 	char *client_ca;                /* PEM CAs client certificates are checked against */
 	enum verify_client verify_client;   /* default off */
 	int session_tickets;            /* 1 (default): resumption by tickets; 0: none */
+	int prefer_server_ciphers;      /* 1: the server's order picks the cipher; 0 (default):
+	                                 * the client's */
 	int http2;                      /* ALPN offers h2 before http/1.1 */
 	struct tls_server *ctx;         /* built at load, so that certificate errors show */
 };

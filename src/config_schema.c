@@ -128,6 +128,9 @@ static const struct config_field config_listener_tls_fields[] = {
 	F_ENUM("session_tickets", struct config_listener_tls, session_tickets, "true",
 	    config_booleans, "resume sessions with tickets (keys shared by the workers, "
 	    "rotated hourly): true or false (every handshake a full one)"),
+	F_ENUM("prefer_server_ciphers", struct config_listener_tls, prefer_server_ciphers,
+	    "false", config_booleans, "which order of ciphers picks the one a connection uses: "
+	    "the server's (true) or the client's (false)"),
 };
 const struct config_section config_listener_tls_section =
     CONFIG_SECTION_OF(config_listener_tls_fields);

@@ -384,7 +384,10 @@ tls_server_ctx(const struct config_listener_tls *cfg, size_t index, tls_error_fn
 		return NULL;
 	}
 	tls_common(ctx);
-	SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+	/* By default the client's order, as nginx's: the client knows whether it has AES in
+	 * hardware (else it asks for ChaCha20 first); ciphers bounds what it may choose. */
+	if (cfg->prefer_server_ciphers)
+		SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
 	tls_set_protocols(ctx, cfg->protocols);
 	SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_cb, cfg->http2 ? (void *)tls_alpn_h2 : NULL);
 	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)TLS_SID_CONTEXT,

@@ -270,6 +270,35 @@ def protocol_versions(env):
               out[-800:])
 
 
+def negotiated(out):
+    """The cipher s_client's connection got, or None."""
+    m = re.search(r'^New, TLSv1\.[23], Cipher is (\S+)', out, re.M)
+    return m.group(1) if m else None
+
+
+@T.case
+def cipher_preference(env):
+    """By default the client's order picks the cipher; prefer_server_ciphers: true the
+    server's (OpenSSL's TLS 1.3 order and its default TLS 1.2 list: AES-256 first)."""
+    up = env.scripted(default=answer(http_response(200, b'{}')))
+    aes128, aes256 = 'TLS_AES_128_GCM_SHA256', 'TLS_AES_256_GCM_SHA384'
+    tls12 = ('ECDHE-ECDSA-AES128-GCM-SHA256', 'ECDHE-ECDSA-AES256-GCM-SHA384')
+    for prefer, want in ((None, 'client'), (False, 'client'), (True, 'server')):
+        extra = {} if prefer is None else {'prefer_server_ciphers': prefer}
+        gw = tls_gateway(env, up.address, **extra)
+        what = 'prefer_server_ciphers %s' % ('unset' if prefer is None else prefer)
+        for order in ((aes128, aes256), (aes256, aes128)):
+            out, rc = s_client(env, gw.port, '-tls1_3', '-ciphersuites', ':'.join(order))
+            expect = order[0] if want == 'client' else aes256
+            env.eq('%s, TLS 1.3, client asks %s first' % (what, order[0]), negotiated(out),
+                   expect)
+        for order in (tls12, tls12[::-1]):
+            out, rc = s_client(env, gw.port, '-tls1_2', '-cipher', ':'.join(order))
+            expect = order[0] if want == 'client' else tls12[1]
+            env.eq('%s, TLS 1.2, client asks %s first' % (what, order[0]), negotiated(out),
+                   expect)
+
+
 @T.case
 def client_certificates(env):
     up = env.scripted(default=answer(http_response(200, b'{}')))
