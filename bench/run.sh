@@ -37,6 +37,9 @@ Environment:
   HAPROXY=haproxy      HAProxy binary (the haproxy row)
   H2O=h2o              h2o binary (the h2o-h2c and h2o-h2 rows; without it those rows are
                        left out with a note)
+  H2_CIPHERS=TLS_AES_128_GCM_SHA256   the one TLS 1.3 cipher h2load offers in the h2 rows, so
+                       that every proxy encrypts alike whatever order it prefers (each run's
+                       negotiated cipher is checked against it)
   COUNT_SECONDS=3      seconds of an extra wrk run per row (first round) during which perf
                        counts the proxy's system calls and malloc/calloc/realloc calls, shown
                        per request (0: skip; needs perf, and root for the malloc uprobes)
@@ -71,6 +74,7 @@ NGINX=${NGINX:-nginx}
 HAPROXY=${HAPROXY:-haproxy}
 H2O=${H2O:-h2o}
 COUNT_SECONDS=${COUNT_SECONDS:-3}
+H2_CIPHERS=${H2_CIPHERS:-TLS_AES_128_GCM_SHA256}
 NGINX_MODULES=${NGINX_MODULES:-}
 if [ -z "$NGINX_MODULES" ]; then
 	for NGINX_MODULES in /usr/lib/nginx/modules /usr/share/nginx/modules; do
@@ -537,11 +541,17 @@ CLIENT_MODE=http
 # HTTP/2 rows: h2load, CONNECTIONS connections of 10 streams each, its figures written as the
 # lines of wrk's output this script reads (no latency percentiles: h2load gives none).
 run_h2load() { # run_h2load SECONDS PORT SIZE OUTPUT
-	local secs=$1 port=$2 size=$3 out=$4 scheme=http
+	local secs=$1 port=$2 size=$3 out=$4 scheme=http cipher
 	[ "$CLIENT_MODE" = h2 ] && scheme=https
 	timeout $((secs + 60)) taskset -c "$LOAD_CPU" \
-		h2load -t1 -c"$CONNECTIONS" -m10 -D "$secs" "$scheme://127.0.0.1:$port/$size.json" \
+		h2load -t1 -c"$CONNECTIONS" -m10 -D "$secs" --tls13-ciphers="$H2_CIPHERS" \
+		"$scheme://127.0.0.1:$port/$size.json" \
 		>"$out.h2load" 2>&1 || die "h2load failed against port $port: $(cat "$out.h2load")"
+	if [ "$scheme" = https ]; then
+		cipher=$(awk '/^Cipher: / { print $2 }' "$out.h2load")
+		[ "$cipher" = "$H2_CIPHERS" ] ||
+			die "h2load against port $port negotiated ${cipher:-no cipher}, not $H2_CIPHERS"
+	fi
 	awk -v secs="$secs" '
 		/^requests: / { done = $6; ok = $8 }
 		/^finished in / { rps = $4 }
@@ -790,6 +800,9 @@ report() {
 	printf -- '- load average (1, 5, 15 min): %s before, %s after (other processes add noise)\n' "$LOAD_BEFORE" "$LOAD_AFTER"
 	printf -- '- settings: DURATION=%s WARMUP=%s ROUNDS=%s CONNECTIONS=%s (wrk, 1 thread); proxy on CPU %s, wrk and upstream nginx on CPU %s\n' \
 		"$DURATION" "$WARMUP" "$ROUNDS" "$CONNECTIONS" "$PROXY_CPU" "$LOAD_CPU"
+	case " $PROXIES " in
+	*-h2\ *) printf -- '- HTTP/2 over TLS: h2load offers one TLS 1.3 cipher, %s, which every proxy negotiated\n' "$H2_CIPHERS" ;;
+	esac
 	printf -- '- each row: the median of %s runs taken in turns with the other rows of its size; CPU range: lowest and highest of those runs; of it user: the median run'"'"'s user-space share (the rest is system time, mostly TCP over loopback); peak RSS: the highest VmHWM of the runs (nginx: its worker); per conn: the most it rose above the VmRSS of the process before any client, over the %s client connections\n' "$ROUNDS" "$CONNECTIONS"
 	printf '%s' "$DROPPED"
 	printf '\n| size | proxy | CPU µs/req | CPU range | of it user | req/s | p50 | p99 | peak RSS | per conn | syscalls/req | mallocs/req |\n'
