@@ -135,7 +135,7 @@ client_close_after_flush(struct client *c, enum client_close why)
 		client_free(c, CLIENT_CLOSE_CLIENT_ERROR);
 		return;
 	}
-	if (evbuffer_get_length(c->conn.out) == 0) {
+	if (conn_out_left(&c->conn) == 0) {
 		client_close_now(c);
 		return;
 	}
@@ -304,9 +304,9 @@ client_process(struct client *c)
 		return;
 	c->processing = 1;
 	while (c->state == CLIENT_IDLE && (before = evbuffer_get_length(c->conn.in)) != 0) {
-		if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+		if (conn_out_left(&c->conn) > PIPELINE_HIGH) {
 			conn_flush(&c->conn);
-			if (evbuffer_get_length(c->conn.out) > PIPELINE_HIGH) {
+			if (conn_out_left(&c->conn) > PIPELINE_HIGH) {
 				client_wait_for_reader(c);
 				break;
 			}
@@ -392,7 +392,7 @@ static void
 client_on_drained(struct client *c)
 {
 	if (c->state == CLIENT_CLOSING) {
-		if (evbuffer_get_length(c->conn.out) == 0 && !c->lingering)
+		if (conn_out_left(&c->conn) == 0 && !c->lingering)
 			client_close_now(c);
 		return;
 	}
@@ -722,7 +722,7 @@ client_answer_abort(struct client *c, enum client_close why)
 static int
 client_answer_backlogged(struct client *c)
 {
-	if (evbuffer_get_length(c->conn.out) <= FLOW_HIGH)
+	if (conn_out_left(&c->conn) <= FLOW_HIGH)
 		return 0;
 	if (!c->up_paused) {
 		c->up_paused = 1;

@@ -24,6 +24,18 @@
 #define CONN_TLS_RECORD 16384
 /* The most held back (a TLS 1.3 session ticket is a few hundred bytes; more goes out). */
 #define CONN_TLS_HOLD_MAX 4096
+/* The records one drain makes go out together, up to this many bytes a system call; room
+ * for a whole record is kept before each SSL_write (its header, type and tag included). */
+#define CONN_TLS_BATCH (64 * 1024)
+#define CONN_TLS_RECORD_MAX (CONN_TLS_RECORD + 256)
+
+/* The records of the drain in progress: one per thread, since a drain ends before the next
+ * begins (owner NULL between drains). */
+static _Thread_local struct {
+	struct conn *owner;
+	size_t len;
+	char buf[CONN_TLS_BATCH];
+} conn_tls_batch;
 
 static void conn_read_event_cb(evutil_socket_t fd, short events, void *arg);
 static void conn_write_event_cb(evutil_socket_t fd, short events, void *arg);
@@ -90,7 +102,7 @@ conn_update_timers(struct conn *c)
 	conn_arm_timer(c, 0, c->read_timeout_ms, c->reading && !c->eof);
 	if (c->write_timeout_ms != 0 || deadline_running(&c->wtimer))
 		conn_arm_timer(c, 1, c->write_timeout_ms,
-		    c->connecting || evbuffer_get_length(c->out) != 0);
+		    c->connecting || conn_out_left(c) != 0);
 }
 
 static void
@@ -130,7 +142,7 @@ conn_init(struct conn *c, struct timers *t, int fd, conn_cb cb, void *arg)
 	c->ssl = NULL;
 	c->tls_err = 0;
 	c->tls_held = NULL;
-	c->tls_held_len = 0;
+	c->tls_held_len = c->tls_held_cap = 0;
 	c->writable = 1;
 	c->in = evbuffer_new();
 	c->out = evbuffer_new();
@@ -171,6 +183,7 @@ conn_close(struct conn *c)
 		ERR_clear_error();
 		free(c->tls_held);
 		c->tls_held = NULL;
+		c->tls_held_len = c->tls_held_cap = 0;
 	}
 	deadline_stop(&c->rtimer);
 	deadline_stop(&c->wtimer);
@@ -470,6 +483,14 @@ conn_drain(struct conn *c, size_t *left)
 	return 0;
 }
 
+size_t
+conn_out_left(const struct conn *c)
+{
+	/* Records held on purpose (a handshake's tickets) wait for output; the others are
+	 * output a full socket did not take. */
+	return evbuffer_get_length(c->out) + (c->tls.holding ? 0 : c->tls_held_len);
+}
+
 void
 conn_flush(struct conn *c)
 {
@@ -480,7 +501,7 @@ conn_flush(struct conn *c)
 		return;
 	if (c->ssl != NULL) {
 		err = conn_tls_drain(c);
-		left = evbuffer_get_length(c->out);
+		left = conn_out_left(c);
 	} else {
 		err = conn_drain(c, &left);
 	}
@@ -597,7 +618,76 @@ conn_tls_release_held(struct conn *c)
 	if (c->tls_held_len == 0 && !c->tls.handshaking) {
 		free(c->tls_held);
 		c->tls_held = NULL;
+		c->tls_held_cap = 0;
 	}
+}
+
+/* Room for size bytes held: 0, or -1 without memory. */
+static int
+conn_tls_held_reserve(struct conn *c, size_t size)
+{
+	char *p;
+
+	if (c->tls_held_cap >= size)
+		return 0;
+	if ((p = realloc(c->tls_held, size)) == NULL)
+		return -1;
+	c->tls_held = p;
+	c->tls_held_cap = size;
+	return 0;
+}
+
+/*
+ * Send the held records, then the batch: 0 when both went, 1 when the socket is full (what
+ * it did not take is held, to go on its next edge), -1 on an error (c->error).  What is held
+ * is then at most a batch and what was held before it.
+ */
+static int
+conn_tls_batch_send(struct conn *c)
+{
+	struct iovec iov[2];
+	size_t total, left;
+	ssize_t n;
+
+	iov[0].iov_base = c->tls_held;
+	iov[0].iov_len = c->tls_held_len;
+	iov[1].iov_base = conn_tls_batch.buf;
+	iov[1].iov_len = conn_tls_batch.len;
+	total = c->tls_held_len + conn_tls_batch.len;
+	if (total == 0)
+		return 0;
+	do
+		n = writev(c->fd, iov, 2);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		c->error = errno;
+		c->tls.fatal = 1;
+		return -1;
+	}
+	if (n < 0)
+		n = 0;
+	conn_tls_batch.len = 0;
+	if ((size_t)n == total) {
+		c->tls_held_len = 0;
+		conn_tls_release_held(c);
+		return 0;
+	}
+	/* The rest, in order: what is left of the held records, then of the batch. */
+	left = total - (size_t)n;
+	if (conn_tls_held_reserve(c, left) != 0) {
+		c->error = ENOMEM;
+		c->tls.fatal = 1;
+		return -1;
+	}
+	if ((size_t)n < c->tls_held_len) {
+		memmove(c->tls_held, c->tls_held + n, c->tls_held_len - (size_t)n);
+		memcpy(c->tls_held + (c->tls_held_len - (size_t)n), iov[1].iov_base, iov[1].iov_len);
+	} else {
+		memcpy(c->tls_held, (char *)iov[1].iov_base + ((size_t)n - c->tls_held_len), left);
+	}
+	c->tls_held_len = left;
+	c->writable = 0;
+	return 1;
 }
 
 /* Send the held records, then data: what was taken of data, or -1 (errno set, and a retry
@@ -611,8 +701,20 @@ conn_bio_write(BIO *b, const char *data, int len)
 	char *p;
 
 	BIO_clear_retry_flags(b);
+	if (conn_tls_batch.owner == c) {
+		if ((size_t)len > CONN_TLS_BATCH - conn_tls_batch.len &&
+		    conn_tls_batch_send(c) != 0) {
+			if (c->error == 0)
+				BIO_set_retry_write(b);
+			errno = c->error != 0 ? c->error : EAGAIN;
+			return -1;
+		}
+		memcpy(conn_tls_batch.buf + conn_tls_batch.len, data, (size_t)len);
+		conn_tls_batch.len += (size_t)len;
+		return len;
+	}
 	if (c->tls.holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
-		if (c->tls_held == NULL && (c->tls_held = malloc(CONN_TLS_HOLD_MAX)) == NULL) {
+		if (conn_tls_held_reserve(c, CONN_TLS_HOLD_MAX) != 0) {
 			errno = ENOMEM;
 			return -1;
 		}
@@ -853,9 +955,10 @@ conn_tls_fill(struct conn *c)
 	return what;
 }
 
-/* Encrypt and send what the socket takes; CONN_ERROR on failure, else 0. */
+/* Encrypt what the socket may take, a record at a time, into the batch (sent whenever it
+ * has no room for another); CONN_ERROR on failure, else 0. */
 static int
-conn_tls_drain(struct conn *c)
+conn_tls_encrypt(struct conn *c)
 {
 	struct evbuffer_iovec vec;
 	const unsigned char *p;
@@ -864,21 +967,23 @@ conn_tls_drain(struct conn *c)
 
 	while ((c->tls.write_wants_read ? c->readable : c->writable) &&
 	    (len = evbuffer_get_length(c->out)) != 0) {
+		if (CONN_TLS_BATCH - conn_tls_batch.len < CONN_TLS_RECORD_MAX &&
+		    (n = conn_tls_batch_send(c)) != 0)
+			return n < 0 ? CONN_ERROR : 0;
 		if (evbuffer_peek(c->out, -1, NULL, &vec, 1) < 1)
 			break;
 		/* A response head and a short body go out as one record, not two.  After a
 		 * stalled write the bytes at the front are the same and no fewer, as OpenSSL
 		 * needs them (the buffer may move: SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER). */
-		if (vec.iov_len < CONN_TLS_RECORD && len > vec.iov_len) {
-			if (len > CONN_TLS_RECORD)
-				len = CONN_TLS_RECORD;
+		if (len > CONN_TLS_RECORD)
+			len = CONN_TLS_RECORD;
+		if (vec.iov_len < len) {
 			if ((p = evbuffer_pullup(c->out, (ev_ssize_t)len)) == NULL) {
 				c->error = ENOMEM;
 				return CONN_ERROR;
 			}
 		} else {
 			p = vec.iov_base;
-			len = vec.iov_len > INT_MAX ? INT_MAX : vec.iov_len;
 		}
 		c->tls.holding = 0;     /* what is held goes with this */
 		n = SSL_write(c->ssl, p, (int)len);
@@ -900,6 +1005,23 @@ conn_tls_drain(struct conn *c)
 		}
 	}
 	return 0;
+}
+
+/* Encrypt and send what the socket takes, the records of one call together; CONN_ERROR on
+ * failure, else 0. */
+static int
+conn_tls_drain(struct conn *c)
+{
+	int r;
+
+	conn_tls_batch.owner = c;
+	conn_tls_batch.len = 0;
+	r = conn_tls_encrypt(c);
+	if (r == 0 && conn_tls_batch.len != 0 && conn_tls_batch_send(c) < 0)
+		r = CONN_ERROR;
+	conn_tls_batch.owner = NULL;
+	conn_tls_batch.len = 0;
+	return r;
 }
 
 /* Whatever the socket's new state allows: the handshake, output, then input. */
@@ -930,9 +1052,10 @@ conn_tls_run(struct conn *c)
 		what |= conn_tls_drain(c);
 		if (what & CONN_ERROR)
 			goto report;
-		conn_arm_timer(c, 1, c->write_timeout_ms, evbuffer_get_length(c->out) != 0);
 	}
-	if (c->want_drained && evbuffer_get_length(c->out) <= c->write_low) {
+	if (conn_out_left(c) != 0 || deadline_running(&c->wtimer))
+		conn_arm_timer(c, 1, c->write_timeout_ms, conn_out_left(c) != 0);
+	if (c->want_drained && conn_out_left(c) <= c->write_low) {
 		c->want_drained = 0;
 		what |= CONN_DRAINED;
 	}

@@ -75,7 +75,7 @@ struct conn {
 	struct ssl_st *ssl;             /* NULL: plain TCP */
 	unsigned long tls_err;          /* OpenSSL error code of a fatal TLS error, or 0 */
 	char *tls_held;                 /* records held back to go out with the next ones */
-	size_t tls_held_len;
+	size_t tls_held_len, tls_held_cap;
 };
 
 /* Take fd (non-blocking), on the loop of t; 0, or -1 on allocation failure (fd is then not
@@ -111,6 +111,9 @@ void conn_set_read_max(struct conn *c, size_t max);
 void conn_read_again(struct conn *c);
 /* Write as much of the output as the socket takes now; the rest goes when it is writable. */
 void conn_flush(struct conn *c);
+/* Output given to c and not yet in its socket: the buffer, and over TLS the records a
+ * full socket left (what is 0 only once everything went out). */
+size_t conn_out_left(const struct conn *c);
 /* Ask (on) or stop asking for CONN_DRAINED once the output holds at most low bytes. */
 void conn_notify_drained(struct conn *c, int on, size_t low);
 void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms);

@@ -684,7 +684,7 @@ h2_send_cb(nghttp2_session *ng, const uint8_t *data, size_t length, int flags, v
 
 	(void)ng;
 	(void)flags;
-	if (evbuffer_get_length(s->c->conn.out) >= H2_OUT_HIGH)
+	if (conn_out_left(&s->c->conn) >= H2_OUT_HIGH)
 		return NGHTTP2_ERR_WOULDBLOCK;
 	evbuffer_add(s->c->conn.out, data, length);
 	return (ssize_t)length;
@@ -1101,7 +1101,7 @@ h2_send(struct h2_session *s)
 			return;
 		}
 		conn_flush(conn);
-		if (conn->error || evbuffer_get_length(conn->out) != 0)
+		if (conn->error || conn_out_left(conn) != 0)
 			break;          /* the socket is full: its drain calls again */
 		if (!s->send_again && !nghttp2_session_want_write(s->ng))
 			break;
@@ -1115,7 +1115,7 @@ h2_send(struct h2_session *s)
 		h2_close(s, CLIENT_CLOSE_CLIENT_ERROR);
 		return;
 	}
-	if (evbuffer_get_length(conn->out) != 0)
+	if (conn_out_left(conn) != 0)
 		conn_notify_drained(conn, 1, H2_OUT_LOW);
 	if ((!nghttp2_session_want_read(s->ng) && !nghttp2_session_want_write(s->ng)) ||
 	    (s->draining && s->nstreams == 0 && !nghttp2_session_want_write(s->ng)))

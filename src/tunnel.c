@@ -43,7 +43,7 @@ tunnel_conn_write(void *arg, struct evbuffer *from, size_t n)
 size_t
 tunnel_conn_unsent(void *arg)
 {
-	return evbuffer_get_length(((struct conn *)arg)->out);
+	return conn_out_left(arg);
 }
 
 void

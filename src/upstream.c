@@ -463,7 +463,7 @@ upstream_release(struct upconn *uc)
 	if (sp->nidle >= sp->up->cfg->keepalive || sp->retired || wr->w->cur != wr ||
 	    wr->rt->cfg->timeouts.keepalive == 0 ||
 	    wr->w->draining ||
-	    evbuffer_get_length(uc->conn.in) != 0 || evbuffer_get_length(uc->conn.out) != 0 ||
+	    evbuffer_get_length(uc->conn.in) != 0 || conn_out_left(&uc->conn) != 0 ||
 	    uc->conn.eof || uc->conn.error) {
 		upstream_close(uc);
 		return;

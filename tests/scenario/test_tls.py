@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import tempfile
 import threading
+import time
 import zlib
 
 from harness import *
@@ -500,6 +501,64 @@ def large_bodies(env):
     env.check('keep-alive with curl: connection reused',
               b'Re-using existing connection' in r.stderr or b'Reusing existing' in r.stderr,
               r.stderr[-600:])
+
+
+def read_answer(s, until_eof, trickle=False):
+    """Status, headers (lower-case names) and body of one answer read from s: by its
+    Content-Length, or to the end of the stream; trickle: 16 KB every 5 ms."""
+    buf = b''
+    while b'\r\n\r\n' not in buf:
+        data = s.recv(65536)
+        if not data:
+            raise ProtocolError('the connection closed before the answer head')
+        buf += data
+    head, body = buf.split(b'\r\n\r\n', 1)
+    lines = head.decode('latin-1').split('\r\n')
+    headers = dict((k.strip().lower(), v.strip()) for k, v in
+                   (line.split(':', 1) for line in lines[1:]))
+    want = None if until_eof else int(headers['content-length'])
+    while want is None or len(body) < want:
+        data = s.recv(16384 if trickle else 1 << 20)
+        if not data:
+            break
+        body += data
+        if trickle:
+            time.sleep(0.005)
+    return int(lines[0].split()[1]), headers, body
+
+
+@T.case
+def slow_reader(env):
+    """An answer the client reads late and slowly comes whole: the records a full socket did
+    not take go out before the connection closes, or before the next answer.  The answer is
+    larger than the socket buffers can take, so its end reaches jsongate while the socket is
+    full."""
+    demo = env.demo()
+    gw = tls_gateway(env, demo.address, timeouts=SLOW_TIMEOUTS)
+    n = 8 << 20
+    for close in (True, False):
+        what = 'Connection: close' if close else 'keep-alive'
+        ctx = ssl.create_default_context(cafile=CA)
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        raw.settimeout(IO_TIMEOUT)
+        raw.connect(('127.0.0.1', gw.port))
+        s = ctx.wrap_socket(raw, server_hostname='a.test')
+        s.sendall(b'GET /bytes/%d HTTP/1.1\r\nHost: a.test\r\n%s\r\n' %
+                  (n, b'Connection: close\r\n' if close else b''))
+        time.sleep(1.5 * SLOW)     # the answer fills the socket and waits
+        status, headers, body = read_answer(s, close, trickle=True)
+        env.eq('%s, read late: status' % what, status, 200)
+        env.eq('%s, read late: size' % what, len(body), n)
+        env.eq('%s, read late: bytes' % what, zlib.crc32(body), pattern_crc(n))
+        if close:
+            env.eq('%s: then the end of the stream' % what, s.recv(1), b'')
+        else:
+            s.sendall(b'GET /bytes/10 HTTP/1.1\r\nHost: a.test\r\n\r\n')
+            status, headers, body = read_answer(s, False)
+            env.eq('%s: the next answer on the connection' % what, (status, len(body)),
+                   (200, 10))
+        s.close()
 
 
 @T.case

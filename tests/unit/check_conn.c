@@ -1,7 +1,7 @@
 /* The connection layer over TLS, on a socketpair with a real OpenSSL peer: the orders of socket
  * events that once lost input or an answer, set up so they run the same way every time instead
- * of waiting for a load test to hit the race; and the session ticket held back for the first
- * response. */
+ * of waiting for a load test to hit the race; the session ticket held back for the first
+ * response; and records a full socket did not take. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -101,6 +101,65 @@ run_loop(struct event_base *base)
 		event_base_loop(base, EVLOOP_NONBLOCK);
 }
 
+/* A TLS server connection on one end of a socketpair, an OpenSSL client on the other. */
+struct tls_pair {
+	struct event_base *base;
+	struct timers *timers;
+	struct tls_server *ts;          /* the caller may free it early (NULL then) */
+	SSL_CTX *cctx;
+	SSL *client;
+	struct conn srv;
+	int sv[2];
+};
+
+static void
+tls_pair_open(struct tls_pair *t)
+{
+	static struct config_tls_cert pair;
+	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
+		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3, .session_tickets = 1 };
+
+	pair.cert = cert_path;
+	pair.key = key_path;
+	ck_assert_ptr_nonnull(t->base = event_base_new());
+	ck_assert_ptr_nonnull(t->timers = timers_new(t->base));
+	ck_assert_ptr_nonnull(t->cctx = SSL_CTX_new(TLS_client_method()));
+	ck_assert_ptr_nonnull(t->ts = tls_server_new(&cfg, tls_error, NULL));
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, t->sv), 0);
+	ck_assert_int_eq(conn_init(&t->srv, t->timers, t->sv[0], on_conn, NULL), 0);
+	ck_assert_int_eq(tls_accept(&t->srv, t->ts), 0);
+	conn_read_start(&t->srv);
+	SSL_CTX_set_verify(t->cctx, SSL_VERIFY_NONE, NULL);
+	ck_assert_ptr_nonnull(t->client = SSL_new(t->cctx));
+	SSL_set_fd(t->client, t->sv[1]);
+	SSL_set_tlsext_host_name(t->client, "localhost");
+	SSL_set_connect_state(t->client);
+}
+
+/* The client's handshake, the server's loop run between its steps: 1 once done. */
+static int
+tls_pair_handshake(struct tls_pair *t)
+{
+	int i, rc = -1;
+
+	for (i = 0; i < 10 && (rc = SSL_do_handshake(t->client)) != 1; i++)
+		run_loop(t->base);
+	return rc;
+}
+
+static void
+tls_pair_close(struct tls_pair *t)
+{
+	conn_close(&t->srv);
+	if (t->ts != NULL)
+		tls_server_free(t->ts);
+	SSL_free(t->client);
+	close(t->sv[1]);
+	SSL_CTX_free(t->cctx);
+	timers_free(t->timers);
+	event_base_free(t->base);
+}
+
 /*
  * The client's Finished and its first request arrive while the server waits for them, and
  * the server handles the socket's write edge before any read edge is reported.  The handshake
@@ -109,79 +168,52 @@ run_loop(struct event_base *base)
  */
 START_TEST(tls_request_read_during_handshake_on_write_edge)
 {
-	struct config_tls_cert pair = { cert_path, key_path };
-	struct config_listener_tls cfg = { .certs = &pair, .ncerts = 1,
-		.protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3, .session_tickets = 1 };
-	struct event_base *base = event_base_new();
-	struct timers *timers;
-	struct tls_server *ts;
-	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
-	SSL *client;
-	struct conn srv;
+	struct tls_pair t;
+	struct conn *srv = &t.srv;
 	event_callback_fn write_cb;
 	SSL_SESSION *session;
 	char got[sizeof(response) > sizeof(request) ? sizeof(response) : sizeof(request)];
-	int sv[2], i, rc = -1;
 
-	ck_assert_ptr_nonnull(base);
-	ck_assert_ptr_nonnull(timers = timers_new(base));
-	ck_assert_ptr_nonnull(cctx);
-	ck_assert_ptr_nonnull(ts = tls_server_new(&cfg, tls_error, NULL));
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	ck_assert_int_eq(conn_init(&srv, timers, sv[0], on_conn, NULL), 0);
-	ck_assert_int_eq(tls_accept(&srv, ts), 0);
-	conn_read_start(&srv);
+	tls_pair_open(&t);
 	/* A reload frees the configuration that accepted the connection before its ClientHello
 	 * came: the handshake (and its SNI callback) must still have what it needs.  Under the
 	 * sanitizers or valgrind a use after free fails here. */
-	tls_server_free(ts);
+	tls_server_free(t.ts);
+	t.ts = NULL;
 
-	SSL_CTX_set_verify(cctx, SSL_VERIFY_NONE, NULL);
-	ck_assert_ptr_nonnull(client = SSL_new(cctx));
-	SSL_set_fd(client, sv[1]);
-	SSL_set_tlsext_host_name(client, "localhost");
-	SSL_set_connect_state(client);
 	/* ClientHello, the server's flight, then the client's Finished: the client is done
 	 * and the server has not yet looked at the socket again. */
-	for (i = 0; i < 10 && (rc = SSL_do_handshake(client)) != 1; i++)
-		run_loop(base);
-	ck_assert_int_eq(rc, 1);
-	ck_assert_int_eq(srv.tls.handshaking, 1);
-	ck_assert_int_eq(SSL_write(client, request, (int)strlen(request)), (int)strlen(request));
+	ck_assert_int_eq(tls_pair_handshake(&t), 1);
+	ck_assert_int_eq(srv->tls.handshaking, 1);
+	ck_assert_int_eq(SSL_write(t.client, request, (int)strlen(request)), (int)strlen(request));
 
 	/* The write edge first, as epoll reports it when only the ACK of the flight was seen. */
-	write_cb = event_get_callback(srv.ev);
-	write_cb(srv.fd, EV_WRITE, event_get_callback_arg(srv.ev));
-	run_loop(base);
+	write_cb = event_get_callback(srv->ev);
+	write_cb(srv->fd, EV_WRITE, event_get_callback_arg(srv->ev));
+	run_loop(t.base);
 
-	ck_assert_int_eq(srv.tls.handshaking, 0);
+	ck_assert_int_eq(srv->tls.handshaking, 0);
 	ck_assert_msg(events_seen & CONN_READ, "the request was never reported (events 0x%x)",
 	    events_seen);
-	ck_assert_uint_eq(evbuffer_get_length(srv.in), strlen(request));
-	ck_assert_int_eq(evbuffer_remove(srv.in, got, strlen(request)), (int)strlen(request));
+	ck_assert_uint_eq(evbuffer_get_length(srv->in), strlen(request));
+	ck_assert_int_eq(evbuffer_remove(srv->in, got, strlen(request)), (int)strlen(request));
 	ck_assert_mem_eq(got, request, strlen(request));
 
 	/* The session ticket made at the end of the handshake is held back, not sent alone... */
-	ck_assert_uint_gt(srv.tls_held_len, 0);
-	ck_assert_int_eq(recv(sv[1], got, 1, MSG_PEEK), -1);
+	ck_assert_uint_gt(srv->tls_held_len, 0);
+	ck_assert_int_eq(recv(t.sv[1], got, 1, MSG_PEEK), -1);
 	/* ...and goes out with the response, in one write. */
-	evbuffer_add(srv.out, response, strlen(response));
-	conn_flush(&srv);
-	ck_assert_uint_eq(srv.tls_held_len, 0);
-	ck_assert_uint_eq(evbuffer_get_length(srv.out), 0);
-	ck_assert_int_eq(SSL_read(client, got, sizeof(got)), (int)strlen(response));
+	evbuffer_add(srv->out, response, strlen(response));
+	conn_flush(srv);
+	ck_assert_uint_eq(srv->tls_held_len, 0);
+	ck_assert_uint_eq(evbuffer_get_length(srv->out), 0);
+	ck_assert_int_eq(SSL_read(t.client, got, sizeof(got)), (int)strlen(response));
 	ck_assert_mem_eq(got, response, strlen(response));
-	session = SSL_get1_session(client);
+	session = SSL_get1_session(t.client);
 	ck_assert_msg(session != NULL && SSL_SESSION_is_resumable(session),
 	    "the client got no session ticket");
 	SSL_SESSION_free(session);
-
-	conn_close(&srv);
-	SSL_free(client);
-	close(sv[1]);
-	SSL_CTX_free(cctx);
-	timers_free(timers);
-	event_base_free(base);
+	tls_pair_close(&t);
 }
 END_TEST
 
@@ -325,6 +357,53 @@ START_TEST(reset_with_data_is_seen)
 }
 END_TEST
 
+/*
+ * The records of one drain go out in one system call; what a full socket does not take is
+ * held.  The plain output may then be all taken while records still wait: the connection
+ * must count them as output left (a caller closing on "nothing left" would cut the answer),
+ * send them on the socket's next edges, and free what held them once they went.
+ */
+START_TEST(tls_records_a_full_socket_left)
+{
+	struct tls_pair t;
+	struct conn *srv = &t.srv;
+	static char sent[40000], got[sizeof(sent)];
+	size_t have = 0;
+	int i, n, small = 4096;
+
+	for (i = 0; i < (int)sizeof(sent); i++)
+		sent[i] = (char)('a' + i % 26);
+	tls_pair_open(&t);
+	ck_assert_int_eq(tls_pair_handshake(&t), 1);
+	ck_assert_int_eq(SSL_write(t.client, request, (int)strlen(request)), (int)strlen(request));
+	run_loop(t.base);
+	ck_assert_int_eq(srv->tls.handshaking, 0);
+
+	/* A socket that takes a few KB: the answer's records fill it. */
+	ck_assert_int_eq(setsockopt(t.sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	evbuffer_add(srv->out, sent, sizeof(sent));
+	conn_flush(srv);
+	ck_assert_uint_eq(evbuffer_get_length(srv->out), 0);
+	ck_assert_uint_gt(srv->tls_held_len, 0);
+	ck_assert_uint_eq(conn_out_left(srv), srv->tls_held_len);
+
+	/* The client reads; each edge sends more of what is held, in order. */
+	for (i = 0; i < 1000 && have < sizeof(sent); i++) {
+		n = SSL_read(t.client, got + have, (int)(sizeof(got) - have));
+		if (n > 0)
+			have += (size_t)n;
+		else
+			ck_assert_int_eq(SSL_get_error(t.client, n), SSL_ERROR_WANT_READ);
+		run_loop(t.base);
+	}
+	ck_assert_uint_eq(have, sizeof(sent));
+	ck_assert_mem_eq(got, sent, sizeof(sent));
+	ck_assert_uint_eq(conn_out_left(srv), 0);
+	ck_assert_ptr_null(srv->tls_held);
+	tls_pair_close(&t);
+}
+END_TEST
+
 static Suite *
 conn_suite(void)
 {
@@ -335,6 +414,7 @@ conn_suite(void)
 	tcase_add_test(tc, tls_request_read_during_handshake_on_write_edge);
 	tcase_add_test(tc, tls_plain_request_arriving_after_an_empty_sniff);
 	tcase_add_test(tc, reset_with_data_is_seen);
+	tcase_add_test(tc, tls_records_a_full_socket_left);
 	suite_add_tcase(s, tc);
 	return s;
 }
