@@ -131,8 +131,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	answer = (struct http_str){ p + head, (size_t)(end - p - head) };
-	v = (struct template_values){ &req, caps, "r-1", "10.0.0.1", fuzz_backend_cb,
-		&answer };
+	v = (struct template_values){ .req = &req, .captures = caps, .request_id = "r-1",
+		.remote_addr = "10.0.0.1", .backend = fuzz_backend_cb, .backend_arg = &answer };
 	FUZZ_CHECK((out = evbuffer_new()) != NULL);
 	err[0] = '\0';
 	r = template_render(&t, &v, out, err, sizeof(err));
