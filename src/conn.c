@@ -709,9 +709,12 @@ conn_bio_write(BIO *b, const char *data, int len)
 			errno = c->error != 0 ? c->error : EAGAIN;
 			return -1;
 		}
-		memcpy(conn_tls_batch.buf + conn_tls_batch.len, data, (size_t)len);
-		conn_tls_batch.len += (size_t)len;
-		return len;
+		if ((size_t)len <= CONN_TLS_BATCH) {
+			memcpy(conn_tls_batch.buf + conn_tls_batch.len, data, (size_t)len);
+			conn_tls_batch.len += (size_t)len;
+			return len;
+		}
+		/* More than a batch (no record is): to the socket, after what went above. */
 	}
 	if (c->tls.holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
 		if (conn_tls_held_reserve(c, CONN_TLS_HOLD_MAX) != 0) {
