@@ -1,5 +1,6 @@
 #include "config.h"
 #include "conn.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -622,21 +623,6 @@ conn_tls_release_held(struct conn *c)
 	}
 }
 
-/* Room for size bytes held: 0, or -1 without memory. */
-static int
-conn_tls_held_reserve(struct conn *c, size_t size)
-{
-	char *p;
-
-	if (c->tls_held_cap >= size)
-		return 0;
-	if ((p = realloc(c->tls_held, size)) == NULL)
-		return -1;
-	c->tls_held = p;
-	c->tls_held_cap = size;
-	return 0;
-}
-
 /*
  * Send the held records, then the batch: 0 when both went, 1 when the socket is full (what
  * it did not take is held, to go on its next edge), -1 on an error (c->error).  What is held
@@ -674,7 +660,7 @@ conn_tls_batch_send(struct conn *c)
 	}
 	/* The rest, in order: what is left of the held records, then of the batch. */
 	left = total - (size_t)n;
-	if (conn_tls_held_reserve(c, left) != 0) {
+	if (grow_array(&c->tls_held, &c->tls_held_cap, left, 1, CONN_TLS_HOLD_MAX) != 0) {
 		c->error = ENOMEM;
 		c->tls.fatal = 1;
 		return -1;
@@ -717,7 +703,8 @@ conn_bio_write(BIO *b, const char *data, int len)
 		/* More than a batch (no record is): to the socket, after what went above. */
 	}
 	if (c->tls.holding && c->tls_held_len + (size_t)len <= CONN_TLS_HOLD_MAX) {
-		if (conn_tls_held_reserve(c, CONN_TLS_HOLD_MAX) != 0) {
+		if (grow_array(&c->tls_held, &c->tls_held_cap, CONN_TLS_HOLD_MAX, 1,
+		    CONN_TLS_HOLD_MAX) != 0) {
 			errno = ENOMEM;
 			return -1;
 		}
@@ -1031,6 +1018,7 @@ conn_tls_drain(struct conn *c)
 static void
 conn_tls_run(struct conn *c)
 {
+	size_t left;
 	int what = 0, plain;
 
 	/* The rest of a flight or a close_notify the socket did not take. */
@@ -1056,9 +1044,9 @@ conn_tls_run(struct conn *c)
 		if (what & CONN_ERROR)
 			goto report;
 	}
-	if (conn_out_left(c) != 0 || deadline_running(&c->wtimer))
-		conn_arm_timer(c, 1, c->write_timeout_ms, conn_out_left(c) != 0);
-	if (c->want_drained && conn_out_left(c) <= c->write_low) {
+	left = conn_out_left(c);
+	conn_arm_timer(c, 1, c->write_timeout_ms, left != 0);
+	if (c->want_drained && left <= c->write_low) {
 		c->want_drained = 0;
 		what |= CONN_DRAINED;
 	}

@@ -503,28 +503,18 @@ def large_bodies(env):
               r.stderr[-600:])
 
 
-def read_answer(s, until_eof, trickle=False):
-    """Status, headers (lower-case names) and body of one answer read from s: by its
-    Content-Length, or to the end of the stream; trickle: 16 KB every 5 ms."""
-    buf = b''
-    while b'\r\n\r\n' not in buf:
-        data = s.recv(65536)
-        if not data:
-            raise ProtocolError('the connection closed before the answer head')
-        buf += data
-    head, body = buf.split(b'\r\n\r\n', 1)
-    lines = head.decode('latin-1').split('\r\n')
-    headers = dict((k.strip().lower(), v.strip()) for k, v in
-                   (line.split(':', 1) for line in lines[1:]))
-    want = None if until_eof else int(headers['content-length'])
-    while want is None or len(body) < want:
-        data = s.recv(16384 if trickle else 1 << 20)
-        if not data:
-            break
-        body += data
-        if trickle:
-            time.sleep(0.005)
-    return int(lines[0].split()[1]), headers, body
+class Trickle:
+    """A socket read 16 KB at a time, 5 ms apart: a client slower than the answer."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def recv(self, n):
+        time.sleep(0.005)
+        return self.sock.recv(min(n, 16384))
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
 
 
 @T.case
@@ -543,22 +533,22 @@ def slow_reader(env):
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
         raw.settimeout(IO_TIMEOUT)
         raw.connect(('127.0.0.1', gw.port))
-        s = ctx.wrap_socket(raw, server_hostname='a.test')
-        s.sendall(b'GET /bytes/%d HTTP/1.1\r\nHost: a.test\r\n%s\r\n' %
-                  (n, b'Connection: close\r\n' if close else b''))
+        c = env.client(gw.port, connect=False)
+        c.sock = Trickle(ctx.wrap_socket(raw, server_hostname='a.test'))
+        c.send(b'GET /bytes/%d HTTP/1.1\r\nHost: a.test\r\n%s\r\n' %
+               (n, b'Connection: close\r\n' if close else b''))
         time.sleep(1.5 * SLOW)     # the answer fills the socket and waits
-        status, headers, body = read_answer(s, close, trickle=True)
-        env.eq('%s, read late: status' % what, status, 200)
-        env.eq('%s, read late: size' % what, len(body), n)
-        env.eq('%s, read late: bytes' % what, zlib.crc32(body), pattern_crc(n))
+        r = c.read_response(keep_body=False, timeout=60 * SLOW)
+        env.eq('%s, read late: status' % what, r.status, 200)
+        env.eq('%s, read late: size' % what, r.body_len, n)
+        env.eq('%s, read late: bytes' % what, r.body_crc, pattern_crc(n))
         if close:
-            env.eq('%s: then the end of the stream' % what, s.recv(1), b'')
+            env.eq('%s: then the end of the stream' % what, c.read_response(), None)
         else:
-            s.sendall(b'GET /bytes/10 HTTP/1.1\r\nHost: a.test\r\n\r\n')
-            status, headers, body = read_answer(s, False)
-            env.eq('%s: the next answer on the connection' % what, (status, len(body)),
+            r = c.request('GET', '/bytes/10', [('Host', 'a.test')])
+            env.eq('%s: the next answer on the connection' % what, (r.status, r.body_len),
                    (200, 10))
-        s.close()
+        c.close()
 
 
 @T.case
