@@ -368,7 +368,7 @@ START_TEST(tls_records_a_full_socket_left)
 	struct tls_pair t;
 	struct conn *srv = &t.srv;
 	static char sent[40000], got[sizeof(sent)];
-	size_t have = 0;
+	size_t have = 0, total;
 	int i, n, small = 4096;
 
 	for (i = 0; i < (int)sizeof(sent); i++)
@@ -400,6 +400,30 @@ START_TEST(tls_records_a_full_socket_left)
 	ck_assert_mem_eq(got, sent, sizeof(sent));
 	ck_assert_uint_eq(conn_out_left(srv), 0);
 	ck_assert_ptr_null(srv->tls_held);
+
+	/* Ten times as much to a client that does not read: what the socket does not take
+	 * stays plain in the buffer, and at most one batch (64 KB) of records is held. */
+	for (i = 0; i < 10; i++)
+		evbuffer_add(srv->out, sent, sizeof(sent));
+	conn_flush(srv);
+	run_loop(t.base);
+	ck_assert_uint_gt(evbuffer_get_length(srv->out), 0);
+	ck_assert_uint_le(srv->tls_held_len, 64 * 1024);
+	for (i = 0, total = 0; i < 100000 && total < 10 * sizeof(sent); i++) {
+		n = SSL_read(t.client, got, (int)sizeof(got));
+		if (n > 0) {
+			ck_assert_mem_eq(got, sent + total % sizeof(sent),
+			    (size_t)n < sizeof(sent) - total % sizeof(sent) ? (size_t)n :
+			    sizeof(sent) - total % sizeof(sent));
+			total += (size_t)n;
+		} else {
+			ck_assert_int_eq(SSL_get_error(t.client, n), SSL_ERROR_WANT_READ);
+		}
+		ck_assert_uint_le(srv->tls_held_len, 64 * 1024);
+		run_loop(t.base);
+	}
+	ck_assert_uint_eq(total, 10 * sizeof(sent));
+	ck_assert_uint_eq(conn_out_left(srv), 0);
 	tls_pair_close(&t);
 }
 END_TEST
