@@ -9,6 +9,8 @@
  * So a value whose brackets balance per kind is accepted even if pairs cross ("[{]}");
  * strict validation rejects those.  The work per block is bound by integer instructions, so
  * each one saved there counts: a block wholly inside a string is passed after two compares.
+ * The line variants (jscan_skip_line) also mark CR and LF, and fail a value with one before
+ * its end: a value read before the end of its line is known.
  */
 #include "jscan.h"
 
@@ -22,6 +24,7 @@
 
 struct jscan_masks {
 	uint64_t quote, bslash, open, close, sqb;   /* sqb: '{' and ']' */
+	uint64_t eol;                   /* CR and LF: only the variants that stop at a line end */
 };
 
 /* Scan state carried from block to block. */
@@ -223,10 +226,11 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 #undef JSCAN_MM
 }
 
-/* The masks of the block in x: compares yield the 64-bit masks directly, no movemask. */
+/* The masks of the block in x: compares yield the 64-bit masks directly, no movemask; eol:
+ * CR and LF too (the line variants). */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
-static inline void
-jscan_masks_of_avx512(__m512i x, struct jscan_masks *m)
+static inline __attribute__((always_inline)) void
+jscan_masks_of_avx512(__m512i x, struct jscan_masks *m, int eol)
 {
 	__m512i y = _mm512_and_si512(x, _mm512_set1_epi8((char)0xdf));
 
@@ -236,6 +240,9 @@ jscan_masks_of_avx512(__m512i x, struct jscan_masks *m)
 	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
 	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
 	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
+	if (eol)
+		m->eol = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\n')) |
+		    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\r'));
 }
 
 /* One load per block. */
@@ -243,7 +250,7 @@ __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline void
 jscan_masks_avx512(const char *p, struct jscan_masks *m)
 {
-	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m);
+	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m, 0);
 }
 
 /* The last n (< 64) bytes, the rest of the block spaces: a masked load reads only those n
@@ -253,8 +260,76 @@ static inline void
 jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m)
 {
 	jscan_masks_of_avx512(_mm512_mask_loadu_epi8(_mm512_set1_epi8(' '),
-	    (__mmask64)((1ULL << n) - 1), (const void *)p), m);
+	    (__mmask64)((1ULL << n) - 1), (const void *)p), m, 0);
 }
+
+/* The same for the line variants. */
+__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
+static inline void
+jscan_masks_eol_avx512(const char *p, struct jscan_masks *m)
+{
+	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m, 1);
+}
+
+__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
+static inline void
+jscan_tail_eol_avx512(const char *p, size_t n, struct jscan_masks *m)
+{
+	jscan_masks_of_avx512(_mm512_mask_loadu_epi8(_mm512_set1_epi8(' '),
+	    (__mmask64)((1ULL << n) - 1), (const void *)p), m, 1);
+}
+#endif
+
+/*
+ * The line variants (jscan_skip_line) also mark CR and LF.  Only AVX-512's is fast: the
+ * others load the block again, which costs little next to their five masks.
+ */
+static inline void
+jscan_masks_eol_scalar(const char *p, struct jscan_masks *m)
+{
+	uint64_t e = 0;
+	int i;
+
+	jscan_masks_scalar(p, m);
+	for (i = 0; i < 64; i++)
+		e |= (uint64_t)(p[i] == '\n' || p[i] == '\r') << i;
+	m->eol = e;
+}
+
+#ifdef JSCAN_X86
+__attribute__((target("sse2")))
+static inline void
+jscan_masks_eol_sse2(const char *p, struct jscan_masks *m)
+{
+	const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+	uint64_t e = 0;
+	__m128i x;
+	int i;
+
+	jscan_masks_sse2(p, m);
+	for (i = 0; i < 4; i++) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+		e |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, lf),
+		    _mm_cmpeq_epi8(x, cr))) << (16 * i);
+	}
+	m->eol = e;
+}
+
+__attribute__((target("avx2,popcnt,bmi")))
+static inline void
+jscan_masks_eol_avx2(const char *p, struct jscan_masks *m)
+{
+	const __m256i lf = _mm256_set1_epi8('\n'), cr = _mm256_set1_epi8('\r');
+	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+
+	jscan_masks_avx2(p, m);
+	m->eol = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(lo, lf), _mm256_cmpeq_epi8(lo, cr))) |
+	    (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
+	    _mm256_cmpeq_epi8(hi, lf), _mm256_cmpeq_epi8(hi, cr))) << 32;
+}
+
 #endif
 
 /*
@@ -311,6 +386,56 @@ jscan_plain_none(const char *p)
 	return 0;
 }
 
+/* The same for the line variants, which must also see every CR and LF: a block with any
+ * byte up to CR (a control, invalid inside a string) is looked at whole. */
+#ifdef JSCAN_X86
+__attribute__((target("sse2")))
+static inline int
+jscan_plain_eol_sse2(const char *p)
+{
+	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
+	const __m128i vcr = _mm_set1_epi8('\r');
+	__m128i x, acc = _mm_setzero_si128();
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+		acc = _mm_or_si128(acc, _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, vq),
+		    _mm_cmpeq_epi8(x, vb)), _mm_cmpeq_epi8(_mm_min_epu8(x, vcr), x)));
+	}
+	return _mm_movemask_epi8(acc) == 0;
+}
+
+__attribute__((target("avx2")))
+static inline int
+jscan_plain_eol_avx2(const char *p)
+{
+	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
+	const __m256i vcr = _mm256_set1_epi8('\r');
+	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+	__m256i acc = _mm256_or_si256(
+	    _mm256_or_si256(_mm256_cmpeq_epi8(lo, vq), _mm256_cmpeq_epi8(lo, vb)),
+	    _mm256_or_si256(_mm256_cmpeq_epi8(hi, vq), _mm256_cmpeq_epi8(hi, vb)));
+
+	acc = _mm256_or_si256(acc, _mm256_or_si256(
+	    _mm256_cmpeq_epi8(_mm256_min_epu8(lo, vcr), lo),
+	    _mm256_cmpeq_epi8(_mm256_min_epu8(hi, vcr), hi)));
+	return _mm256_testz_si256(acc, _mm256_set1_epi8(-1));
+}
+
+__attribute__((target("avx512f,avx512bw")))
+static inline int
+jscan_plain_eol_avx512(const char *p)
+{
+	__m512i x = _mm512_loadu_si512((const void *)p);
+
+	return (_mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\')) |
+	    _mm512_cmple_epu8_mask(x, _mm512_set1_epi8('\r'))) == 0;
+}
+#endif
+
 /* The variants without masked loads copy the last bytes into a block of spaces. */
 static inline void
 jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
@@ -320,12 +445,20 @@ jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
 	(void)m;
 }
 
+/* The bytes of a block before index end (1..64). */
+static inline uint64_t
+jscan_below(int end)
+{
+	return end >= 64 ? ~0ULL : (1ULL << end) - 1;
+}
+
 /*
  * The block loop, instantiated once per variant so each is compiled for its own target.  The
  * last partial block is read as if padded with spaces, which carry no structure: copied into
- * such a buffer, or (tail_fn, when the variant has one) loaded masked.
+ * such a buffer, or (tail_fn, when the variant has one) loaded masked.  With line, a CR or LF
+ * before the value's end fails it (a line variant).
  */
-#define JSCAN_DEFINE(name, masks_fn, plain_fn, tail_fn, clmul, attr)				\
+#define JSCAN_DEFINE(name, masks_fn, plain_fn, tail_fn, clmul, line, attr)			\
 attr static ssize_t									\
 name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 {											\
@@ -352,7 +485,10 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 		if (st.in_string != 0 && st.esc_carry == 0 && plain_fn(buf + i))	\
 			continue;							\
 		masks_fn(buf + i, &m);							\
-		if ((r = jscan_block(&st, buf + i, &m, &end, clmul)) != 0)			\
+		r = jscan_block(&st, buf + i, &m, &end, clmul);				\
+		if (line && r >= 0 && (m.eol & jscan_below(r > 0 ? end : 64)) != 0)	\
+			return JSCAN_ERR_SYNTAX;					\
+		if (r != 0)								\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
 	}										\
 	if (i < len) {									\
@@ -366,7 +502,10 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 			memcpy(tail, buf + i, len - i);					\
 			masks_fn(tail, &m);						\
 		}									\
-		if ((r = jscan_block(&st, tp, &m, &end, clmul)) != 0) {			\
+		r = jscan_block(&st, tp, &m, &end, clmul);				\
+		if (line && r >= 0 && (m.eol & jscan_below(r > 0 ? end : 64)) != 0)	\
+			return JSCAN_ERR_SYNTAX;					\
+		if (r != 0) {								\
 			if (r < 0)							\
 				return r;						\
 			if (i + (size_t)end <= len)					\
@@ -376,14 +515,22 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 	return JSCAN_ERR_SYNTAX;							\
 }
 
-JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_plain_none, jscan_tail_none, 0, )
+JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_plain_none, jscan_tail_none, 0, 0, )
+JSCAN_DEFINE(jscan_line_scalar, jscan_masks_eol_scalar, jscan_plain_none, jscan_tail_none, 0,
+    1, )
 #ifdef JSCAN_X86
-JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_plain_sse2, jscan_tail_none, 0,
+JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_plain_sse2, jscan_tail_none, 0, 0,
     __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_plain_avx2, jscan_tail_none, 1,
+JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_plain_avx2, jscan_tail_none, 1, 0,
     __attribute__((target("avx2,popcnt,bmi,pclmul"))))
 JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, jscan_plain_avx512, jscan_tail_avx512, 1,
-    __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
+    0, __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
+JSCAN_DEFINE(jscan_line_sse2, jscan_masks_eol_sse2, jscan_plain_eol_sse2, jscan_tail_none, 0,
+    1, __attribute__((target("sse2"))))
+JSCAN_DEFINE(jscan_line_avx2, jscan_masks_eol_avx2, jscan_plain_eol_avx2, jscan_tail_none, 1,
+    1, __attribute__((target("avx2,popcnt,bmi,pclmul"))))
+JSCAN_DEFINE(jscan_line_avx512, jscan_masks_eol_avx512, jscan_plain_eol_avx512,
+    jscan_tail_eol_avx512, 1, 1, __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
 /* The bytes of a piece after its last whole block, one by one, with jscan_block's rules. */
@@ -497,21 +644,31 @@ jscan_impl_name(enum jscan_impl impl)
 	return impl < JSCAN_NIMPL ? names[impl] : "none";
 }
 
+/* An implementation's skip, or its line variant. */
 static jscan_fn
-jscan_impl_fn(enum jscan_impl impl)
+jscan_impl_fn(enum jscan_impl impl, int line)
 {
 	switch (impl) {
 #ifdef JSCAN_X86
 	case JSCAN_SSE2:
-		return jscan_skip_sse2;
+		return line ? jscan_line_sse2 : jscan_skip_sse2;
 	case JSCAN_AVX2:
-		return jscan_skip_avx2;
+		return line ? jscan_line_avx2 : jscan_skip_avx2;
 	case JSCAN_AVX512:
-		return jscan_skip_avx512;
+		return line ? jscan_line_avx512 : jscan_skip_avx512;
 #endif
 	default:
-		return jscan_skip_scalar;
+		return line ? jscan_line_scalar : jscan_skip_scalar;
 	}
+}
+
+/* fn on buf[pos..len) once pos is known to start a string or a container. */
+static ssize_t
+jscan_run(jscan_fn fn, const char *buf, size_t len, size_t pos, unsigned max_depth)
+{
+	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
+		return JSCAN_ERR_SYNTAX;
+	return fn(buf, len, pos, max_depth);
 }
 
 ssize_t
@@ -520,9 +677,16 @@ jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
 {
 	if (!jscan_impl_available(impl))
 		return -1;
-	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
-		return JSCAN_ERR_SYNTAX;
-	return jscan_impl_fn(impl)(buf, len, pos, max_depth);
+	return jscan_run(jscan_impl_fn(impl, 0), buf, len, pos, max_depth);
+}
+
+ssize_t
+jscan_skip_line_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
+    unsigned max_depth)
+{
+	if (!jscan_impl_available(impl))
+		return -1;
+	return jscan_run(jscan_impl_fn(impl, 1), buf, len, pos, max_depth);
 }
 
 static jscan_stream_fn
@@ -543,7 +707,7 @@ jscan_stream_impl_fn(enum jscan_impl impl)
 }
 
 /* Resolved on first use; a racing first call stores the same value. */
-static jscan_fn jscan_chosen;
+static jscan_fn jscan_chosen[2];                /* [line] */
 static jscan_stream_fn jscan_stream_chosen;
 
 int
@@ -551,23 +715,34 @@ jscan_use(enum jscan_impl impl)
 {
 	if (!jscan_impl_available(impl))
 		return -1;
-	__atomic_store_n(&jscan_chosen, jscan_impl_fn(impl), __ATOMIC_RELAXED);
+	__atomic_store_n(&jscan_chosen[0], jscan_impl_fn(impl, 0), __ATOMIC_RELAXED);
+	__atomic_store_n(&jscan_chosen[1], jscan_impl_fn(impl, 1), __ATOMIC_RELAXED);
 	__atomic_store_n(&jscan_stream_chosen, jscan_stream_impl_fn(impl), __ATOMIC_RELAXED);
 	return 0;
+}
+
+static jscan_fn
+jscan_chosen_fn(int line)
+{
+	jscan_fn fn = __atomic_load_n(&jscan_chosen[line], __ATOMIC_RELAXED);
+
+	if (fn == NULL) {
+		fn = jscan_impl_fn(jscan_impl_best(), line);
+		__atomic_store_n(&jscan_chosen[line], fn, __ATOMIC_RELAXED);
+	}
+	return fn;
 }
 
 ssize_t
 jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth)
 {
-	jscan_fn fn = __atomic_load_n(&jscan_chosen, __ATOMIC_RELAXED);
+	return jscan_run(jscan_chosen_fn(0), buf, len, pos, max_depth);
+}
 
-	if (fn == NULL) {
-		fn = jscan_impl_fn(jscan_impl_best());
-		__atomic_store_n(&jscan_chosen, fn, __ATOMIC_RELAXED);
-	}
-	if (pos >= len || (buf[pos] != '"' && buf[pos] != '{' && buf[pos] != '['))
-		return JSCAN_ERR_SYNTAX;
-	return fn(buf, len, pos, max_depth);
+ssize_t
+jscan_skip_line(const char *buf, size_t len, size_t pos, unsigned max_depth)
+{
+	return jscan_run(jscan_chosen_fn(1), buf, len, pos, max_depth);
 }
 
 int

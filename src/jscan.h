@@ -28,6 +28,15 @@ ssize_t jscan_skip(const char *buf, size_t len, size_t pos, unsigned max_depth);
 /* The same with a chosen implementation (tests, benchmarks); -1 if the CPU lacks it. */
 ssize_t jscan_skip_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
     unsigned max_depth);
+
+/*
+ * jscan_skip for a value that must lie within one line (an SSE data line read before its
+ * end is known): a CR or LF before the value's end makes it JSCAN_ERR_SYNTAX, found in the
+ * same pass.  Bytes after the end are not looked at.
+ */
+ssize_t jscan_skip_line(const char *buf, size_t len, size_t pos, unsigned max_depth);
+ssize_t jscan_skip_line_impl(enum jscan_impl impl, const char *buf, size_t len, size_t pos,
+    unsigned max_depth);
 int jscan_impl_available(enum jscan_impl impl);
 /* Make jscan_skip use impl from now on, in every thread (tests, fuzzers); -1 if the CPU
  * lacks it.  By default it uses jscan_impl_best(). */

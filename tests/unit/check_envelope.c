@@ -103,11 +103,18 @@ skip_agrees(const char *buf, size_t len, size_t start, unsigned max_depth)
 	size_t step = steps[(calls / 4) % (sizeof(steps) / sizeof(steps[0]))];
 	int pieces = calls++ % 4 == 0;
 
+	/* The line variant: the same end when no CR or LF comes before it, else a failure. */
+	int line_ok = ref >= 0 && memchr(buf + start, '\n', (size_t)ref - start) == NULL &&
+	    memchr(buf + start, '\r', (size_t)ref - start) == NULL;
+
 	for (int impl = 0; impl < JSCAN_NIMPL; impl++) {
 		if (!jscan_impl_available((enum jscan_impl)impl))
 			continue;
 		got = jscan_skip_impl((enum jscan_impl)impl, buf, len, start, max_depth);
 		ck_assert_msg(got == ref, "%s: %zd, reference %zd on %.*s",
+		    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
+		got = jscan_skip_line_impl((enum jscan_impl)impl, buf, len, start, max_depth);
+		ck_assert_msg(line_ok ? got == ref : got < 0, "%s line: %zd, reference %zd on %.*s",
 		    jscan_impl_name((enum jscan_impl)impl), got, ref, (int)len, buf);
 		if (!pieces)
 			continue;
@@ -118,6 +125,8 @@ skip_agrees(const char *buf, size_t len, size_t start, unsigned max_depth)
 	}
 	if (pieces)
 		ck_assert_int_eq(jscan_use(jscan_impl_best()), 0);
+	got = jscan_skip_line(buf, len, start, max_depth);
+	ck_assert(line_ok ? got == ref : got < 0);
 }
 
 /* Random bodies over alphabet, each from every variant against the reference. */
@@ -141,6 +150,15 @@ skip_random_bodies(const char *alphabet, unsigned seed, int rounds)
 START_TEST(test_skip_variants_agree)
 {
 	skip_random_bodies("[]{}\"\\\\\"a, ", 12345, 200000);
+}
+END_TEST
+
+/* Line ends among the rest, a few per body: the line variants stop at the first one before
+ * the value's end, wherever it falls in a block, in a string or not. */
+START_TEST(test_skip_line_ends)
+{
+	skip_random_bodies("[]{}\"\\\\\"a, aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n\r\t", 2626,
+	    200000);
 }
 END_TEST
 
@@ -539,6 +557,7 @@ envelope_suite(void)
 	tcase_add_loop_test(tc, test_skip_table, 0, (int)(sizeof(skip_cases) / sizeof(skip_cases[0])));
 	tcase_add_test(tc, test_skip_variants_agree);
 	tcase_add_test(tc, test_skip_reference);
+	tcase_add_test(tc, test_skip_line_ends);
 	tcase_add_test(tc, test_skip_deep);
 	tcase_add_test(tc, test_skip_long);
 	tcase_add_test(tc, test_skip_counted_blocks);
