@@ -41,6 +41,7 @@ struct sse_parser {
 	int over_blank;                 /* ... whose current line is still empty */
 	int first_line;                 /* the stream's first line is still to come */
 	struct sse_lf lf;
+	sse_data_line_fn data_line;     /* takes one-line data events whole, or NULL */
 };
 
 struct sse_parser *
@@ -73,6 +74,28 @@ sse_parser_reset(struct sse_parser *sp)
 	sp->cr = sp->cr_event = sp->over = sp->over_blank = 0;
 	sp->first_line = 1;
 	sp->lf.p = NULL;
+}
+
+void
+sse_parser_data_line(struct sse_parser *sp, sse_data_line_fn fn)
+{
+	sp->data_line = fn;
+}
+
+/* Offer the event at ev (avail bytes of the chunk) to the data-line hook: the bytes it took
+ * (0: none), or (size_t)-1 with *r set on a stop. */
+static size_t
+sse_offer_data_line(struct sse_parser *sp, const char *ev, size_t avail, void *arg, int *r)
+{
+	size_t taken = 0;
+
+	if (avail < 7 || memcmp(ev, "data:", 5) != 0)
+		return 0;
+	if (avail - 1 > sp->max_event)
+		avail = sp->max_event + 1;
+	if ((*r = sp->data_line(arg, ev, 5 + (ev[5] == ' '), avail, &taken)) != 0)
+		return (size_t)-1;
+	return taken;
 }
 
 /* Record the line ev[off..off+len) ended by term bytes. */
@@ -435,6 +458,15 @@ sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg)
 		/* An event that begins in this chunk: its lines are found in place. */
 		ev = p + ev0;
 		while (i < n) {
+			if (i == ev0 && sp->data_line != NULL && sp->nlines == 0 && !sp->first_line) {
+				if ((j = sse_offer_data_line(sp, ev, n - ev0, arg, &r)) == (size_t)-1)
+					return r;
+				if (j > 0) {
+					i = ev0 = ev0 + j;
+					ev = p + ev0;
+					continue;
+				}
+			}
 			j = sse_eol(sp, p, i, n);
 			if (j == n)
 				break;

@@ -67,6 +67,20 @@ void sse_parser_reset(struct sse_parser *sp);
  * (off), in every thread (tests compare the two). */
 void sse_parser_simd(int on);
 
+/*
+ * An event that is one "data:" line and its blank line, with LF line ends, may be taken
+ * whole before its line ends are sought, by a hook that finds them in the same pass as it
+ * reads the value.  It is called at the start of such an event in the chunk, the parser
+ * between events, with the bytes from the event's start (avail of them: no more than the
+ * chunk holds, nor than max_event + 1) and the offset of the value (after "data:" and one
+ * space).  It takes the event, setting *taken to its length with both LFs and having passed
+ * it on itself, or leaves it (*taken 0) to the parser; it returns 0, or nonzero to stop the
+ * feed with that value.  cb's arg is its arg.
+ */
+typedef int (*sse_data_line_fn)(void *arg, const char *raw, size_t value, size_t avail,
+    size_t *taken);
+void sse_parser_data_line(struct sse_parser *sp, sse_data_line_fn fn);
+
 /* Parse p[0..n).  Returns 0, -1 when out of memory, or what cb returned. */
 int sse_feed(struct sse_parser *sp, const char *p, size_t n, sse_cb cb, void *arg);
 /* The stream has ended: what is left of an unfinished event goes to cb as SSE_RAW (the rules

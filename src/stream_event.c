@@ -173,22 +173,27 @@ stream_fast_values(struct stream_fast *f, struct rewrite_ctx *ctx,
 	return 0;
 }
 
+/* JSON whitespace; within one line (line nonzero) CR and LF are not: they end it. */
+#define STREAM_FAST_WS(c, line) ((c) == ' ' || (c) == '\t' || \
+	(!(line) && ((c) == '\n' || (c) == '\r')))
+
 static inline size_t
-stream_fast_ws(const char *p, size_t len, size_t i)
+stream_fast_ws(const char *p, size_t len, size_t i, int line)
 {
-	while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t'))
+	while (i < len && STREAM_FAST_WS(p[i], line))
 		i++;
 	return i;
 }
 
 /*
- * Quotes, backslashes and NULs of a 64-byte window of the event: the end of each string is
- * found in the mask of the window it lies in, so the walk from member to member waits on a
- * shift and a bit count rather than on a load and compares per string.
+ * Quotes, backslashes and control bytes of a 64-byte window of the event: the end of each
+ * string is found in the mask of the window it lies in, so the walk from member to member
+ * waits on a shift and a bit count rather than on a load and compares per string.  A string
+ * with a control byte (NUL, a line end: invalid JSON) is left to the engine.
  */
 struct stream_fast_win {
 	size_t at;                      /* the window is p[at..at + 64) (SIZE_MAX - 63: none) */
-	uint64_t special;               /* bit k: p[at + k] is '"', '\\' or NUL */
+	uint64_t special;               /* bit k: p[at + k] is '"', '\\' or below 0x20 */
 };
 
 static inline uint64_t
@@ -196,27 +201,29 @@ stream_fast_special_mask(const char *p)
 {
 	uint64_t m = 0;
 #ifdef __SSE2__
-	const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), z = _mm_setzero_si128();
+	const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\');
+	const __m128i ctl = _mm_set1_epi8(0x1f);
 	__m128i x;
 	int k;
 
 	for (k = 0; k < 4; k++) {
 		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
 		m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, q),
-		    _mm_or_si128(_mm_cmpeq_epi8(x, b), _mm_cmpeq_epi8(x, z)))) << (16 * k);
+		    _mm_or_si128(_mm_cmpeq_epi8(x, b),
+		    _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x)))) << (16 * k);
 	}
 #else
 	int k;
 
 	for (k = 0; k < 64; k++)
-		m |= (uint64_t)(p[k] == '"' || p[k] == '\\' || p[k] == '\0') << k;
+		m |= (uint64_t)(p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] < 0x20) << k;
 #endif
 	return m;
 }
 
-/* The first '"', '\\' or NUL at or after p[i], or len.  A new window starts at i, or, near
- * the end, is the last 64 bytes (overlapping the one before): only an event shorter than a
- * window is looked at byte by byte. */
+/* The first '"', '\\' or control byte at or after p[i], or len.  A new window starts at i,
+ * or, near the end, is the last 64 bytes (overlapping the one before): only an event shorter
+ * than a window is looked at byte by byte. */
 static inline size_t
 stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t i)
 {
@@ -238,12 +245,13 @@ stream_fast_special(struct stream_fast_win *w, const char *p, size_t len, size_t
 		w->special = stream_fast_special_mask(p + w->at);
 	}
 	for (; i < len; i++)
-		if (p[i] == '"' || p[i] == '\\' || p[i] == '\0')
+		if (p[i] == '"' || p[i] == '\\' || (unsigned char)p[i] < 0x20)
 			return i;
 	return len;
 }
 
-/* The end of the string at p[i] ('"'), or 0 when it has an escape or a NUL, or no end. */
+/* The end of the string at p[i] ('"'), or 0 when it has an escape or a control byte, or no
+ * end. */
 static inline size_t
 stream_fast_string(struct stream_fast_win *w, const char *p, size_t len, size_t i)
 {
@@ -251,28 +259,68 @@ stream_fast_string(struct stream_fast_win *w, const char *p, size_t len, size_t 
 	return i < len && p[i] == '"' ? i + 1 : 0;
 }
 
-#define STREAM_FAST_WS(c) ((c) == ' ' || (c) == '\n' || (c) == '\r' || (c) == '\t')
+/* Whether a[0..n) and b[0..n) are the same: keys are short, so 8 bytes a compare (the last
+ * two overlapping) rather than a library call or a byte at a time. */
+static inline int
+stream_fast_same(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	size_t i;
+
+	if (n < 8) {
+		for (i = 0; i < n; i++)
+			if (a[i] != b[i])
+				return 0;
+		return 1;
+	}
+	for (i = 0; i + 8 < n; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		if (x != y)
+			return 0;
+	}
+	memcpy(&x, a + n - 8, 8);
+	memcpy(&y, b + n - 8, 8);
+	return x == y;
+}
+
+/* The end of the run of digits at p[i..len): 8 bytes a step where bytes are in little-endian
+ * order, so that a number's length costs no branch per digit.  A byte b is a digit when
+ * both b and b + 6 lie in 0x30..0x3f; a carry out of a byte that is no digit reaches only
+ * the bytes after it. */
+static inline size_t
+stream_fast_digits(const char *p, size_t i, size_t len)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	const uint64_t hi = 0xf0f0f0f0f0f0f0f0ULL, d = 0x3030303030303030ULL;
+	uint64_t x, other;
+
+	for (; len - i >= 8; i += 8) {
+		memcpy(&x, p + i, 8);
+		other = ((x & hi) ^ d) | (((x + 0x0606060606060606ULL) & hi) ^ d);
+		if (other != 0)
+			return i + (size_t)__builtin_ctzll(other) / 8;
+	}
+#endif
+	while (i < len && p[i] >= '0' && p[i] <= '9')
+		i++;
+	return i;
+}
 
 /* The index of the program key that name[0..len) is, or -1. */
 static inline int
 stream_fast_key_of(const struct stream_fast *f, const char *name, size_t len)
 {
 	unsigned char c = len > 0 ? (unsigned char)name[0] : 0;
-	size_t k, i;
+	size_t k;
 
 	/* Most members are no key of the program: their length or first byte tells. */
 	if (((f->key_lens >> (len < 63 ? len : 63)) & 1) == 0 ||
 	    (len > 0 && ((f->key_firsts[c >> 6] >> (c & 63)) & 1) == 0))
 		return -1;
-	for (k = 0; k < f->nkeys; k++) {
-		if (f->keys[k].key->len != len)
-			continue;
-		for (i = 0; i < len; i++)   /* keys are short: no library call */
-			if (name[i] != f->keys[k].key->name[i])
-				break;
-		if (i == len)
+	for (k = 0; k < f->nkeys; k++)
+		if (f->keys[k].key->len == len && stream_fast_same(name, f->keys[k].key->name, len))
 			return (int)k;
-	}
 	return -1;
 }
 
@@ -316,10 +364,6 @@ stream_fast_added(struct stream_fast *f, uint32_t mask)
 static inline void
 stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
 {
-	if (*n > 0 && s[*n - 1].p + s[*n - 1].len == p) {
-		s[*n - 1].len += len;
-		return;
-	}
 	s[*n].p = p;
 	s[(*n)++].len = len;
 }
@@ -332,10 +376,15 @@ stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
  * before any other, a replaced member as its key, ':' and the new value, then the members
  * the ops add.  Compact JSON is the common case: each separator is looked for first where
  * it would be without whitespace.
+ *
+ * With line nonzero the object is the start of json[0..len), which goes on past it: the
+ * walk stops after its '}', *end, and a CR or LF before that is a -2, so that the object is
+ * known to lie within one line without the line's end being sought first.  Not an object
+ * is a -2 too.
  */
-static int
-stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
-    size_t max_members, size_t *nspans)
+static inline __attribute__((always_inline)) int
+stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
+    size_t max_members, int line, size_t *nspans, size_t *end)
 {
 	struct stream_fast_win w = { SIZE_MAX - 63, 0 };
 	struct rewrite_span *s = f->spans;
@@ -346,28 +395,32 @@ stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned 
 	uint32_t seen = 0;
 	int k, first = 1, joined = 0, dirty = f->nvals != 0;
 
-	i = stream_fast_ws(json, len, 0);
+	i = stream_fast_ws(json, len, 0, line);
 	if (i == len || json[i] != '{')
-		return 0;
+		return line ? -2 : 0;
 	if (len > INT_MAX - 1 || max_depth < 1)
 		return -2;
+	if (max_members > STREAM_FAST_MEMBERS)
+		max_members = STREAM_FAST_MEMBERS;
 	stream_fast_span(s, &ns, "{", 1);
-	i = stream_fast_ws(json, len, i + 1);
+	i = stream_fast_ws(json, len, i + 1, line);
 	if (i < len && json[i] == '}') {
 		i++;
 		goto end;
 	}
 	for (;;) {
+		if (i < len && json[i] != '"')
+			i = stream_fast_ws(json, len, i, line);
 		if (i == len || json[i] != '"' ||
 		    (i = stream_fast_string(&w, json, len, ks = i)) == 0)
 			return -2;
 		ke = i;
 		if (i < len && json[i] != ':')
-			i = stream_fast_ws(json, len, i);
+			i = stream_fast_ws(json, len, i, line);
 		if (i == len || json[i] != ':')
 			return -2;
-		if (++i < len && STREAM_FAST_WS(json[i]))
-			i = stream_fast_ws(json, len, i);
+		if (++i < len && STREAM_FAST_WS(json[i], line))
+			i = stream_fast_ws(json, len, i, line);
 		if (i == len)
 			return -2;
 		vs = i;
@@ -378,29 +431,29 @@ stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned 
 			break;
 		case '{':
 		case '[':
-			if ((e = jscan_skip(json, len, i, max_depth - 1)) < 0)
+			e = line ? jscan_skip_line(json, len, i, max_depth - 1) :
+			    jscan_skip(json, len, i, max_depth - 1);
+			if (e < 0)
 				return -2;
 			i = (size_t)e;
 			break;
 		case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8':
 		case '9':
 			/* An integer that a separator ends: nothing more to check. */
-			while (++i < len && json[i] >= '0' && json[i] <= '9')
-				continue;
+			i = stream_fast_digits(json, i + 1, len);
 			if (i < len && (json[i] == ',' || json[i] == '}'))
 				break;
 			i = vs;
 			/* FALLTHROUGH */
 		default:
 			while (i < len && json[i] != ',' && json[i] != '}' && json[i] != ']' &&
-			    !STREAM_FAST_WS(json[i]))
+			    !STREAM_FAST_WS(json[i], line))
 				i++;
 			if (!envelope_is_primitive(json + vs, i - vs))
 				return -2;
 		}
-		if (n == STREAM_FAST_MEMBERS || n >= max_members)
+		if (++n > max_members)
 			return -2;
-		n++;
 		k = stream_fast_key_of(f, json + ks + 1, ke - ks - 2);
 		fk = k < 0 ? NULL : &f->keys[k];
 		if (k >= 0)
@@ -428,11 +481,10 @@ stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned 
 			first = 0;
 			joined = 0;
 		}
-		if (i < len && STREAM_FAST_WS(json[i]))
-			i = stream_fast_ws(json, len, i);
+		if (i < len && json[i] != ',' && json[i] != '}')
+			i = stream_fast_ws(json, len, i, line);
 		if (i < len && json[i] == ',') {
-			if (++i < len && STREAM_FAST_WS(json[i]))
-				i = stream_fast_ws(json, len, i);
+			i++;
 			continue;
 		}
 		if (i < len && json[i] == '}') {
@@ -442,7 +494,9 @@ stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned 
 		return -2;
 	}
 end:
-	if (stream_fast_ws(json, len, i) != len)
+	if (line)
+		*end = i;
+	else if (stream_fast_ws(json, len, i, 0) != len)
 		return -2;
 	if (!dirty)
 		return 0;
@@ -458,6 +512,22 @@ end:
 	stream_fast_span(s, &ns, "}", 1);
 	*nspans = ns;
 	return 1;
+}
+
+/* The ops on the object that is the whole of json[0..len): stream_fast_walk's results. */
+static int
+stream_fast_apply(struct stream_fast *f, const char *json, size_t len, unsigned max_depth,
+    size_t max_members, size_t *nspans)
+{
+	return stream_fast_walk(f, json, len, max_depth, max_members, 0, nspans, NULL);
+}
+
+/* The same on an object at the start of json[0..len), within one line: see stream_fast_walk. */
+static int
+stream_fast_apply_line(struct stream_fast *f, const char *json, size_t len,
+    unsigned max_depth, size_t max_members, size_t *nspans, size_t *end)
+{
+	return stream_fast_walk(f, json, len, max_depth, max_members, 1, nspans, end);
 }
 
 int
@@ -511,6 +581,9 @@ struct stream_events {
 	void *arg;
 };
 
+static int stream_events_sse_line(void *arg, const char *raw, size_t value, size_t avail,
+    size_t *taken);
+
 struct stream_events *
 stream_events_new(size_t max_event, unsigned max_depth, size_t max_members)
 {
@@ -527,6 +600,7 @@ stream_events_new(size_t max_event, unsigned max_depth, size_t max_members)
 		stream_events_free(se);
 		return NULL;
 	}
+	sse_parser_data_line(se->sse, stream_events_sse_line);
 	return se;
 }
 
@@ -609,6 +683,19 @@ stream_events_batch(struct stream_events *se, int r)
 	return r;
 }
 
+/* Whether the fast path may take this answer's events, its values resolved for this feed. */
+static int
+stream_events_fast_ready(struct stream_events *se)
+{
+	if (!se->fast.usable || se->fast_off)
+		return 0;
+	if (!se->fast.ready && stream_fast_values(&se->fast, se->rw, se->prog, se->vars) != 0) {
+		se->fast.usable = 0;    /* out of memory: the engine says so */
+		return 0;
+	}
+	return 1;
+}
+
 /* The ops on one event's JSON: 1 rewritten (spans in *rr), else it passes. */
 static int
 stream_events_apply(struct stream_events *se, const char *json, size_t len,
@@ -616,15 +703,10 @@ stream_events_apply(struct stream_events *se, const char *json, size_t len,
 {
 	int r = -2;
 
-	if (se->fast.usable && !se->fast_off) {
-		if (!se->fast.ready &&
-		    stream_fast_values(&se->fast, se->rw, se->prog, se->vars) != 0)
-			se->fast.usable = 0;    /* out of memory: the engine says so */
-		else if ((r = stream_fast_apply(&se->fast, json, len, se->max_depth,
-		    se->max_members, &rr->nspans)) != -2) {
-			se->fast_events++;
-			rr->spans = se->fast.spans;
-		}
+	if (stream_events_fast_ready(se) && (r = stream_fast_apply(&se->fast, json, len,
+	    se->max_depth, se->max_members, &rr->nspans)) != -2) {
+		se->fast_events++;
+		rr->spans = se->fast.spans;
 	}
 	if (r == -2)
 		r = stream_event_apply(se->rw, se->prog, se->mode, json, len, se->vars, rr);
@@ -666,32 +748,67 @@ stream_events_copy(char *o, const char *p, size_t n)
 }
 
 /*
- * An event of one data line that the fast path rewrote: its bytes up to the value, the new
- * value, its bytes from the line end on, as sse_event_write writes them.  Nothing in the new
- * value ends a line: the input's spans lie in a line, the program's keys have no escapes and
- * the values no CR or LF (else sse_event_write).
+ * An event of one data line that the fast path rewrote: its bytes up to the value
+ * (raw[0..a)), the new value, its bytes from the line end on (raw[b..len)), as
+ * sse_event_write writes them.  Nothing in the new value ends a line: the input's spans lie
+ * in a line, the program's keys have no escapes and the values no CR or LF (else
+ * sse_event_write).
  */
 static int
-stream_events_sse_direct(struct stream_events *se, const struct sse_event *ev,
-    const struct rewrite_span *spans, size_t n)
+stream_events_sse_direct(struct stream_events *se, const char *raw, size_t a, size_t b,
+    size_t len, const struct rewrite_span *spans, size_t n)
 {
-	const struct sse_line *l = &ev->lines[0];
-	size_t a = l->off + l->value, b = l->off + l->len, need, i;
+	size_t need, i;
 	char *o;
 
-	need = a + (ev->raw_len - b);
+	need = a + (len - b);
 	for (i = 0; i < n; i++)
 		need += spans[i].len;
 	if (se->olen + need > se->ocap && grow_array(&se->obuf, &se->ocap, se->olen + need, 1,
 	    STREAM_EVENTS_BATCH + STREAM_EVENTS_PIECE) != 0)
 		return -1;
 	o = se->obuf + se->olen;
-	o = stream_events_copy(o, ev->raw, a);
+	o = stream_events_copy(o, raw, a);
 	for (i = 0; i < n; i++)
 		o = stream_events_copy(o, spans[i].p, spans[i].len);
-	stream_events_copy(o, ev->raw + b, ev->raw_len - b);
+	stream_events_copy(o, raw + b, len - b);
 	se->olen += need;
 	return 0;
+}
+
+/*
+ * The parser's hook for an event that is one data line (sse_data_line_fn): the fast walk
+ * reads the object from the value on and finds where it ends in the same pass, so the line
+ * end is not sought first; what follows must be the LF of the line and the blank line's.
+ * Anything else (not an object, an object the walk leaves to the engine, another line
+ * after it, the chunk's end) is left to the parser, which gives the event to
+ * stream_events_sse_cb as before: the same bytes either way.
+ */
+static int
+stream_events_sse_line(void *arg, const char *raw, size_t value, size_t avail, size_t *taken)
+{
+	struct stream_events *se = arg;
+	size_t ns, end;
+	int r;
+
+	if (!stream_events_fast_ready(se) || se->fast.vals_eol)
+		return 0;
+	r = stream_fast_apply_line(&se->fast, raw + value, avail - value, se->max_depth,
+	    se->max_members, &ns, &end);
+	if (r == -2)
+		return 0;
+	end += value;
+	if (avail - end < 2 || raw[end] != '\n' || raw[end + 1] != '\n')
+		return 0;
+	*taken = end + 2;
+	se->fast_events++;
+	if (r == 0) {
+		se->counts.passed++;
+		return stream_events_batch(se, stream_events_out(se, raw, end + 2));
+	}
+	se->counts.rewritten++;
+	return stream_events_batch(se, stream_events_sse_direct(se, raw, value, end, end + 2,
+	    se->fast.spans, ns));
 }
 
 static int
@@ -711,7 +828,9 @@ stream_events_sse_cb(void *arg, const struct sse_event *ev)
 		return stream_events_batch(se, stream_events_out(se, ev->raw, ev->raw_len));
 	if (rr.spans == se->fast.spans && ev->nlines == 1 && ev->ndata == 1 && ev->lines[0].colon &&
 	    !se->fast.vals_eol)
-		return stream_events_batch(se, stream_events_sse_direct(se, ev, rr.spans, rr.nspans));
+		return stream_events_batch(se, stream_events_sse_direct(se, ev->raw,
+		    ev->lines[0].off + ev->lines[0].value, ev->lines[0].off + ev->lines[0].len,
+		    ev->raw_len, rr.spans, rr.nspans));
 	r = sse_event_write(ev, rr.spans, rr.nspans, stream_events_out, se);
 	rewrite_ctx_release(se->rw);
 	return stream_events_batch(se, r);

@@ -618,6 +618,75 @@ START_TEST(test_events_fast_same)
 }
 END_TEST
 
+/*
+ * Events the parser offers whole to the fast path, which reads each object and its line end
+ * in one pass: what must follow the object (LF and the blank line's LF) and what it must
+ * leave to the parser (another line, CRLF, a space after the object, a line end inside it, a
+ * comment between, the chunk's end anywhere), with the stream cut in two at every byte.
+ */
+START_TEST(test_events_fast_line_cuts)
+{
+	static const char in[] =
+	    "data: {\"a\":1}\n\n"
+	    "data: {\"a\":1,\"drop\":{\"x\":[\"}\"]},\"b\":\"s\"}\n\n"
+	    "data: {\"drop\":1}\nid: 4\n\n"
+	    "data: {\"drop\":1}\r\n\r\n"
+	    "data: {\"drop\":1} \n\n"
+	    "data: {\"drop\":\n1}\n\n"
+	    "data: {\"drop\":[1,\n2]}\n\n"
+	    "data: {\"drop\":[1,\r2]}\n\n"
+	    "data: {\"drop\":\"a\rb\"}\n\n"
+	    "data:{\"drop\":2,\"c\":[\"\\n\"]}\n\n"
+	    ": comment\n\n"
+	    "data: {\"drop\":3}\ndata: {\"drop\":4}\n\n"
+	    "data: [DONE]\n\n"
+	    "data: {\"drop\":5}\n\n";
+	static const char *const progs[] = { "[ { drop: [ drop ] } ]",
+	    "[ { drop: [ drop ] }, { set: { gw: jsongate } } ]", "[ { drop: [ absent ] } ]" };
+	struct rewrite_program *prog;
+	struct stream_events *se;
+	struct stream_events_counts want;
+	struct out a = { 0 }, b = { 0 };
+	char err[200];
+	size_t cut, p;
+
+	for (p = 0; p < sizeof(progs) / sizeof(progs[0]); p++) {
+		ck_assert_ptr_nonnull(prog = rewrite_program_from_yaml(progs[p], strlen(progs[p]),
+		    err, sizeof(err)));
+		ck_assert_ptr_nonnull(se = stream_events_new(1 << 16, 64, 1000));
+		/* the engine alone, byte by byte */
+		stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+		stream_events_fast(se, 0);
+		b.len = 0;
+		for (cut = 0; cut < sizeof(in) - 1; cut++)
+			ck_assert_int_eq(stream_events_feed(se, in + cut, 1, out_write, &b), 0);
+		ck_assert_int_eq(stream_events_finish(se, out_write, &b), 0);
+		want = *stream_events_counts(se);
+		stream_events_fast(se, 1);
+		for (cut = 0; cut < sizeof(in); cut++) {
+			stream_events_start(se, STREAM_EVENTS_SSE, prog, VALIDATE_ENVELOPE, NULL);
+			a.len = 0;
+			ck_assert_int_eq(stream_events_feed(se, in, cut, out_write, &a), 0);
+			ck_assert_int_eq(stream_events_feed(se, in + cut, sizeof(in) - 1 - cut,
+			    out_write, &a), 0);
+			ck_assert_int_eq(stream_events_finish(se, out_write, &a), 0);
+			ck_assert_msg(a.len == b.len && memcmp(a.s, b.s, a.len) == 0,
+			    "%s, cut at %zu:\n%.*s\nengine:\n%.*s", progs[p], cut, (int)a.len, a.s,
+			    (int)b.len, b.s);
+			ck_assert_uint_eq(stream_events_counts(se)->rewritten, want.rewritten);
+			ck_assert_uint_eq(stream_events_counts(se)->passed, want.passed);
+			ck_assert_uint_eq(stream_events_counts(se)->failed, want.failed);
+			/* most events are whole on one side of the cut: the fast path took them */
+			ck_assert_uint_ge(stream_events_fast_events(se), 8);
+		}
+		stream_events_free(se);
+		rewrite_program_free(prog);
+	}
+	free(a.s);
+	free(b.s);
+}
+END_TEST
+
 /* Random objects, valid or not, through random programs: fast path and engine agree. */
 START_TEST(test_events_fast_random)
 {
@@ -763,6 +832,7 @@ sse_suite(void)
 	tcase_add_test(tc, test_events_over_between);
 	tcase_add_test(tc, test_events_fast_same);
 	tcase_add_test(tc, test_events_fast_random);
+	tcase_add_test(tc, test_events_fast_line_cuts);
 	tcase_add_test(tc, test_events_take_batches);
 	suite_add_tcase(s, tc);
 	return s;
