@@ -439,8 +439,10 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 			break;
 		case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8':
 		case '9':
-			/* An integer that a separator ends: nothing more to check. */
-			i = stream_fast_digits(json, i + 1, len);
+			/* An integer that a separator ends: nothing more to check.  A second digit
+			 * is looked for first: a one-digit number then waits on no wider read. */
+			if (++i < len && json[i] >= '0' && json[i] <= '9')
+				i = stream_fast_digits(json, i + 1, len);
 			if (i < len && (json[i] == ',' || json[i] == '}'))
 				break;
 			i = vs;
