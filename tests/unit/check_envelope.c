@@ -162,6 +162,34 @@ START_TEST(test_skip_line_ends)
 }
 END_TEST
 
+/* Long strings of many lengths, so that they end anywhere in a block, with one escape, quote
+ * or line end put at every place in them: the line variants fail at the line end, wherever
+ * a plain block would have passed it. */
+START_TEST(test_skip_long_string_ends)
+{
+	static const char marks[] = "\\\"\n";
+	char buf[700];
+	size_t n, at, k, len;
+
+	for (n = 120; n < 420; n += 7) {
+		for (at = 0; at < n; at++) {
+			for (k = 0; k < sizeof(marks) - 1; k++) {
+				len = n + 2;
+				buf[0] = '[';
+				buf[1] = '"';
+				memset(buf + 2, 'a', n - 2);
+				buf[n] = '"';
+				buf[n + 1] = ']';
+				if (at >= 2 && at < n)
+					buf[at] = marks[k];
+				skip_agrees(buf, len, 0, 5);
+				skip_agrees(buf, len, 1, 5);
+			}
+		}
+	}
+}
+END_TEST
+
 /* Runs of backslashes of every length across block edges: the variants share their escape
  * logic, so agreeing with one another is not enough. */
 START_TEST(test_skip_reference)
@@ -558,6 +586,7 @@ envelope_suite(void)
 	tcase_add_test(tc, test_skip_variants_agree);
 	tcase_add_test(tc, test_skip_reference);
 	tcase_add_test(tc, test_skip_line_ends);
+	tcase_add_test(tc, test_skip_long_string_ends);
 	tcase_add_test(tc, test_skip_deep);
 	tcase_add_test(tc, test_skip_long);
 	tcase_add_test(tc, test_skip_counted_blocks);
