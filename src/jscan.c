@@ -24,7 +24,7 @@
 
 struct jscan_masks {
 	uint64_t quote, bslash, open, close, sqb;   /* sqb: '{' and ']' */
-	uint64_t eol;                   /* CR and LF: only the variants that stop at a line end */
+	uint64_t eol;                   /* CR and LF (the line variants; else 0) */
 };
 
 /* Scan state carried from block to block. */
@@ -147,10 +147,14 @@ jscan_block(struct jscan_state *st, const char *p, struct jscan_masks *m, int *e
 	return 0;
 }
 
+/*
+ * The masks of a block.  With eol (the line variants, jscan_skip_line) CR and LF too; eol
+ * is a constant at every call, so the other variants do not pay for it.
+ */
 static inline void
-jscan_masks_scalar(const char *p, struct jscan_masks *m)
+jscan_masks_scalar(const char *p, struct jscan_masks *m, int eol)
 {
-	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0, bit;
+	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0, e = 0, bit;
 	unsigned char x;
 	int i;
 
@@ -160,6 +164,8 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 		q |= x == '"' ? bit : 0;
 		b |= x == '\\' ? bit : 0;
 		k |= x == '{' || x == ']' ? bit : 0;
+		if (eol)
+			e |= x == '\n' || x == '\r' ? bit : 0;
 		x &= 0xdf;
 		o |= x == 0x5b ? bit : 0;
 		c |= x == 0x5d ? bit : 0;
@@ -169,18 +175,20 @@ jscan_masks_scalar(const char *p, struct jscan_masks *m)
 	m->open = o;
 	m->close = c;
 	m->sqb = k;
+	m->eol = e;
 }
 
 #ifdef JSCAN_X86
 __attribute__((target("sse2")))
 static inline void
-jscan_masks_sse2(const char *p, struct jscan_masks *m)
+jscan_masks_sse2(const char *p, struct jscan_masks *m, int eol)
 {
 	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
 	const __m128i vdf = _mm_set1_epi8((char)0xdf);
 	const __m128i vo = _mm_set1_epi8(0x5b), vc = _mm_set1_epi8(0x5d);
 	const __m128i vlc = _mm_set1_epi8('{'), vrs = _mm_set1_epi8(']');
-	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0;
+	const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+	uint64_t q = 0, b = 0, o = 0, c = 0, k = 0, e = 0;
 	__m128i x, y;
 	int i;
 
@@ -193,22 +201,27 @@ jscan_masks_sse2(const char *p, struct jscan_masks *m)
 		c |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(y, vc)) << (16 * i);
 		k |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, vlc),
 		    _mm_cmpeq_epi8(x, vrs))) << (16 * i);
+		if (eol)
+			e |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(
+			    _mm_cmpeq_epi8(x, lf), _mm_cmpeq_epi8(x, cr))) << (16 * i);
 	}
 	m->quote = q;
 	m->bslash = b;
 	m->open = o;
 	m->close = c;
 	m->sqb = k;
+	m->eol = e;
 }
 
 __attribute__((target("avx2,popcnt,bmi")))
 static inline void
-jscan_masks_avx2(const char *p, struct jscan_masks *m)
+jscan_masks_avx2(const char *p, struct jscan_masks *m, int eol)
 {
 	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
 	const __m256i vdf = _mm256_set1_epi8((char)0xdf);
 	const __m256i vo = _mm256_set1_epi8(0x5b), vc = _mm256_set1_epi8(0x5d);
 	const __m256i vlc = _mm256_set1_epi8('{'), vrs = _mm256_set1_epi8(']');
+	const __m256i lf = _mm256_set1_epi8('\n'), cr = _mm256_set1_epi8('\r');
 	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
 	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
 	__m256i lo2 = _mm256_and_si256(lo, vdf), hi2 = _mm256_and_si256(hi, vdf);
@@ -223,11 +236,11 @@ jscan_masks_avx2(const char *p, struct jscan_masks *m)
 	    _mm256_cmpeq_epi8(lo, vlc), _mm256_cmpeq_epi8(lo, vrs))) |
 	    (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
 	    _mm256_cmpeq_epi8(hi, vlc), _mm256_cmpeq_epi8(hi, vrs))) << 32;
+	m->eol = eol ? JSCAN_MM(lo, hi, lf) | JSCAN_MM(lo, hi, cr) : 0;
 #undef JSCAN_MM
 }
 
-/* The masks of the block in x: compares yield the 64-bit masks directly, no movemask; eol:
- * CR and LF too (the line variants). */
+/* The masks of the block in x: compares yield the 64-bit masks directly, no movemask. */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline __attribute__((always_inline)) void
 jscan_masks_of_avx512(__m512i x, struct jscan_masks *m, int eol)
@@ -240,158 +253,40 @@ jscan_masks_of_avx512(__m512i x, struct jscan_masks *m, int eol)
 	m->close = _mm512_cmpeq_epi8_mask(y, _mm512_set1_epi8(0x5d));
 	m->sqb = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('{')) |
 	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(']'));
-	if (eol)
-		m->eol = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\n')) |
-		    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\r'));
+	m->eol = eol ? _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\n')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\r')) : 0;
 }
 
 /* One load per block. */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline void
-jscan_masks_avx512(const char *p, struct jscan_masks *m)
+jscan_masks_avx512(const char *p, struct jscan_masks *m, int eol)
 {
-	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m, 0);
+	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m, eol);
 }
 
 /* The last n (< 64) bytes, the rest of the block spaces: a masked load reads only those n
  * (and cannot fault past them), so no copy into a padded buffer. */
 __attribute__((target("avx512f,avx512bw,popcnt,bmi")))
 static inline void
-jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m)
+jscan_tail_avx512(const char *p, size_t n, struct jscan_masks *m, int eol)
 {
 	jscan_masks_of_avx512(_mm512_mask_loadu_epi8(_mm512_set1_epi8(' '),
-	    (__mmask64)((1ULL << n) - 1), (const void *)p), m, 0);
+	    (__mmask64)((1ULL << n) - 1), (const void *)p), m, eol);
 }
-
-/* The same for the line variants. */
-__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
-static inline void
-jscan_masks_eol_avx512(const char *p, struct jscan_masks *m)
-{
-	jscan_masks_of_avx512(_mm512_loadu_si512((const void *)p), m, 1);
-}
-
-__attribute__((target("avx512f,avx512bw,popcnt,bmi")))
-static inline void
-jscan_tail_eol_avx512(const char *p, size_t n, struct jscan_masks *m)
-{
-	jscan_masks_of_avx512(_mm512_mask_loadu_epi8(_mm512_set1_epi8(' '),
-	    (__mmask64)((1ULL << n) - 1), (const void *)p), m, 1);
-}
-#endif
-
-/*
- * The line variants (jscan_skip_line) also mark CR and LF.  Only AVX-512's is fast: the
- * others load the block again, which costs little next to their five masks.
- */
-static inline void
-jscan_masks_eol_scalar(const char *p, struct jscan_masks *m)
-{
-	uint64_t e = 0;
-	int i;
-
-	jscan_masks_scalar(p, m);
-	for (i = 0; i < 64; i++)
-		e |= (uint64_t)(p[i] == '\n' || p[i] == '\r') << i;
-	m->eol = e;
-}
-
-#ifdef JSCAN_X86
-__attribute__((target("sse2")))
-static inline void
-jscan_masks_eol_sse2(const char *p, struct jscan_masks *m)
-{
-	const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
-	uint64_t e = 0;
-	__m128i x;
-	int i;
-
-	jscan_masks_sse2(p, m);
-	for (i = 0; i < 4; i++) {
-		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
-		e |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, lf),
-		    _mm_cmpeq_epi8(x, cr))) << (16 * i);
-	}
-	m->eol = e;
-}
-
-__attribute__((target("avx2,popcnt,bmi")))
-static inline void
-jscan_masks_eol_avx2(const char *p, struct jscan_masks *m)
-{
-	const __m256i lf = _mm256_set1_epi8('\n'), cr = _mm256_set1_epi8('\r');
-	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
-	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
-
-	jscan_masks_avx2(p, m);
-	m->eol = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
-	    _mm256_cmpeq_epi8(lo, lf), _mm256_cmpeq_epi8(lo, cr))) |
-	    (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(
-	    _mm256_cmpeq_epi8(hi, lf), _mm256_cmpeq_epi8(hi, cr))) << 32;
-}
-
 #endif
 
 /*
  * Whether a whole block holds no quote and no backslash.  Inside a string such a block
  * changes nothing (no quote ends the string, no bracket counts), so the loops pass it after
- * two compares: long strings (text, encoded blobs) are most of many values' bytes.
+ * two compares: long strings (text, encoded blobs) are most of many values' bytes.  With eol
+ * (the line variants, which must see every CR and LF) no byte up to CR either: a control,
+ * invalid inside a string, makes the block be looked at whole.
  */
 #ifdef JSCAN_X86
 __attribute__((target("sse2")))
 static inline int
-jscan_plain_sse2(const char *p)
-{
-	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
-	__m128i x, acc = _mm_setzero_si128();
-	int i;
-
-	for (i = 0; i < 4; i++) {
-		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
-		acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)));
-	}
-	return _mm_movemask_epi8(acc) == 0;
-}
-
-__attribute__((target("avx2")))
-static inline int
-jscan_plain_avx2(const char *p)
-{
-	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
-	__m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
-	__m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
-
-	return _mm256_testz_si256(_mm256_or_si256(
-	    _mm256_or_si256(_mm256_cmpeq_epi8(lo, vq), _mm256_cmpeq_epi8(lo, vb)),
-	    _mm256_or_si256(_mm256_cmpeq_epi8(hi, vq), _mm256_cmpeq_epi8(hi, vb))),
-	    _mm256_set1_epi8(-1));
-}
-
-__attribute__((target("avx512f,avx512bw")))
-static inline int
-jscan_plain_avx512(const char *p)
-{
-	__m512i x = _mm512_loadu_si512((const void *)p);
-
-	return (_mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"')) |
-	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'))) == 0;
-}
-#endif
-
-/* The scalar variant looks at every block. */
-static inline int
-jscan_plain_none(const char *p)
-{
-	(void)p;
-	return 0;
-}
-
-/* The same for the line variants, which must also see every CR and LF: a block with any
- * byte up to CR (a control, invalid inside a string) is looked at whole. */
-#ifdef JSCAN_X86
-__attribute__((target("sse2")))
-static inline int
-jscan_plain_eol_sse2(const char *p)
+jscan_plain_sse2(const char *p, int eol)
 {
 	const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
 	const __m128i vcr = _mm_set1_epi8('\r');
@@ -400,15 +295,16 @@ jscan_plain_eol_sse2(const char *p)
 
 	for (i = 0; i < 4; i++) {
 		x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
-		acc = _mm_or_si128(acc, _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, vq),
-		    _mm_cmpeq_epi8(x, vb)), _mm_cmpeq_epi8(_mm_min_epu8(x, vcr), x)));
+		acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)));
+		if (eol)
+			acc = _mm_or_si128(acc, _mm_cmpeq_epi8(_mm_min_epu8(x, vcr), x));
 	}
 	return _mm_movemask_epi8(acc) == 0;
 }
 
 __attribute__((target("avx2")))
 static inline int
-jscan_plain_eol_avx2(const char *p)
+jscan_plain_avx2(const char *p, int eol)
 {
 	const __m256i vq = _mm256_set1_epi8('"'), vb = _mm256_set1_epi8('\\');
 	const __m256i vcr = _mm256_set1_epi8('\r');
@@ -418,31 +314,44 @@ jscan_plain_eol_avx2(const char *p)
 	    _mm256_or_si256(_mm256_cmpeq_epi8(lo, vq), _mm256_cmpeq_epi8(lo, vb)),
 	    _mm256_or_si256(_mm256_cmpeq_epi8(hi, vq), _mm256_cmpeq_epi8(hi, vb)));
 
-	acc = _mm256_or_si256(acc, _mm256_or_si256(
-	    _mm256_cmpeq_epi8(_mm256_min_epu8(lo, vcr), lo),
-	    _mm256_cmpeq_epi8(_mm256_min_epu8(hi, vcr), hi)));
+	if (eol)
+		acc = _mm256_or_si256(acc, _mm256_or_si256(
+		    _mm256_cmpeq_epi8(_mm256_min_epu8(lo, vcr), lo),
+		    _mm256_cmpeq_epi8(_mm256_min_epu8(hi, vcr), hi)));
 	return _mm256_testz_si256(acc, _mm256_set1_epi8(-1));
 }
 
 __attribute__((target("avx512f,avx512bw")))
 static inline int
-jscan_plain_eol_avx512(const char *p)
+jscan_plain_avx512(const char *p, int eol)
 {
 	__m512i x = _mm512_loadu_si512((const void *)p);
+	uint64_t m = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"')) |
+	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\'));
 
-	return (_mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('"')) |
-	    _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('\\')) |
-	    _mm512_cmple_epu8_mask(x, _mm512_set1_epi8('\r'))) == 0;
+	if (eol)
+		m |= _mm512_cmple_epu8_mask(x, _mm512_set1_epi8('\r'));
+	return m == 0;
 }
 #endif
 
+/* The scalar variant looks at every block. */
+static inline int
+jscan_plain_none(const char *p, int eol)
+{
+	(void)p;
+	(void)eol;
+	return 0;
+}
+
 /* The variants without masked loads copy the last bytes into a block of spaces. */
 static inline void
-jscan_tail_none(const char *p, size_t n, struct jscan_masks *m)
+jscan_tail_none(const char *p, size_t n, struct jscan_masks *m, int eol)
 {
 	(void)p;
 	(void)n;
 	(void)m;
+	(void)eol;
 }
 
 /* The bytes of a block before index end (1..64). */
@@ -482,9 +391,9 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 		st.squares = -(buf[pos] == '[');					\
 	}										\
 	for (i = pos + 1; i + 64 <= len; i += 64) {					\
-		if (st.in_string != 0 && st.esc_carry == 0 && plain_fn(buf + i))	\
+		if (st.in_string != 0 && st.esc_carry == 0 && plain_fn(buf + i, line))	\
 			continue;							\
-		masks_fn(buf + i, &m);							\
+		masks_fn(buf + i, &m, line);						\
 		r = jscan_block(&st, buf + i, &m, &end, clmul);				\
 		if (line && r >= 0 && (m.eol & jscan_below(r > 0 ? end : 64)) != 0)	\
 			return JSCAN_ERR_SYNTAX;					\
@@ -495,12 +404,12 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 		const char *tp = tail;							\
 											\
 		if (tail_fn != jscan_tail_none) {					\
-			tail_fn(buf + i, len - i, &m);					\
+			tail_fn(buf + i, len - i, &m, line);				\
 			tp = buf + i;							\
 		} else {								\
 			memset(tail, ' ', sizeof(tail));				\
 			memcpy(tail, buf + i, len - i);					\
-			masks_fn(tail, &m);						\
+			masks_fn(tail, &m, line);					\
 		}									\
 		r = jscan_block(&st, tp, &m, &end, clmul);				\
 		if (line && r >= 0 && (m.eol & jscan_below(r > 0 ? end : 64)) != 0)	\
@@ -516,8 +425,7 @@ name(const char *buf, size_t len, size_t pos, unsigned max_depth)			\
 }
 
 JSCAN_DEFINE(jscan_skip_scalar, jscan_masks_scalar, jscan_plain_none, jscan_tail_none, 0, 0, )
-JSCAN_DEFINE(jscan_line_scalar, jscan_masks_eol_scalar, jscan_plain_none, jscan_tail_none, 0,
-    1, )
+JSCAN_DEFINE(jscan_line_scalar, jscan_masks_scalar, jscan_plain_none, jscan_tail_none, 0, 1, )
 #ifdef JSCAN_X86
 JSCAN_DEFINE(jscan_skip_sse2, jscan_masks_sse2, jscan_plain_sse2, jscan_tail_none, 0, 0,
     __attribute__((target("sse2"))))
@@ -525,12 +433,12 @@ JSCAN_DEFINE(jscan_skip_avx2, jscan_masks_avx2, jscan_plain_avx2, jscan_tail_non
     __attribute__((target("avx2,popcnt,bmi,pclmul"))))
 JSCAN_DEFINE(jscan_skip_avx512, jscan_masks_avx512, jscan_plain_avx512, jscan_tail_avx512, 1,
     0, __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
-JSCAN_DEFINE(jscan_line_sse2, jscan_masks_eol_sse2, jscan_plain_eol_sse2, jscan_tail_none, 0,
-    1, __attribute__((target("sse2"))))
-JSCAN_DEFINE(jscan_line_avx2, jscan_masks_eol_avx2, jscan_plain_eol_avx2, jscan_tail_none, 1,
-    1, __attribute__((target("avx2,popcnt,bmi,pclmul"))))
-JSCAN_DEFINE(jscan_line_avx512, jscan_masks_eol_avx512, jscan_plain_eol_avx512,
-    jscan_tail_eol_avx512, 1, 1, __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
+JSCAN_DEFINE(jscan_line_sse2, jscan_masks_sse2, jscan_plain_sse2, jscan_tail_none, 0, 1,
+    __attribute__((target("sse2"))))
+JSCAN_DEFINE(jscan_line_avx2, jscan_masks_avx2, jscan_plain_avx2, jscan_tail_none, 1, 1,
+    __attribute__((target("avx2,popcnt,bmi,pclmul"))))
+JSCAN_DEFINE(jscan_line_avx512, jscan_masks_avx512, jscan_plain_avx512, jscan_tail_avx512, 1,
+    1, __attribute__((target("avx512f,avx512bw,popcnt,bmi,pclmul"))))
 #endif
 
 /* The bytes of a piece after its last whole block, one by one, with jscan_block's rules. */
@@ -580,9 +488,9 @@ name(struct jscan_state *st, const char *buf, size_t len)				\
 	int end = 0, r;									\
 											\
 	for (i = 0; i + 64 <= len; i += 64) {						\
-		if (st->in_string != 0 && st->esc_carry == 0 && plain_fn(buf + i))	\
+		if (st->in_string != 0 && st->esc_carry == 0 && plain_fn(buf + i, 0))	\
 			continue;							\
-		masks_fn(buf + i, &m);							\
+		masks_fn(buf + i, &m, 0);						\
 		if ((r = jscan_block(st, buf + i, &m, &end, clmul)) != 0)			\
 			return r < 0 ? r : (ssize_t)(i + (size_t)end);			\
 	}										\
