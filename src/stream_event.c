@@ -66,6 +66,41 @@ struct stream_fast_key {
 	size_t val;                     /* FAST_REPLACE: to vals[val] */
 };
 
+/*
+ * The head of an event walked whole: its bytes up to the key of the first member whose value
+ * is an object or an array, and the walk's state there.  The events of a stream mostly share
+ * their head (an LLM's chunks: the same id, object, created and model; at most a counter
+ * grows): an event whose first bytes differ from it only inside string values and in
+ * integers' later digits has its members in the same places, so the walk resumes there after
+ * a vector compare of the head instead of member by member.
+ */
+#define STREAM_FAST_MEMO 256            /* longest head kept */
+#define STREAM_FAST_MEMO_SPANS 32
+
+/* What a span of the head is: the event's bytes at off, a set value (vals[off]), a constant. */
+enum stream_fast_memo_kind { MEMO_EVENT, MEMO_VALUE, MEMO_CONST };
+
+struct stream_fast_memo {
+	size_t head;                    /* bytes[0..head) kept; 0: none */
+	int line;                       /* kept by a walk within one line */
+	unsigned misses;                /* events in a row walked whole */
+	uint64_t hits;                  /* events it described, since the plan */
+	unsigned char bytes[STREAM_FAST_MEMO];
+	uint64_t text[STREAM_FAST_MEMO / 64];   /* bit k: byte k lies inside a string value */
+	/* Integers: bit k of digits, byte k may be any digit (a later digit, or the only one);
+	 * of lead, any but 0 (the first of several). */
+	uint64_t digits[STREAM_FAST_MEMO / 64], lead[STREAM_FAST_MEMO / 64];
+	/* The walk's state at bytes[head]. */
+	size_t n, nspans;
+	uint32_t seen;
+	int first, joined, dirty;
+	struct {
+		const char *p;          /* MEMO_CONST */
+		size_t off, len;
+		enum stream_fast_memo_kind kind;
+	} spans[STREAM_FAST_MEMO_SPANS];
+};
+
 struct stream_fast {
 	struct stream_fast_item items[STREAM_FAST_ITEMS];
 	size_t nitems;
@@ -87,6 +122,7 @@ struct stream_fast {
 	size_t nadded;
 	struct { unsigned key; size_t val; } added[STREAM_FAST_ITEMS];
 	struct rewrite_span spans[4 * (STREAM_FAST_MEMBERS + STREAM_FAST_ITEMS) + 2];
+	struct stream_fast_memo memo;
 };
 
 /* Take prog if the fast path can: its items, in order, and their keys, each once with what
@@ -107,6 +143,9 @@ stream_fast_plan(struct stream_fast *f, const struct rewrite_program *prog,
 	f->usable = 0;
 	f->ready = 0;
 	f->added_valid = 0;
+	f->memo.head = 0;
+	f->memo.misses = 0;
+	f->memo.hits = 0;
 	if (prog == NULL || mode != VALIDATE_ENVELOPE)
 		return;
 	for (i = 0; i < prog->nops; i++) {
@@ -368,6 +407,123 @@ stream_fast_span(struct rewrite_span *s, size_t *n, const char *p, size_t len)
 	s[(*n)++].len = len;
 }
 
+/* Bits a..b-1 (b <= STREAM_FAST_MEMO) of one of the memo's masks. */
+static void
+stream_fast_mark(uint64_t *m, size_t a, size_t b)
+{
+	size_t w;
+
+	for (w = a / 64; w * 64 < b; w++)
+		m[w] |= (a > w * 64 ? ~0ULL << (a - w * 64) : ~0ULL) &
+		    (b < w * 64 + 64 ? (1ULL << (b - w * 64)) - 1 : ~0ULL);
+}
+
+/* Whether c may stand at byte k of the memo's head: the same byte, or one that leaves the
+ * value it lies in the same kind and length. */
+static inline int
+stream_fast_memo_byte(const struct stream_fast_memo *m, size_t k, unsigned char c)
+{
+	uint64_t bit = 1ULL << (k % 64);
+
+	if (c == m->bytes[k])
+		return 1;
+	if (m->text[k / 64] & bit)
+		return c != '"' && c != '\\' && c >= 0x20;
+	if (m->digits[k / 64] & bit)
+		return c >= '0' && c <= '9';
+	return (m->lead[k / 64] & bit) != 0 && c >= '1' && c <= '9';
+}
+
+/* Whether the memo describes p[0..len) too: every byte of its head the same, but for bytes
+ * inside string values that are no quote, backslash or control, and integers' digits that
+ * are digits (no leading zero).  16 bytes a compare; the last few past len one by one. */
+static inline int
+stream_fast_memo_fits(const struct stream_fast_memo *m, const char *p, size_t len)
+{
+	size_t k = 0;
+
+	if (len < m->head)
+		return 0;
+#ifdef __SSE2__
+	for (; k < m->head && k + 16 <= len; k += 16) {
+		const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + k));
+		const __m128i d = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+		uint32_t diff, special, digit, zero, ok;
+
+		diff = 0xffffu ^ (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x,
+		    _mm_loadu_si128((const __m128i *)(const void *)(m->bytes + k))));
+		if (m->head - k < 16)
+			diff &= (1U << (m->head - k)) - 1;
+		if (diff == 0)
+			continue;
+		special = (uint32_t)_mm_movemask_epi8(_mm_or_si128(
+		    _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+		    _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+		    _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x1f)), x)));
+		digit = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d,
+		    _mm_set1_epi8(9)), d));
+		zero = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8('0')));
+		ok = ((uint32_t)(m->text[k / 64] >> (k % 64)) & ~special) |
+		    ((uint32_t)(m->digits[k / 64] >> (k % 64)) & digit) |
+		    ((uint32_t)(m->lead[k / 64] >> (k % 64)) & digit & ~zero);
+		if ((diff & ~ok) != 0)
+			return 0;
+	}
+#endif
+	for (; k < m->head; k++)
+		if (!stream_fast_memo_byte(m, k, (unsigned char)p[k]))
+			return 0;
+	return 1;
+}
+
+/* Keep json[0..head) and its spans, the walk being at the key of a member; not when the
+ * spans do not fit. */
+static void
+stream_fast_memo_keep(struct stream_fast *f, const char *json, size_t head,
+    const struct rewrite_span *s, size_t ns)
+{
+	struct stream_fast_memo *m = &f->memo;
+	uintptr_t at;
+	size_t j, v;
+
+	if (ns > STREAM_FAST_MEMO_SPANS)
+		return;
+	for (j = 0; j < ns; j++) {
+		at = (uintptr_t)s[j].p - (uintptr_t)json;
+		m->spans[j].len = s[j].len;
+		m->spans[j].p = s[j].p;
+		if ((uintptr_t)s[j].p >= (uintptr_t)json && at < head) {
+			m->spans[j].kind = MEMO_EVENT;
+			m->spans[j].off = at;
+			continue;
+		}
+		m->spans[j].kind = MEMO_CONST;
+		for (v = 0; v < f->nvals; v++)
+			if (s[j].p == f->vals[v].p) {
+				m->spans[j].kind = MEMO_VALUE;
+				m->spans[j].off = v;
+			}
+	}
+	memcpy(m->bytes, json, head);
+	m->nspans = ns;
+	m->head = head;
+}
+
+/* The head's spans for the event at json. */
+static inline size_t
+stream_fast_memo_spans(const struct stream_fast *f, const char *json, struct rewrite_span *s)
+{
+	const struct stream_fast_memo *m = &f->memo;
+	size_t j;
+
+	for (j = 0; j < m->nspans; j++) {
+		s[j].len = m->spans[j].len;
+		s[j].p = m->spans[j].kind == MEMO_EVENT ? json + m->spans[j].off :
+		    m->spans[j].kind == MEMO_VALUE ? f->vals[m->spans[j].off].p : m->spans[j].p;
+	}
+	return m->nspans;
+}
+
 /*
  * The ops on the object json[0..len) the fast way, in one walk over its members: 1 with the
  * new text in f->spans (*nspans), 0 when the event passes as it came, -2 when the engine
@@ -387,26 +543,49 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
     size_t max_members, int line, size_t *nspans, size_t *end)
 {
 	struct stream_fast_win w = { SIZE_MAX - 63, 0 };
+	struct stream_fast_memo *m = &f->memo;
 	struct rewrite_span *s = f->spans;
 	const struct stream_fast_key *fk;
 	const struct rewrite_key *key;
 	size_t i, ks, ke, vs, n = 0, ns = 0, j;
 	ssize_t e;
 	uint32_t seen = 0;
-	int k, first = 1, joined = 0, dirty = f->nvals != 0;
+	int k, first = 1, joined = 0, dirty = f->nvals != 0, record = 0;
 
-	i = stream_fast_ws(json, len, 0, line);
-	if (i == len || json[i] != '{')
-		return line ? -2 : 0;
-	if (len > INT_MAX - 1 || max_depth < 1)
-		return -2;
 	if (max_members > STREAM_FAST_MEMBERS)
 		max_members = STREAM_FAST_MEMBERS;
-	stream_fast_span(s, &ns, "{", 1);
-	i = stream_fast_ws(json, len, i + 1, line);
-	if (i < len && json[i] == '}') {
-		i++;
-		goto end;
+	if (m->head != 0 && m->line == line && len <= INT_MAX - 1 && max_depth >= 1 &&
+	    stream_fast_memo_fits(m, json, len)) {
+		/* The head is the last one's: on from its last member. */
+		m->misses = 0;
+		m->hits++;
+		ns = stream_fast_memo_spans(f, json, s);
+		n = m->n;
+		seen = m->seen;
+		first = m->first;
+		joined = m->joined;
+		dirty = m->dirty;
+		i = m->head;
+	} else {
+		/* Kept again while events share heads; tried now and then when they do not. */
+		m->head = 0;
+		if (++m->misses <= 8 || m->misses % 64 == 0) {
+			record = 1;
+			memset(m->text, 0, sizeof(m->text));
+			memset(m->digits, 0, sizeof(m->digits));
+			memset(m->lead, 0, sizeof(m->lead));
+		}
+		i = stream_fast_ws(json, len, 0, line);
+		if (i == len || json[i] != '{')
+			return line ? -2 : 0;
+		if (len > INT_MAX - 1 || max_depth < 1)
+			return -2;
+		stream_fast_span(s, &ns, "{", 1);
+		i = stream_fast_ws(json, len, i + 1, line);
+		if (i < len && json[i] == '}') {
+			i++;
+			goto end;
+		}
 	}
 	for (;;) {
 		if (i < len && json[i] != '"')
@@ -428,26 +607,55 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 		case '"':
 			if ((i = stream_fast_string(&w, json, len, i)) == 0)
 				return -2;
+			if (record && i <= STREAM_FAST_MEMO)
+				stream_fast_mark(m->text, vs + 1, i - 1);
 			break;
 		case '{':
 		case '[':
+			if (record) {
+				/* The head ends at the first value that is no string or number. */
+				record = 0;
+				m->line = line;
+				m->n = n;
+				m->seen = seen;
+				m->first = first;
+				m->joined = joined;
+				m->dirty = dirty;
+				if (ks <= STREAM_FAST_MEMO)
+					stream_fast_memo_keep(f, json, ks, s, ns);
+			}
 			e = line ? jscan_skip_line(json, len, i, max_depth - 1) :
 			    jscan_skip(json, len, i, max_depth - 1);
 			if (e < 0)
 				return -2;
 			i = (size_t)e;
 			break;
+		case '0':
+			/* 0 alone; anything longer (0.5, 01) is for the check below. */
+			if (i + 1 < len && (json[i + 1] == ',' || json[i + 1] == '}')) {
+				i++;
+				if (record && i <= STREAM_FAST_MEMO)
+					stream_fast_mark(m->digits, vs, i);
+				break;
+			}
+			goto primitive;
 		case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8':
 		case '9':
 			/* An integer that a separator ends: nothing more to check.  A second digit
 			 * is looked for first: a one-digit number then waits on no wider read. */
 			if (++i < len && json[i] >= '0' && json[i] <= '9')
 				i = stream_fast_digits(json, i + 1, len);
-			if (i < len && (json[i] == ',' || json[i] == '}'))
+			if (i < len && (json[i] == ',' || json[i] == '}')) {
+				if (record && i <= STREAM_FAST_MEMO) {
+					stream_fast_mark(i - vs == 1 ? m->digits : m->lead, vs, vs + 1);
+					stream_fast_mark(m->digits, vs + 1, i);
+				}
 				break;
+			}
 			i = vs;
 			/* FALLTHROUGH */
 		default:
+primitive:
 			while (i < len && json[i] != ',' && json[i] != '}' && json[i] != ']' &&
 			    !STREAM_FAST_WS(json[i], line))
 				i++;
@@ -927,4 +1135,10 @@ void
 stream_events_take_batches(struct stream_events *se, stream_events_take_fn take)
 {
 	se->take = take;
+}
+
+uint64_t
+stream_events_fast_heads(const struct stream_events *se)
+{
+	return se->fast.memo.hits;
 }

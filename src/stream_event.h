@@ -78,5 +78,8 @@ void stream_events_take_batches(struct stream_events *se, stream_events_take_fn 
 void stream_events_fast(struct stream_events *se, int on);
 /* Events of this answer the fast path decided. */
 uint64_t stream_events_fast_events(const struct stream_events *se);
+/* Of those, events whose head (the members before the first object or array) was laid out
+ * as the last one's: read with one compare, not member by member. */
+uint64_t stream_events_fast_heads(const struct stream_events *se);
 
 #endif
