@@ -23,7 +23,7 @@ check() {
 	fi
 }
 
-for f in jscan envelope jvalid jstr jcond jprefix rewrite merge sse ndjson stream_event stream_envelope; do
+for f in jscan envelope jvalid jstr jcond jprefix rewrite merge sse ndjson stream_event stream_fast stream_envelope; do
 	check $f "$http_layer|$config"
 done
 for f in jcond_config rewrite_config; do
