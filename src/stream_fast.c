@@ -31,8 +31,8 @@ struct stream_fast_key {
 };
 
 /*
- * The head of an event walked whole: its bytes up to the key of the first member whose value
- * is an object or an array, and the walk's state there.  The events of a stream mostly share
+ * The head of an event walked whole: its bytes up to the value of the first member that is
+ * an object or an array, and the walk's state there.  The events of a stream mostly share
  * their head (an LLM's chunks: the same id, object, created and model; at most a counter
  * grows): an event whose first bytes differ from it only inside string values and in
  * integers' later digits has its members in the same places, so the walk resumes there after
@@ -54,8 +54,8 @@ struct stream_fast_memo {
 	/* Integers: bit k of digits, byte k may be any digit (a later digit, or the only one);
 	 * of lead, any but 0 (the first of several). */
 	uint64_t digits[STREAM_FAST_MEMO / 64], lead[STREAM_FAST_MEMO / 64];
-	/* The walk's state at bytes[head]. */
-	size_t n, nspans;
+	/* The walk's state at bytes[head], the value of the member whose key is bytes[ks..ke). */
+	size_t ks, ke, n, nspans;
 	uint32_t seen;
 	int first, joined, dirty;
 	struct {
@@ -445,8 +445,8 @@ stream_fast_memo_fits(const struct stream_fast_memo *m, const char *p, size_t le
 	return 1;
 }
 
-/* Keep json[0..head) and its spans, the walk being at the key of a member; not when the
- * spans do not fit. */
+/* Keep json[0..head) and its spans, the walk being at a member's value; not when the spans
+ * do not fit. */
 static void
 stream_fast_memo_keep(struct stream_fast *f, const char *json, size_t head,
     const struct rewrite_span *s, size_t ns)
@@ -525,7 +525,8 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 		max_members = STREAM_FAST_MEMBERS;
 	if (m->head != 0 && m->line == line && len <= INT_MAX - 1 && max_depth >= 1 &&
 	    stream_fast_memo_fits(m, json, len)) {
-		/* The head is the last one's: on from its last member. */
+		/* The head is the last one's: on from its first object or array (into the loop,
+		 * where the member's value is read). */
 		m->misses = 0;
 		m->hits++;
 		ns = stream_fast_memo_spans(f, json, s);
@@ -534,7 +535,10 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 		first = m->first;
 		joined = m->joined;
 		dirty = m->dirty;
+		ks = m->ks;
+		ke = m->ke;
 		i = m->head;
+		goto value;
 	} else {
 		/* Kept again while events share heads; tried now and then when they do not. */
 		m->head = 0;
@@ -569,6 +573,7 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 			return -2;
 		if (++i < len && STREAM_FAST_WS(json[i], line))
 			i = stream_fast_ws(json, len, i, line);
+value:
 		if (i == len)
 			return -2;
 		vs = i;
@@ -590,8 +595,10 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 				m->first = first;
 				m->joined = joined;
 				m->dirty = dirty;
-				if (ks <= STREAM_FAST_MEMO)
-					stream_fast_memo_keep(f, json, ks, s, ns);
+				m->ks = ks;
+				m->ke = ke;
+				if (vs <= STREAM_FAST_MEMO)
+					stream_fast_memo_keep(f, json, vs, s, ns);
 			}
 			e = line ? jscan_skip_line(json, len, i, max_depth - 1) :
 			    jscan_skip(json, len, i, max_depth - 1);

@@ -772,7 +772,8 @@ END_TEST
 /*
  * Events that share a head: the fast path keeps the first one's and lays the next ones out
  * from it when their bytes differ only inside string values and in integers' digits.  Each
- * byte of a head changed to each of many bytes, between two copies of the head as it was:
+ * byte of a head (up to the first object or array, and the first bytes of that) changed to
+ * each of many bytes, between two copies of the head as it was:
  * the fast path writes what the engine writes, in SSE (the head read within one line) and
  * NDJSON, cut anywhere, and lays out the unchanged events from the kept head.
  */
@@ -788,7 +789,7 @@ head_kept_run(const struct rewrite_program *prog, const char *base,
 	struct out o = { 0 };
 	char in[16384], what[300];
 
-	for (pos = 0; pos < head; pos++) {
+	for (pos = 0; pos < head + 3; pos++) {
 		/* the head, the head with byte pos changed, the head: for each byte */
 		len = 0;
 		for (b = 0; b < sizeof(bytes) - 1; b++) {
