@@ -35,8 +35,9 @@ struct stream_fast_key {
  * an object or an array, and the walk's state there.  The events of a stream mostly share
  * their head (an LLM's chunks: the same id, object, created and model; at most a counter
  * grows): an event whose first bytes differ from it only inside string values and in
- * integers' later digits has its members in the same places, so the walk resumes there after
- * a vector compare of the head instead of member by member.
+ * integers' digits (no quote, backslash or control in a string, no leading zero) has its
+ * members in the same places, so the walk resumes there after a vector compare of the head
+ * instead of member by member.
  */
 #define STREAM_FAST_MEMO 256            /* longest head kept */
 #define STREAM_FAST_MEMO_SPANS 32
