@@ -42,7 +42,16 @@ struct stream_fast_key {
 #define STREAM_FAST_MEMO 256            /* longest head kept */
 #define STREAM_FAST_MEMO_SPANS 32
 
-/* What a span of the head is: the event's bytes at off, a set value (vals[off]), a constant. */
+/* Where the walk is between members: what those before made of the output. */
+struct stream_fast_at {
+	size_t n;                       /* members read */
+	uint32_t seen;                  /* program keys among them (bit k: keys[k]) */
+	int first;                      /* nothing written after the '{' yet */
+	int joined;                     /* the last span ends at the last kept value: it grows */
+	int dirty;                      /* the output differs from the input */
+};
+
+/* A span of the head: the event's bytes at off, a set value (vals[off]), or a constant. */
 enum stream_fast_memo_kind { MEMO_EVENT, MEMO_VALUE, MEMO_CONST };
 
 struct stream_fast_memo {
@@ -56,9 +65,8 @@ struct stream_fast_memo {
 	 * of lead, any but 0 (the first of several). */
 	uint64_t digits[STREAM_FAST_MEMO / 64], lead[STREAM_FAST_MEMO / 64];
 	/* The walk's state at bytes[head], the value of the member whose key is bytes[ks..ke). */
-	size_t ks, ke, n, nspans;
-	uint32_t seen;
-	int first, joined, dirty;
+	struct stream_fast_at at;
+	size_t ks, ke, nspans;
 	struct {
 		const char *p;          /* MEMO_CONST */
 		size_t off, len;
@@ -446,25 +454,26 @@ stream_fast_memo_fits(const struct stream_fast_memo *m, const char *p, size_t le
 	return 1;
 }
 
-/* Keep json[0..head) and its spans, the walk being at a member's value; not when the spans
- * do not fit. */
+/* Keep json[0..head) and its spans, the walk being at (*at) the value of the member whose
+ * key is json[ks..ke); not when the head is too long or the spans do not fit. */
 static void
 stream_fast_memo_keep(struct stream_fast *f, const char *json, size_t head,
-    const struct rewrite_span *s, size_t ns)
+    const struct rewrite_span *s, size_t ns, int line, const struct stream_fast_at *at,
+    size_t ks, size_t ke)
 {
 	struct stream_fast_memo *m = &f->memo;
-	uintptr_t at;
+	uintptr_t off;
 	size_t j, v;
 
-	if (ns > STREAM_FAST_MEMO_SPANS)
+	if (head > STREAM_FAST_MEMO || ns > STREAM_FAST_MEMO_SPANS)
 		return;
 	for (j = 0; j < ns; j++) {
-		at = (uintptr_t)s[j].p - (uintptr_t)json;
+		off = (uintptr_t)s[j].p - (uintptr_t)json;
 		m->spans[j].len = s[j].len;
 		m->spans[j].p = s[j].p;
-		if ((uintptr_t)s[j].p >= (uintptr_t)json && at < head) {
+		if ((uintptr_t)s[j].p >= (uintptr_t)json && off < head) {
 			m->spans[j].kind = MEMO_EVENT;
-			m->spans[j].off = at;
+			m->spans[j].off = off;
 			continue;
 		}
 		m->spans[j].kind = MEMO_CONST;
@@ -476,6 +485,10 @@ stream_fast_memo_keep(struct stream_fast *f, const char *json, size_t head,
 	}
 	memcpy(m->bytes, json, head);
 	m->nspans = ns;
+	m->line = line;
+	m->at = *at;
+	m->ks = ks;
+	m->ke = ke;
 	m->head = head;
 }
 
@@ -517,10 +530,11 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 	struct rewrite_span *s = f->spans;
 	const struct stream_fast_key *fk;
 	const struct rewrite_key *key;
-	size_t i, ks, ke, vs, n = 0, ns = 0, j;
+	struct stream_fast_at at = { .n = 0, .seen = 0, .first = 1, .joined = 0,
+	    .dirty = f->nvals != 0 };
+	size_t i, ks, ke, vs, ns = 0, j;
 	ssize_t e;
-	uint32_t seen = 0;
-	int k, first = 1, joined = 0, dirty = f->nvals != 0, record = 0;
+	int k, record = 0;
 
 	if (max_members > STREAM_FAST_MEMBERS)
 		max_members = STREAM_FAST_MEMBERS;
@@ -531,11 +545,7 @@ stream_fast_walk(struct stream_fast *f, const char *json, size_t len, unsigned m
 		m->misses = 0;
 		m->hits++;
 		ns = stream_fast_memo_spans(f, json, s);
-		n = m->n;
-		seen = m->seen;
-		first = m->first;
-		joined = m->joined;
-		dirty = m->dirty;
+		at = m->at;
 		ks = m->ks;
 		ke = m->ke;
 		i = m->head;
@@ -590,16 +600,7 @@ value:
 			if (record) {
 				/* The head ends at the first value that is no string or number. */
 				record = 0;
-				m->line = line;
-				m->n = n;
-				m->seen = seen;
-				m->first = first;
-				m->joined = joined;
-				m->dirty = dirty;
-				m->ks = ks;
-				m->ke = ke;
-				if (vs <= STREAM_FAST_MEMO)
-					stream_fast_memo_keep(f, json, vs, s, ns);
+				stream_fast_memo_keep(f, json, vs, s, ns, line, &at, ks, ke);
 			}
 			e = line ? jscan_skip_line(json, len, i, max_depth - 1) :
 			    jscan_skip(json, len, i, max_depth - 1);
@@ -639,34 +640,34 @@ primitive:
 			if (!envelope_is_primitive(json + vs, i - vs))
 				return -2;
 		}
-		if (++n > max_members)
+		if (++at.n > max_members)
 			return -2;
 		k = stream_fast_key_of(f, json + ks + 1, ke - ks - 2);
 		fk = k < 0 ? NULL : &f->keys[k];
 		if (k >= 0)
-			seen |= 1U << k;
+			at.seen |= 1U << k;
 		if (fk == NULL || fk->fate == FAST_KEEP) {
-			if (joined) {
+			if (at.joined) {
 				/* the last span ends at its neighbour's value: it grows */
 				s[ns - 1].len = (size_t)(json + i - s[ns - 1].p);
 			} else {
-				if (!first)
+				if (!at.first)
 					stream_fast_span(s, &ns, ",", 1);
 				stream_fast_span(s, &ns, json + ks, i - ks);
 			}
-			first = 0;
-			joined = 1;
+			at.first = 0;
+			at.joined = 1;
 		} else if (fk->fate == FAST_DROP) {
-			dirty = 1;
-			joined = 0;
+			at.dirty = 1;
+			at.joined = 0;
 		} else {
-			if (!first)
+			if (!at.first)
 				stream_fast_span(s, &ns, ",", 1);
 			stream_fast_span(s, &ns, json + ks, ke - ks);
 			stream_fast_span(s, &ns, ":", 1);
 			stream_fast_span(s, &ns, f->vals[fk->val].p, f->vals[fk->val].len);
-			first = 0;
-			joined = 0;
+			at.first = 0;
+			at.joined = 0;
 		}
 		if (i < len && json[i] != ',' && json[i] != '}')
 			i = stream_fast_ws(json, len, i, line);
@@ -685,16 +686,16 @@ end:
 		*end = i;
 	else if (stream_fast_ws(json, len, i, 0) != len)
 		return -2;
-	if (!dirty)
+	if (!at.dirty)
 		return 0;
-	if (!f->added_valid || f->added_for != seen)
-		stream_fast_added(f, seen);
+	if (!f->added_valid || f->added_for != at.seen)
+		stream_fast_added(f, at.seen);
 	for (j = 0; j < f->nadded; j++) {
 		/* A program key: ,"key": */
 		key = f->keys[f->added[j].key].key;
-		stream_fast_span(s, &ns, key->json - !first, key->json_len + 1 + !first);
+		stream_fast_span(s, &ns, key->json - !at.first, key->json_len + 1 + !at.first);
 		stream_fast_span(s, &ns, f->vals[f->added[j].val].p, f->vals[f->added[j].val].len);
-		first = 0;
+		at.first = 0;
 	}
 	stream_fast_span(s, &ns, "}", 1);
 	*nspans = ns;
